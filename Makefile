@@ -1,0 +1,1 @@
+include tools/make/k8sbins.mk

@@ -1,0 +1,245 @@
+// Package runnerconfig is the contract between the controller and the runner: the controller
+// renders a Config into the runner container's command-line flags and the runner parses them
+// back. Flags keep the configuration readable in `kubectl get pod -o yaml`; nothing in it is
+// encoded and no secret ever appears in it (secrets are mounted files named by path).
+package runnerconfig
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Providers and accelerations the runner knows.
+const (
+	ProviderQEMU            = "qemu"
+	ProviderCloudHypervisor = "cloud-hypervisor"
+
+	AccelKVM      = "kvm"
+	AccelEmulated = "tcg"
+)
+
+// Port is a guest port published at the pod IP.
+type Port struct {
+	Name     string
+	Port     int32
+	Protocol string // TCP or UDP
+}
+
+// Config is everything the runner needs to boot one guest.
+type Config struct {
+	Name         string // VM name, used as the guest hostname
+	Provider     string // qemu | cloud-hypervisor
+	Acceleration string // kvm | tcg
+	CPUs         int32
+	MemoryMiB    int64
+
+	Kernel      string // path of the kernel inside the pod
+	Initrd      string // optional path of an initramfs; ignored when the file does not exist
+	KernelArgs  string
+	RootDisk    string // path of the read-only base disk (raw or qcow2)
+	DiskSizeMiB int64  // size of the writable overlay; 0 keeps the base size
+
+	Ports []Port
+
+	StateDir           string // writable directory for sockets and the disk overlay
+	HTTPAddr           string // address of the runner's HTTP endpoint
+	GracePeriodSeconds int64  // how long a guest gets to power off before QEMU is stopped
+	Network            string // "pod": take over the pod's interface; "none": no guest network
+}
+
+// Defaults fills what the caller left empty.
+func (c *Config) Defaults() {
+	if c.Provider == "" {
+		c.Provider = ProviderQEMU
+	}
+	if c.Acceleration == "" {
+		c.Acceleration = AccelKVM
+	}
+	if c.StateDir == "" {
+		c.StateDir = "/var/run/virtpod"
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = "127.0.0.1:8080"
+	}
+	if c.Network == "" {
+		c.Network = "pod"
+	}
+	if c.GracePeriodSeconds == 0 {
+		c.GracePeriodSeconds = 30
+	}
+	for i := range c.Ports {
+		if c.Ports[i].Protocol == "" {
+			c.Ports[i].Protocol = "TCP"
+		}
+	}
+}
+
+// Validate reports the first field that is missing or out of range, by its flag name.
+func (c *Config) Validate() error {
+	var errs []error
+	switch c.Provider {
+	case ProviderQEMU, ProviderCloudHypervisor:
+	default:
+		errs = append(errs, fmt.Errorf("--provider: %q is not a provider; use qemu or cloud-hypervisor", c.Provider))
+	}
+	switch c.Acceleration {
+	case AccelKVM, AccelEmulated:
+	default:
+		errs = append(errs, fmt.Errorf("--accel: %q is not an acceleration; use kvm or tcg", c.Acceleration))
+	}
+	if c.CPUs < 1 {
+		errs = append(errs, fmt.Errorf("--cpus: must be at least 1, got %d", c.CPUs))
+	}
+	if c.MemoryMiB < 16 {
+		errs = append(errs, fmt.Errorf("--memory-mib: must be at least 16, got %d", c.MemoryMiB))
+	}
+	if c.Kernel == "" {
+		errs = append(errs, errors.New("--kernel: the path of the guest kernel is required"))
+	}
+	if c.RootDisk == "" {
+		errs = append(errs, errors.New("--root-disk: the path of the root-disk image is required"))
+	}
+	switch c.Network {
+	case "pod", "none":
+	default:
+		errs = append(errs, fmt.Errorf("--network: %q is not a network mode; use pod or none", c.Network))
+	}
+	for _, p := range c.Ports {
+		if p.Port < 1 || p.Port > 65535 || (p.Protocol != "TCP" && p.Protocol != "UDP") || p.Name == "" {
+			errs = append(errs, fmt.Errorf("--port: %q must be NAME:PORT/TCP or NAME:PORT/UDP with PORT in 1-65535", p.String()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p Port) String() string { return fmt.Sprintf("%s:%d/%s", p.Name, p.Port, p.Protocol) }
+
+// ParsePort reads NAME:PORT/PROTOCOL.
+func ParsePort(s string) (Port, error) {
+	name, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return Port{}, fmt.Errorf("port %q: want NAME:PORT/PROTOCOL", s)
+	}
+	num, proto, _ := strings.Cut(rest, "/")
+	n, err := strconv.ParseInt(num, 10, 32)
+	if err != nil {
+		return Port{}, fmt.Errorf("port %q: %q is not a number", s, num)
+	}
+	if proto == "" {
+		proto = "TCP"
+	}
+	return Port{Name: name, Port: int32(n), Protocol: proto}, nil
+}
+
+// Args renders the configuration as runner flags, in a stable order.
+func (c Config) Args() []string {
+	args := []string{
+		"--name=" + c.Name,
+		"--provider=" + c.Provider,
+		"--accel=" + c.Acceleration,
+		"--cpus=" + strconv.Itoa(int(c.CPUs)),
+		"--memory-mib=" + strconv.FormatInt(c.MemoryMiB, 10),
+		"--kernel=" + c.Kernel,
+	}
+	if c.Initrd != "" {
+		args = append(args, "--initrd="+c.Initrd)
+	}
+	if c.KernelArgs != "" {
+		args = append(args, "--kernel-args="+c.KernelArgs)
+	}
+	args = append(args, "--root-disk="+c.RootDisk)
+	if c.DiskSizeMiB > 0 {
+		args = append(args, "--disk-size-mib="+strconv.FormatInt(c.DiskSizeMiB, 10))
+	}
+	ports := append([]Port(nil), c.Ports...)
+	sort.SliceStable(ports, func(i, j int) bool { return ports[i].Name < ports[j].Name })
+	for _, p := range ports {
+		args = append(args, "--port="+p.String())
+	}
+	args = append(args,
+		"--state-dir="+c.StateDir,
+		"--http-addr="+c.HTTPAddr,
+		"--grace-period-seconds="+strconv.FormatInt(c.GracePeriodSeconds, 10),
+		"--network="+c.Network,
+	)
+	return args
+}
+
+// portList collects repeated --port flags.
+type portList struct{ ports *[]Port }
+
+func (l portList) String() string {
+	if l.ports == nil {
+		return ""
+	}
+	s := make([]string, len(*l.ports))
+	for i, p := range *l.ports {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l portList) Set(v string) error {
+	p, err := ParsePort(v)
+	if err != nil {
+		return err
+	}
+	*l.ports = append(*l.ports, p)
+	return nil
+}
+
+// Bind registers the configuration's flags on fs, so a command (cobra or flag) can parse them.
+func (c *Config) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.Name, "name", "", "VM name; the guest's hostname")
+	fs.StringVar(&c.Provider, "provider", ProviderQEMU, "hypervisor: qemu or cloud-hypervisor")
+	fs.StringVar(&c.Acceleration, "accel", AccelKVM, "acceleration: kvm, or tcg for explicit software emulation")
+	fs.Var(int32Value{&c.CPUs}, "cpus", "guest vCPUs")
+	fs.Int64Var(&c.MemoryMiB, "memory-mib", 0, "guest memory in MiB")
+	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel")
+	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")
+	fs.StringVar(&c.KernelArgs, "kernel-args", "", "guest kernel command line")
+	fs.StringVar(&c.RootDisk, "root-disk", "", "path of the read-only root-disk image (raw or qcow2)")
+	fs.Int64Var(&c.DiskSizeMiB, "disk-size-mib", 0, "size of the writable root disk in MiB (0 keeps the image size)")
+	fs.Var(portList{&c.Ports}, "port", "guest port NAME:PORT/PROTOCOL published at the pod IP (repeatable)")
+	fs.StringVar(&c.StateDir, "state-dir", "/var/run/virtpod", "writable directory for sockets and the disk overlay")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address of the runner's HTTP endpoint")
+	fs.Int64Var(&c.GracePeriodSeconds, "grace-period-seconds", 30, "seconds a guest gets to power off after SIGTERM")
+	fs.StringVar(&c.Network, "network", "pod", "pod: the guest takes over the pod's interface and IP; none: no network")
+}
+
+// Parse reads runner flags into a Config, applies defaults and validates it.
+func Parse(args []string) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+	c.Bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	c.Defaults()
+	return c, c.Validate()
+}
+
+type int32Value struct{ p *int32 }
+
+func (v int32Value) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*v.p))
+}
+
+func (v int32Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil {
+		return err
+	}
+	*v.p = int32(n)
+	return nil
+}
