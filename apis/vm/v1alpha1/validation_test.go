@@ -1,0 +1,164 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+var env *kubeapi.Env
+
+func TestMain(m *testing.M) { kubeapi.Main(m, &env) }
+
+func q(s string) *resource.Quantity { r := resource.MustParse(s); return &r }
+
+// TestRejectsBadSpecs applies each invalid VirtualMachine to the real API server and checks it is
+// refused with a message that names the field and says what is wanted.
+func TestRejectsBadSpecs(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		mutate func(*vmv1.VirtualMachine)
+		field  string // the field path the error must name
+		hint   string // a fragment of the fix the error must state
+	}{
+		{"zero cpus", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 0 }, "spec.guest.cpus", "greater than or equal to 1"},
+		{"too many cpus", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 256 }, "spec.guest.cpus", "less than or equal to 255"},
+		{"memory below minimum", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("32Mi") }, "spec.guest.memory", "between 64Mi and 1Ti"},
+		{"memory above maximum", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("2Ti") }, "spec.guest.memory", "between 64Mi and 1Ti"},
+		{"empty kernel image", func(v *vmv1.VirtualMachine) { v.Spec.Guest.KernelImage = "" }, "spec.guest.kernelImage", "at least 1"},
+		{"bad kernel image", func(v *vmv1.VirtualMachine) { v.Spec.Guest.KernelImage = "Not An Image!" }, "spec.guest.kernelImage", "image reference such as"},
+		{"bad disk image", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Image = "registry/UPPER:tag" }, "spec.guest.rootDisk.image", "image reference such as"},
+		{"disk image with scheme", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Image = "https://registry/disk:v1" }, "spec.guest.rootDisk.image", "image reference such as"},
+		{"bad runner image", func(v *vmv1.VirtualMachine) { v.Spec.RunnerImage = "runner:" }, "spec.runnerImage", "image reference such as"},
+		{"unknown provider", func(v *vmv1.VirtualMachine) { v.Spec.Provider = "firecracker" }, "spec.provider", `"qemu", "cloud-hypervisor"`},
+		{"unknown acceleration", func(v *vmv1.VirtualMachine) { v.Spec.Acceleration = "Fast" }, "spec.acceleration", `"KVM", "Emulated"`},
+		{"cloud-hypervisor emulated", func(v *vmv1.VirtualMachine) { v.Spec.Provider = vmv1.ProviderCloudHypervisor }, "spec.acceleration", "use acceleration KVM or provider qemu"},
+		{"bad restart policy", func(v *vmv1.VirtualMachine) { v.Spec.RestartPolicy = "Sometimes" }, "spec.restartPolicy", `"Always", "OnFailure", "Never"`},
+		{"negative grace period", func(v *vmv1.VirtualMachine) { v.Spec.TerminationGracePeriodSeconds = ptr.To[int64](-1) }, "spec.terminationGracePeriodSeconds", "greater than or equal to 0"},
+		{"grace period too long", func(v *vmv1.VirtualMachine) { v.Spec.TerminationGracePeriodSeconds = ptr.To[int64](4000) }, "spec.terminationGracePeriodSeconds", "less than or equal to 3600"},
+		{"duplicate port names", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.Ports = []vmv1.Port{{Name: "http", Port: 80}, {Name: "http", Port: 8080}}
+		}, "spec.guest.ports[1]", "Duplicate value"},
+		{"port zero", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Ports = []vmv1.Port{{Name: "http", Port: 0}} }, "spec.guest.ports[0].port", "greater than or equal to 1"},
+		{"port out of range", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Ports = []vmv1.Port{{Name: "http", Port: 70000}} }, "spec.guest.ports[0].port", "less than or equal to 65535"},
+		{"unknown protocol", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.Ports = []vmv1.Port{{Name: "sctp", Port: 9, Protocol: corev1.ProtocolSCTP}}
+		}, "spec.guest.ports[0].protocol", `"TCP", "UDP"`},
+		{"upper-case port name", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Ports = []vmv1.Port{{Name: "HTTP", Port: 80}} }, "spec.guest.ports[0].name", "IANA service name"},
+		{"numeric port name", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Ports = []vmv1.Port{{Name: "8080", Port: 80}} }, "spec.guest.ports[0].name", "at least one letter"},
+		{"long port name", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.Ports = []vmv1.Port{{Name: "a-very-long-port-name", Port: 80}}
+		}, "spec.guest.ports[0].name", "may not be more than 15"},
+		{"multi-line kernel args", func(v *vmv1.VirtualMachine) { v.Spec.Guest.KernelArgs = "console=ttyS0\ninit=/bin/sh" }, "spec.guest.kernelArgs", "single line"},
+		{"tiny root disk", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Size = q("1Mi") }, "spec.guest.rootDisk.size", "between 64Mi and 64Ti"},
+		{"name too long for a pod", func(v *vmv1.VirtualMachine) { v.Name = strings.Repeat("a", 57) }, "metadata.name", "at most 56 characters"},
+		{"name not a DNS label", func(v *vmv1.VirtualMachine) { v.Name = "web.1" }, "metadata.name", "DNS label"},
+		{"too many ports", func(v *vmv1.VirtualMachine) {
+			for i := range 33 {
+				v.Spec.Guest.Ports = append(v.Spec.Guest.Ports, vmv1.Port{Name: fmt.Sprintf("p%d", i), Port: int32(1000 + i)})
+			}
+		}, "spec.guest.ports", "must have at most 32 items"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			vm := kubeapi.SampleVM("default", fmt.Sprintf("bad-%d", i))
+			tc.mutate(vm)
+			err := env.Client.Create(ctx, vm)
+			if err == nil {
+				t.Fatalf("the API server accepted an invalid VirtualMachine (%s)", tc.name)
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			for _, want := range []string{tc.field, tc.hint} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not mention %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}
+
+// TestRejectsImmutableChanges checks that what cannot change on a running guest is refused on
+// update, naming the field, while what applies at the next start can change.
+func TestRejectsImmutableChanges(t *testing.T) {
+	ctx := context.Background()
+	base := kubeapi.SampleVM("default", "immutable")
+	base.Spec.Guest.RootDisk.Size = q("1Gi")
+	if err := env.Client.Create(ctx, base); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		mutate func(*vmv1.VirtualMachine)
+		field  string
+	}{
+		{"cpus", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 2 }, "spec.guest.cpus is immutable"},
+		{"memory", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("512Mi") }, "spec.guest.memory is immutable"},
+		{"provider", func(v *vmv1.VirtualMachine) {
+			v.Spec.Provider = vmv1.ProviderCloudHypervisor
+			v.Spec.Acceleration = vmv1.AccelerationKVM
+		}, "spec.provider is immutable"},
+		{"acceleration", func(v *vmv1.VirtualMachine) { v.Spec.Acceleration = vmv1.AccelerationKVM }, "spec.acceleration is immutable"},
+		{"disk size", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Size = q("2Gi") }, "spec.guest.rootDisk.size is immutable"},
+		{"disk size removed", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Size = nil }, "spec.guest.rootDisk.size is immutable"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			vm := &vmv1.VirtualMachine{}
+			if err := env.Client.Get(ctx, clientKey(base), vm); err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(vm)
+			err := env.Client.Update(ctx, vm)
+			if err == nil || !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("want Invalid naming %q, got %v", tc.field, err)
+			}
+		})
+	}
+	t.Run("images and kernel args may change", func(t *testing.T) {
+		vm := &vmv1.VirtualMachine{}
+		if err := env.Client.Get(ctx, clientKey(base), vm); err != nil {
+			t.Fatal(err)
+		}
+		vm.Spec.Guest.KernelImage = "localhost/virtpod/guest:v2"
+		vm.Spec.Guest.RootDisk.Image = "localhost/virtpod/guest:v2"
+		vm.Spec.Guest.KernelArgs = "quiet"
+		if err := env.Client.Update(ctx, vm); err != nil {
+			t.Fatalf("a change that applies at the next start was refused: %v", err)
+		}
+	})
+}
+
+// TestDefaults checks what the API server fills in for a minimal VirtualMachine.
+func TestDefaults(t *testing.T) {
+	ctx := context.Background()
+	vm := &vmv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "defaults"},
+		Spec: vmv1.VirtualMachineSpec{Guest: vmv1.GuestSpec{
+			CPUs: 1, Memory: resource.MustParse("64Mi"),
+			KernelImage: "registry.example.com:5000/vm/kernel@sha256:" + strings.Repeat("a", 64),
+			RootDisk:    vmv1.RootDisk{Image: "disk"},
+			Ports:       []vmv1.Port{{Name: "ssh", Port: 22}},
+		}},
+	}
+	if err := env.Client.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	s := vm.Spec
+	if s.Provider != vmv1.ProviderQEMU || s.Acceleration != vmv1.AccelerationKVM || s.RestartPolicy != vmv1.RestartAlways ||
+		s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != 30 || s.Guest.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Fatalf("defaults not applied: %+v", s)
+	}
+}

@@ -1,0 +1,278 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Provider names a hypervisor.
+// +kubebuilder:validation:Enum=qemu;cloud-hypervisor
+type Provider string
+
+// Hypervisor providers.
+const (
+	ProviderQEMU            Provider = "qemu"
+	ProviderCloudHypervisor Provider = "cloud-hypervisor"
+)
+
+// Acceleration says how guest code runs.
+// +kubebuilder:validation:Enum=KVM;Emulated
+type Acceleration string
+
+// Accelerations.
+const (
+	// AccelerationKVM runs the guest with hardware virtualisation through /dev/kvm.
+	AccelerationKVM Acceleration = "KVM"
+	// AccelerationEmulated runs the guest under software emulation (QEMU TCG), many times slower.
+	AccelerationEmulated Acceleration = "Emulated"
+)
+
+// RestartPolicy says what happens when the runner pod ends.
+// +kubebuilder:validation:Enum=Always;OnFailure;Never
+type RestartPolicy string
+
+// Restart policies.
+const (
+	RestartAlways    RestartPolicy = "Always"
+	RestartOnFailure RestartPolicy = "OnFailure"
+	RestartNever     RestartPolicy = "Never"
+)
+
+// VirtualMachineSpec is the desired virtual machine.
+// +kubebuilder:validation:XValidation:rule="self.provider != 'cloud-hypervisor' || self.acceleration == 'KVM'",message="spec.acceleration: cloud-hypervisor has no software emulation; use acceleration KVM or provider qemu"
+type VirtualMachineSpec struct {
+	// provider is the hypervisor that runs the guest: qemu or cloud-hypervisor. A VM gets the
+	// provider it asks for or a clear failure, never another one. Immutable.
+	// +kubebuilder:default=qemu
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider is immutable; create a new VirtualMachine to change the hypervisor"
+	// +optional
+	Provider Provider `json:"provider,omitempty"`
+
+	// acceleration is KVM (hardware virtualisation, the default) or Emulated (software
+	// emulation, many times slower, only when asked for explicitly). Immutable.
+	// +kubebuilder:default=KVM
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.acceleration is immutable; create a new VirtualMachine to change it"
+	// +optional
+	Acceleration Acceleration `json:"acceleration,omitempty"`
+
+	// guest describes the virtual hardware and what it boots.
+	Guest GuestSpec `json:"guest"`
+
+	// runnerImage is the image of the runner container that runs the hypervisor. Empty means the
+	// controller's default (its --runner-image flag).
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$')",message="spec.runnerImage must be an image reference such as registry.example.com/virtpod/runner:v1"
+	// +optional
+	RunnerImage string `json:"runnerImage,omitempty"`
+
+	// restartPolicy says what happens when the guest stops or the runner fails: Always restarts
+	// it, OnFailure restarts it only after a failure, Never leaves it stopped.
+	// +kubebuilder:default=Always
+	// +optional
+	RestartPolicy RestartPolicy `json:"restartPolicy,omitempty"`
+
+	// terminationGracePeriodSeconds is how long the guest gets to shut down cleanly after an
+	// ACPI power-down request before the hypervisor is stopped.
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+
+	// nodeSelector restricts the nodes the runner pod may run on, as in a Pod.
+	// +kubebuilder:validation:MaxProperties=64
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// affinity is the runner pod's affinity, as in a Pod. virtpod adds its own node requirements
+	// to every required node-selector term, so they tighten, never loosen, what is given here.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// tolerations of the runner pod, as in a Pod.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// podResources overrides the runner container's resources, which are otherwise derived from
+	// guest.cpus and guest.memory plus a fixed runner overhead.
+	// +optional
+	PodResources *corev1.ResourceRequirements `json:"podResources,omitempty"`
+}
+
+// GuestSpec is the guest's virtual hardware and boot images.
+type GuestSpec struct {
+	// cpus is the number of virtual CPUs. Immutable.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=255
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.guest.cpus is immutable on a running guest; create a new VirtualMachine"
+	CPUs int32 `json:"cpus"`
+
+	// memory is the guest's RAM, at least 64Mi and at most 1Ti. Immutable.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('1Ti')) <= 0",message="spec.guest.memory must be between 64Mi and 1Ti, for example 512Mi"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.guest.memory is immutable on a running guest; create a new VirtualMachine"
+	Memory resource.Quantity `json:"memory"`
+
+	// kernelImage is an OCI image that carries the guest kernel at /boot/vmlinuz and, optionally,
+	// an initramfs at /boot/initrd.img. A change applies at the guest's next start.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$')",message="spec.guest.kernelImage must be an image reference such as registry.example.com/vm/kernel:6.1"
+	KernelImage string `json:"kernelImage"`
+
+	// kernelArgs is appended to the guest kernel's command line.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\n')",message="spec.guest.kernelArgs must be a single line"
+	// +optional
+	KernelArgs string `json:"kernelArgs,omitempty"`
+
+	// rootDisk is the guest's root disk.
+	RootDisk RootDisk `json:"rootDisk"`
+
+	// ports are the guest ports published at the VM's pod IP, for Services to select.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Ports []Port `json:"ports,omitempty"`
+}
+
+// RootDisk is the guest's root disk: a read-only base image with a writable overlay.
+// +kubebuilder:validation:XValidation:rule="has(self.size) == has(oldSelf.size) && (!has(self.size) || self.size == oldSelf.size)",message="spec.guest.rootDisk.size is immutable; create a new VirtualMachine for a different disk size"
+type RootDisk struct {
+	// image is an OCI image that carries the disk at /disk/root.img (raw or qcow2). The guest
+	// writes to a copy-on-write overlay; the image is never modified. A change applies at the
+	// guest's next start.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$')",message="spec.guest.rootDisk.image must be an image reference such as registry.example.com/vm/disk:v1"
+	Image string `json:"image"`
+
+	// size of the writable disk the guest sees, at least 64Mi and no smaller than the image.
+	// Empty keeps the image's size. Immutable.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="spec.guest.rootDisk.size must be between 64Mi and 64Ti, for example 10Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+}
+
+// Port is a guest port.
+type Port struct {
+	// name identifies the port, as in a container port: lower-case letters, digits and '-', at most 15 characters.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]')",message="spec.guest.ports[].name must be an IANA service name such as http: lower-case letters, digits and '-', with at least one letter"
+	Name string `json:"name"`
+
+	// port is the guest's port number, 1-65535.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+
+	// protocol is TCP (the default) or UDP.
+	// +kubebuilder:validation:Enum=TCP;UDP
+	// +kubebuilder:default=TCP
+	// +optional
+	Protocol corev1.Protocol `json:"protocol,omitempty"`
+}
+
+// Phase is the VM's place in its life.
+// +kubebuilder:validation:Enum=Pending;Scheduling;Starting;Running;Stopping;Succeeded;Failed
+type Phase string
+
+// Phases.
+const (
+	PhasePending    Phase = "Pending"    // no runner pod yet
+	PhaseScheduling Phase = "Scheduling" // runner pod waits for a node
+	PhaseStarting   Phase = "Starting"   // runner pod on a node, guest not yet running
+	PhaseRunning    Phase = "Running"    // guest running
+	PhaseStopping   Phase = "Stopping"   // guest shutting down
+	PhaseSucceeded  Phase = "Succeeded"  // guest powered off and will not be restarted
+	PhaseFailed     Phase = "Failed"     // guest or runner failed and will not be restarted
+)
+
+// Condition types.
+const (
+	// ConditionScheduled is True once the runner pod is bound to a node.
+	ConditionScheduled = "Scheduled"
+	// ConditionReady is True while the guest runs.
+	ConditionReady = "Ready"
+)
+
+// Termination records how a runner pod ended.
+type Termination struct {
+	// exitCode of the runner.
+	ExitCode int32 `json:"exitCode"`
+	// reason is a one-word cause, such as Completed, Error or OOMKilled.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// message is the runner's termination message: what went wrong, in words.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// finishedAt is when the runner ended.
+	// +optional
+	FinishedAt metav1.Time `json:"finishedAt,omitempty"`
+}
+
+// VirtualMachineStatus is the observed virtual machine.
+type VirtualMachineStatus struct {
+	// phase is where the VM is in its life.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// podName is the runner pod's name.
+	// +optional
+	PodName string `json:"podName,omitempty"`
+	// podUID is the UID of the runner pod this status describes.
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// node is where the runner pod runs.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// podIP is the runner pod's IP, which the guest takes over.
+	// +optional
+	PodIP string `json:"podIP,omitempty"`
+	// restartCount is how many times the guest was restarted after its runner pod ended.
+	// +optional
+	RestartCount int32 `json:"restartCount,omitempty"`
+	// lastTermination is how the previous runner pod ended.
+	// +optional
+	LastTermination *Termination `json:"lastTermination,omitempty"`
+	// observedGeneration is the spec generation this status reflects.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Scheduled and Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// VirtualMachine is a virtual machine that runs in a runner pod.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=vm;vms,categories=virtpod
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
+// +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.podIP`
+// +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restartCount`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 56 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label of at most 56 characters starting with a letter, because it names the runner pod and the guest's hostname"
+type VirtualMachine struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   VirtualMachineSpec   `json:"spec"`
+	Status VirtualMachineStatus `json:"status,omitempty"`
+}
+
+// VirtualMachineList is a list of VirtualMachines.
+// +kubebuilder:object:root=true
+type VirtualMachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VirtualMachine `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&VirtualMachine{}, &VirtualMachineList{})
+}

@@ -1,0 +1,68 @@
+// Command virtpod-controller runs virtpod's controllers.
+package main
+
+import (
+	"flag"
+	"os"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/virtpod/virtpod/controllers/manager"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+func main() {
+	o := manager.Options{Pod: podspec.DefaultOptions(), MetricsRegistry: crmetrics.Registry}
+	var overheadCPU, overheadMem string
+	var qps float64
+	var burst int
+	flag.StringVar(&o.Pod.RunnerImage, "runner-image", o.Pod.RunnerImage, "runner image for VMs that do not name one")
+	flag.StringVar(&overheadCPU, "runner-overhead-cpu", o.Pod.OverheadCPU.String(), "CPU added to each runner pod's request for the runner and hypervisor")
+	flag.StringVar(&overheadMem, "runner-overhead-memory", o.Pod.OverheadMemory.String(), "memory added to each runner pod's request and limit for the runner and hypervisor")
+	flag.IntVar(&o.Workers, "workers", 4, "VirtualMachines reconciled in parallel")
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address; 0 disables it")
+	flag.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader so only one replica reconciles")
+	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
+	flag.Float64Var(&qps, "kube-api-qps", 200, "API requests per second the controller may make")
+	flag.IntVar(&burst, "kube-api-burst", 400, "API request burst")
+	zopts := zap.Options{}
+	zopts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	log := ctrl.Log.WithName("setup")
+
+	var err error
+	if o.Pod.OverheadCPU, err = resource.ParseQuantity(overheadCPU); err != nil {
+		log.Error(err, "--runner-overhead-cpu must be a quantity such as 100m")
+		os.Exit(2)
+	}
+	if o.Pod.OverheadMemory, err = resource.ParseQuantity(overheadMem); err != nil {
+		log.Error(err, "--runner-overhead-memory must be a quantity such as 192Mi")
+		os.Exit(2)
+	}
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	mgr, err := manager.New(cfg, o)
+	if err != nil {
+		log.Error(err, "cannot start")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "ready check")
+		os.Exit(1)
+	}
+	log.Info("starting", "runnerImage", o.Pod.RunnerImage, "workers", o.Workers)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,85 @@
+// Package manager assembles virtpod's controller manager: the scheme, a cache that holds only
+// virtpod's pods, and the controllers. The binary and the tests build it the same way.
+package manager
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	vmctrl "github.com/virtpod/virtpod/controllers/vm"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// Options configure the manager.
+type Options struct {
+	Pod              podspec.Options
+	Workers          int
+	MetricsAddr      string // "0" disables the metrics server
+	HealthAddr       string // "" or "0" disables the probes
+	LeaderElection   bool
+	LeaderElectionNS string
+	MetricsRegistry  prometheus.Registerer
+}
+
+// Scheme has the types the controllers use.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := vmv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// New builds a manager with every controller registered.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.Workers < 1 {
+		o.Workers = 1
+	}
+	healthAddr := o.HealthAddr
+	if healthAddr == "" {
+		healthAddr = "0"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  healthAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "virtpod-controller.virtpod.io",
+		LeaderElectionNamespace: o.LeaderElectionNS,
+		// Cache only virtpod's runner pods, not every pod in the cluster.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	reg := o.MetricsRegistry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	r := &vmctrl.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("virtpod-controller"),
+		Options:  o.Pod,
+		Metrics:  vmctrl.NewMetrics(reg),
+	}
+	if err := r.SetupWithManager(mgr, o.Workers); err != nil {
+		return nil, fmt.Errorf("setting up the VirtualMachine controller: %w", err)
+	}
+	return mgr, nil
+}

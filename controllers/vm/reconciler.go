@@ -1,0 +1,235 @@
+// Package vm is the VirtualMachine controller: it turns each VirtualMachine into one runner pod,
+// restarts the guest per the VM's restart policy, and reports what it sees in the VM's status.
+package vm
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// Reconciler reconciles VirtualMachines.
+type Reconciler struct {
+	Client   ctrl.Client
+	Recorder events.EventRecorder
+	Options  podspec.Options
+	Metrics  *Metrics
+	// Now is the clock; tests may replace it.
+	Now func() time.Time
+}
+
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one VM's runner pod and status in line with its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	vm := &vmv1.VirtualMachine{}
+	if err := r.Client.Get(ctx, req.NamespacedName, vm); err != nil {
+		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	if vm.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil // the garbage collector deletes the pod; its grace period stops the guest
+	}
+	pod, err := r.runnerPod(ctx, vm)
+	if err != nil {
+		return reconcile.Result{}, r.fail("get-pod", err)
+	}
+
+	next := vm.DeepCopy()
+	var result reconcile.Result
+	switch {
+	case pod != nil && pod.DeletionTimestamp != nil:
+		// Stopping: the pod's delete event brings us back.
+	case pod != nil && podEnded(pod):
+		if err := r.podEnded(ctx, vm, next, pod); err != nil {
+			return reconcile.Result{}, err
+		}
+		if next.Status.PodUID == "" { // restarting: the pod is gone
+			pod = nil
+		}
+	case pod == nil && vm.Status.PodUID != "":
+		// The pod we ran vanished without ending (deleted, evicted, node lost).
+		if err := r.podVanished(ctx, vm, next); err != nil {
+			return reconcile.Result{}, err
+		}
+	case pod == nil:
+		if result, pod, err = r.startPod(ctx, vm, next); err != nil {
+			return reconcile.Result{}, err
+		}
+	default:
+		if err := r.syncLabels(ctx, vm, pod); err != nil {
+			return reconcile.Result{}, r.fail("sync-labels", err)
+		}
+	}
+
+	observe(&next.Status, vm.Generation, pod)
+	if err := r.patchStatus(ctx, vm, next); err != nil {
+		return reconcile.Result{}, r.fail("patch-status", err)
+	}
+	r.Metrics.observe(vm, next, r.now())
+	return result, nil
+}
+
+func (r *Reconciler) runnerPod(ctx context.Context, vm *vmv1.VirtualMachine) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: podspec.PodName(vm.Name)}, pod)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ownedBy(pod, vm) {
+		return nil, fmt.Errorf("pod %s/%s exists but is not owned by VirtualMachine %s; delete or rename it", pod.Namespace, pod.Name, vm.Name)
+	}
+	return pod, nil
+}
+
+// startPod creates the runner pod, after the restart back-off when the guest is restarting.
+func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine) (reconcile.Result, *corev1.Pod, error) {
+	if stopped(vm) {
+		return reconcile.Result{}, nil, nil
+	}
+	if wait := restartWait(vm, r.now()); wait > 0 {
+		next.Status.Phase = vmv1.PhasePending
+		return reconcile.Result{RequeueAfter: wait}, nil, nil
+	}
+	pod := podspec.Build(vm, r.Options)
+	if err := r.Client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// A stale cache: the pod is there; its watch event brings us back.
+			return reconcile.Result{}, nil, nil
+		}
+		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, "CreatePodFailed", "CreatePod", "Could not create runner pod %s: %v", pod.Name, err)
+		return reconcile.Result{}, nil, r.fail("create-pod", err)
+	}
+	next.Status.PodName = pod.Name
+	next.Status.PodUID = string(pod.UID)
+	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "CreatedPod", "CreatePod", "Created runner pod %s", pod.Name)
+	if vm.Status.RestartCount == 0 {
+		r.Metrics.podCreated(vm, r.now())
+	}
+	return reconcile.Result{}, pod, nil
+}
+
+// podEnded records how the runner ended and applies the restart policy.
+func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod) error {
+	if string(pod.UID) != vm.Status.PodUID {
+		// Already counted (status written, delete lost): finish the restart.
+		return r.fail("delete-pod", r.deletePod(ctx, pod))
+	}
+	term := termination(pod, r.now())
+	failed := pod.Status.Phase == corev1.PodFailed
+	next.Status.LastTermination = term
+	if !restarts(vm.Spec.RestartPolicy, failed) {
+		if terminal(vm.Status.Phase) {
+			return nil // recorded already
+		}
+		if failed {
+			r.Recorder.Eventf(vm, pod, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and restartPolicy is %s: %s", vm.Spec.RestartPolicy, describe(term))
+		} else {
+			r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and restartPolicy is %s", vm.Spec.RestartPolicy)
+		}
+		return nil
+	}
+	return r.restart(ctx, vm, next, pod, describe(term))
+}
+
+// podVanished treats a pod that disappeared while running as a failure.
+func (r *Reconciler) podVanished(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
+	if stopped(vm) {
+		return nil
+	}
+	next.Status.LastTermination = &vmv1.Termination{
+		ExitCode: -1, Reason: "RunnerPodDeleted",
+		Message:    fmt.Sprintf("runner pod %s was deleted while the guest ran", podspec.PodName(vm.Name)),
+		FinishedAt: nowTime(r.now()),
+	}
+	if !restarts(vm.Spec.RestartPolicy, true) {
+		next.Status.PodUID = ""
+		next.Status.Phase = vmv1.PhaseFailed
+		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, "Failed", "Stop", "Runner pod was deleted and restartPolicy is Never")
+		return r.fail("patch-status", r.patchStatus(ctx, vm, next))
+	}
+	return r.restart(ctx, vm, next, nil, next.Status.LastTermination.Message)
+}
+
+// restart counts the restart in status first, guarded by the VM's resourceVersion so a stale
+// reconcile cannot count it twice, then deletes the ended pod; the delete event starts the next.
+func (r *Reconciler) restart(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod, why string) error {
+	next.Status.RestartCount++
+	next.Status.PodUID = ""
+	next.Status.Phase = vmv1.PhasePending
+	if err := r.Client.Status().Patch(ctx, next, ctrl.MergeFromWithOptions(vm, ctrl.MergeFromWithOptimisticLock{})); err != nil {
+		return r.fail("count-restart", err)
+	}
+	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, policy %s): %s", next.Status.RestartCount, vm.Spec.RestartPolicy, why)
+	vm.Status = next.Status // what the server now holds; the final patch diffs against it
+	if pod == nil {
+		return nil
+	}
+	return r.fail("delete-pod", r.deletePod(ctx, pod))
+}
+
+func (r *Reconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	err := r.Client.Delete(ctx, pod, ctrl.Preconditions{UID: &pod.UID})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone already, or replaced: nothing of ours to delete
+	}
+	return err
+}
+
+// syncLabels keeps the pod's labels equal to the VM's, so Services follow VM label changes.
+func (r *Reconciler) syncLabels(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) error {
+	want := podspec.Labels(vm)
+	if equality.Semantic.DeepEqual(pod.Labels, want) {
+		return nil
+	}
+	patched := pod.DeepCopy()
+	patched.Labels = want
+	return r.Client.Patch(ctx, patched, ctrl.MergeFrom(pod))
+}
+
+func (r *Reconciler) patchStatus(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
+	if equality.Semantic.DeepEqual(vm.Status, next.Status) {
+		return nil
+	}
+	return r.Client.Status().Patch(ctx, next, ctrl.MergeFrom(vm))
+}
+
+func (r *Reconciler) fail(step string, err error) error {
+	if err != nil {
+		r.Metrics.reconcileError(step)
+		return fmt.Errorf("%s: %w", step, err)
+	}
+	return nil
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func ownedBy(pod *corev1.Pod, vm *vmv1.VirtualMachine) bool {
+	for _, o := range pod.OwnerReferences {
+		if o.UID == vm.UID && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return false
+}

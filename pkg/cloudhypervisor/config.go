@@ -1,0 +1,131 @@
+// Package cloudhypervisor builds a cloud-hypervisor VM configuration and talks to its REST API
+// over a unix socket. Field names follow cloud-hypervisor's published OpenAPI description
+// (vmm/src/api/openapi/cloud-hypervisor.yaml, API v1).
+package cloudhypervisor
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+)
+
+// VMConfig is the subset of the API's VmConfig the runner sets.
+type VMConfig struct {
+	CPUs    CPUsConfig     `json:"cpus"`
+	Memory  MemoryConfig   `json:"memory"`
+	Payload PayloadConfig  `json:"payload"`
+	Disks   []DiskConfig   `json:"disks,omitempty"`
+	Net     []NetConfig    `json:"net,omitempty"`
+	Serial  *ConsoleConfig `json:"serial,omitempty"`
+	Console *ConsoleConfig `json:"console,omitempty"`
+	Pvpanic bool           `json:"pvpanic,omitempty"`
+}
+
+type CPUsConfig struct {
+	BootVCPUs int32 `json:"boot_vcpus"`
+	MaxVCPUs  int32 `json:"max_vcpus"`
+}
+
+type MemoryConfig struct {
+	Size int64 `json:"size"` // bytes
+}
+
+type PayloadConfig struct {
+	Kernel    string `json:"kernel,omitempty"`
+	Cmdline   string `json:"cmdline,omitempty"`
+	Initramfs string `json:"initramfs,omitempty"`
+}
+
+type DiskConfig struct {
+	ID           string `json:"id,omitempty"`
+	Path         string `json:"path"`
+	Readonly     bool   `json:"readonly,omitempty"`
+	Direct       bool   `json:"direct,omitempty"`
+	ImageType    string `json:"image_type,omitempty"`    // Qcow2 or Raw
+	BackingFiles bool   `json:"backing_files,omitempty"` // let a qcow2 overlay open its base
+}
+
+type NetConfig struct {
+	ID  string `json:"id,omitempty"`
+	Tap string `json:"tap,omitempty"`
+	MAC string `json:"mac,omitempty"`
+	MTU int    `json:"mtu,omitempty"`
+}
+
+// ConsoleConfig is the API's ConsoleConfig/SerialConfig; Mode is Off, Pty, Tty, File, Socket or Null.
+type ConsoleConfig struct {
+	Mode   string `json:"mode"`
+	Socket string `json:"socket,omitempty"`
+	File   string `json:"file,omitempty"`
+}
+
+// Spec is what the configuration depends on; it mirrors the QEMU builder's inputs.
+type Spec struct {
+	CPUs      int32
+	MemoryMiB int64
+	Kernel    string
+	Initrd    string
+	Cmdline   string
+
+	DiskPath   string
+	DiskFormat string // qcow2 or raw
+	DirectIO   bool   // O_DIRECT, as QEMU's cache=none
+
+	TapName string // "" for no network
+	MAC     net.HardwareAddr
+	MTU     int
+
+	SerialSocket string
+}
+
+// Build returns the VM configuration for vm.create. The guest's serial port is served on a unix
+// socket, like QEMU's, so the runner handles both providers' consoles the same way; the
+// virtio console is off so the guest has one console.
+func Build(s Spec) (VMConfig, error) {
+	var errs []error
+	if s.CPUs < 1 {
+		errs = append(errs, fmt.Errorf("cpus %d: must be at least 1", s.CPUs))
+	}
+	if s.MemoryMiB < 16 {
+		errs = append(errs, fmt.Errorf("memory %d MiB: must be at least 16", s.MemoryMiB))
+	}
+	if s.Kernel == "" || s.DiskPath == "" || s.SerialSocket == "" {
+		errs = append(errs, errors.New("kernel, disk path and serial socket are required"))
+	}
+	imageType := map[string]string{"qcow2": "Qcow2", "raw": "Raw"}[s.DiskFormat]
+	if imageType == "" {
+		errs = append(errs, fmt.Errorf("disk format %q: use qcow2 or raw", s.DiskFormat))
+	}
+	if s.TapName != "" && len(s.MAC) != 6 {
+		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))
+	}
+	if strings.ContainsAny(s.Cmdline, "\x00\n\r") {
+		errs = append(errs, errors.New("kernel command line contains a NUL or newline"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return VMConfig{}, err
+	}
+	c := VMConfig{
+		CPUs:    CPUsConfig{BootVCPUs: s.CPUs, MaxVCPUs: s.CPUs},
+		Memory:  MemoryConfig{Size: s.MemoryMiB << 20},
+		Payload: PayloadConfig{Kernel: s.Kernel, Initramfs: s.Initrd, Cmdline: s.Cmdline},
+		Disks: []DiskConfig{{
+			ID: "root", Path: s.DiskPath, Direct: s.DirectIO, ImageType: imageType,
+			BackingFiles: s.DiskFormat == "qcow2",
+		}},
+		Serial:  &ConsoleConfig{Mode: "Socket", Socket: s.SerialSocket},
+		Console: &ConsoleConfig{Mode: "Off"},
+		Pvpanic: true,
+	}
+	if s.TapName != "" {
+		c.Net = []NetConfig{{ID: "net0", Tap: s.TapName, MAC: s.MAC.String(), MTU: s.MTU}}
+	}
+	return c, nil
+}
+
+// Args is the cloud-hypervisor command line: only the API socket, everything else goes through
+// vm.create so that user strings never reach cloud-hypervisor's own option parser.
+func Args(apiSocket string) []string {
+	return []string{"--api-socket", "path=" + apiSocket}
+}

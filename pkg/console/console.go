@@ -1,0 +1,132 @@
+// Package console connects to a hypervisor's serial-port socket and fans the guest's output
+// out to the runner's stdout (so `kubectl logs` shows the boot) and to any clients of an
+// interactive console socket, whose keystrokes go back to the guest.
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// Console is one attached serial port.
+type Console struct {
+	upstream net.Conn
+	out      io.Writer
+	listener net.Listener
+
+	mu      sync.Mutex
+	clients map[net.Conn]chan []byte
+
+	firstOutput chan struct{}
+	firstOnce   sync.Once
+	done        chan struct{}
+}
+
+// Attach dials the serial socket (retrying until ctx ends, since the hypervisor creates it
+// shortly after starting), and serves an interactive console on consoleSocket.
+func Attach(ctx context.Context, serialSocket, consoleSocket string, out io.Writer) (*Console, error) {
+	var up net.Conn
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", serialSocket)
+		if err == nil {
+			up = c
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect to the guest serial console %s: %w", serialSocket, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_ = os.Remove(consoleSocket)
+	l, err := net.Listen("unix", consoleSocket)
+	if err != nil {
+		up.Close()
+		return nil, fmt.Errorf("console socket: %w", err)
+	}
+	c := &Console{
+		upstream: up, out: out, listener: l,
+		clients:     map[net.Conn]chan []byte{},
+		firstOutput: make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	go c.pump()
+	go c.accept()
+	return c, nil
+}
+
+// FirstOutput is closed when the guest writes its first byte.
+func (c *Console) FirstOutput() <-chan struct{} { return c.firstOutput }
+
+// Done is closed when the serial connection ends (the hypervisor exited).
+func (c *Console) Done() <-chan struct{} { return c.done }
+
+// Close stops serving the console.
+func (c *Console) Close() error {
+	err := errors.Join(c.listener.Close(), c.upstream.Close())
+	c.mu.Lock()
+	for cl := range c.clients {
+		cl.Close()
+	}
+	c.mu.Unlock()
+	return err
+}
+
+func (c *Console) pump() {
+	defer close(c.done)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.upstream.Read(buf)
+		if n > 0 {
+			c.firstOnce.Do(func() { close(c.firstOutput) })
+			chunk := append([]byte(nil), buf[:n]...)
+			_, _ = c.out.Write(chunk)
+			c.mu.Lock()
+			for _, ch := range c.clients {
+				select {
+				case ch <- chunk:
+				default: // a client that does not keep up loses output rather than stall the guest
+				}
+			}
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (c *Console) accept() {
+	for {
+		conn, err := c.listener.Accept()
+		if err != nil {
+			return
+		}
+		ch := make(chan []byte, 256)
+		c.mu.Lock()
+		c.clients[conn] = ch
+		c.mu.Unlock()
+		go func() {
+			for b := range ch {
+				if _, err := conn.Write(b); err != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			_, _ = io.Copy(c.upstream, conn)
+			c.mu.Lock()
+			delete(c.clients, conn)
+			close(ch)
+			c.mu.Unlock()
+			conn.Close()
+		}()
+	}
+}

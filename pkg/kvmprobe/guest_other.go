@@ -1,0 +1,10 @@
+//go:build !linux
+
+package kvmprobe
+
+import "context"
+
+func runTinyGuest(_ context.Context, res Result) Result {
+	res.Reason = "KVM exists only on Linux"
+	return res
+}

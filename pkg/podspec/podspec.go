@@ -1,0 +1,272 @@
+// Package podspec renders a VirtualMachine into its runner Pod. It is a pure function of the VM
+// and the controller's options, so the same VM always yields the same Pod.
+package podspec
+
+import (
+	"maps"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+// Labels and resources virtpod puts on runner pods.
+const (
+	LabelVMName    = "vm.virtpod.io/name"
+	LabelProvider  = "vm.virtpod.io/provider"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "virtpod"
+
+	// ResourceKVM is the extended resource a device plugin serves /dev/kvm through.
+	ResourceKVM corev1.ResourceName = "devices.virtpod.io/kvm"
+
+	RunnerContainer = "runner"
+	RunnerBinary    = "/usr/local/bin/virtpod-runner"
+	runnerHTTPAddr  = "127.0.0.1:8080"
+
+	stateDir    = "/var/run/virtpod"
+	kernelMount = "/virtpod/images/kernel"
+	diskMount   = "/virtpod/images/disk"
+
+	// KernelPath, InitrdPath and DiskPath are where a VM image keeps its files.
+	KernelPath = "/boot/vmlinuz"
+	InitrdPath = "/boot/initrd.img"
+	DiskPath   = "/disk/root.img"
+
+	// stopMargin is added to the guest's grace period so the runner can stop the hypervisor
+	// after the guest's time is up, before the kubelet kills it.
+	stopMargin = 15
+)
+
+// Options are the controller-wide settings that shape every runner pod.
+type Options struct {
+	// RunnerImage is used when a VM does not name its own.
+	RunnerImage string
+	// OverheadCPU and OverheadMemory are added to the guest's cpus and memory for the runner
+	// and the hypervisor itself.
+	OverheadCPU    resource.Quantity
+	OverheadMemory resource.Quantity
+}
+
+// DefaultOptions are the settings the manager starts with.
+func DefaultOptions() Options {
+	return Options{
+		RunnerImage:    "virtpod/runner:latest",
+		OverheadCPU:    resource.MustParse("100m"),
+		OverheadMemory: resource.MustParse("192Mi"),
+	}
+}
+
+// PodName is the runner pod's name: one per VM, so a racing reconcile finds the pod instead of
+// creating a second one.
+func PodName(vmName string) string { return vmName + "-runner" }
+
+// Labels are the runner pod's labels: the VM's own (so Services can select VMs by them) plus
+// virtpod's, which win.
+func Labels(vm *vmv1.VirtualMachine) map[string]string {
+	l := make(map[string]string, len(vm.Labels)+3)
+	maps.Copy(l, vm.Labels)
+	l[LabelVMName] = vm.Name
+	l[LabelProvider] = string(vm.Spec.Provider)
+	l[LabelManagedBy] = ManagedBy
+	return l
+}
+
+// RunnerConfig is what the runner is told to boot.
+func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
+	g := vm.Spec.Guest
+	c := runnerconfig.Config{
+		Name:               vm.Name,
+		Provider:           string(vm.Spec.Provider),
+		Acceleration:       runnerconfig.AccelKVM,
+		CPUs:               g.CPUs,
+		MemoryMiB:          ceilMiB(g.Memory),
+		Kernel:             kernelMount + KernelPath,
+		Initrd:             kernelMount + InitrdPath,
+		KernelArgs:         g.KernelArgs,
+		RootDisk:           diskMount + DiskPath,
+		StateDir:           stateDir,
+		HTTPAddr:           runnerHTTPAddr,
+		Network:            "pod",
+		GracePeriodSeconds: gracePeriod(vm),
+	}
+	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
+		c.Acceleration = runnerconfig.AccelEmulated
+	}
+	if g.RootDisk.Size != nil {
+		c.DiskSizeMiB = ceilMiB(*g.RootDisk.Size)
+	}
+	for _, p := range g.Ports {
+		c.Ports = append(c.Ports, runnerconfig.Port{Name: p.Name, Port: p.Port, Protocol: string(protocol(p.Protocol))})
+	}
+	c.Defaults()
+	return c
+}
+
+// Build renders the runner pod of vm.
+func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
+	image := vm.Spec.RunnerImage
+	if image == "" {
+		image = opts.RunnerImage
+	}
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      PodName(vm.Name),
+			Namespace: vm.Namespace,
+			Labels:    Labels(vm),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         vmv1.GroupVersion.String(),
+				Kind:               "VirtualMachine",
+				Name:               vm.Name,
+				UID:                vm.UID,
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			Hostname:                      vm.Name,
+			RestartPolicy:                 corev1.RestartPolicyNever, // the controller restarts, and counts
+			TerminationGracePeriodSeconds: ptr.To(gracePeriod(vm) + stopMargin),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			NodeSelector:                  maps.Clone(vm.Spec.NodeSelector),
+			Affinity:                      affinity(vm.Spec.Affinity, nodeRequirements()),
+			Tolerations:                   vm.Spec.Tolerations,
+			SecurityContext: &corev1.PodSecurityContext{
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{runner(vm, image, opts)},
+			Volumes:    volumes(vm),
+		},
+	}
+	return pod
+}
+
+func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Container {
+	cfg := RunnerConfig(vm)
+	c := corev1.Container{
+		Name:                     RunnerContainer,
+		Image:                    image,
+		Command:                  []string{RunnerBinary},
+		Args:                     cfg.Args(),
+		Resources:                resources(vm, opts),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+				Command: []string{RunnerBinary, "probe", "--http-addr=" + runnerHTTPAddr},
+			}},
+			PeriodSeconds:    2,
+			FailureThreshold: 1,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			Privileged:               ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			// The runner moves the pod's interface onto a bridge with a tap (NET_ADMIN), answers
+			// the guest's DHCP on that bridge (NET_RAW) and creates /dev/net/tun (MKNOD).
+			Capabilities: &corev1.Capabilities{
+				Drop: []corev1.Capability{"ALL"},
+				Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW", "MKNOD"},
+			},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "state", MountPath: stateDir},
+			{Name: "kernel", MountPath: kernelMount, ReadOnly: true},
+			{Name: "disk", MountPath: diskMount, ReadOnly: true},
+		},
+	}
+	for _, p := range vm.Spec.Guest.Ports {
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: protocol(p.Protocol)})
+	}
+	return c
+}
+
+func volumes(vm *vmv1.VirtualMachine) []corev1.Volume {
+	state := &corev1.EmptyDirVolumeSource{}
+	if s := vm.Spec.Guest.RootDisk.Size; s != nil {
+		// The overlay can grow to the disk's size; the rest is sockets and logs.
+		limit := s.DeepCopy()
+		limit.Add(resource.MustParse("64Mi"))
+		state.SizeLimit = &limit
+	}
+	image := func(ref string) corev1.VolumeSource {
+		return corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: ref, PullPolicy: pullPolicy(ref)}}
+	}
+	return []corev1.Volume{
+		{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: state}},
+		{Name: "kernel", VolumeSource: image(vm.Spec.Guest.KernelImage)},
+		{Name: "disk", VolumeSource: image(vm.Spec.Guest.RootDisk.Image)},
+	}
+}
+
+// pullPolicy follows the Kubernetes default for containers: Always for :latest or no tag.
+func pullPolicy(ref string) corev1.PullPolicy {
+	if strings.Contains(ref, "@") {
+		return corev1.PullIfNotPresent
+	}
+	last := ref[strings.LastIndex(ref, "/")+1:]
+	if _, tag, ok := strings.Cut(last, ":"); !ok || tag == "latest" {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}
+
+func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirements {
+	if vm.Spec.PodResources != nil {
+		r := *vm.Spec.PodResources.DeepCopy()
+		addKVM(vm, &r)
+		return r
+	}
+	cpu := *resource.NewMilliQuantity(int64(vm.Spec.Guest.CPUs)*1000, resource.DecimalSI)
+	cpu.Add(opts.OverheadCPU)
+	mem := vm.Spec.Guest.Memory.DeepCopy()
+	mem.Add(opts.OverheadMemory)
+	// No CPU limit: CFS quota throttles the hypervisor's I/O threads. Memory is capped at what
+	// was asked for so a guest cannot take the node's memory.
+	r := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: mem},
+	}
+	addKVM(vm, &r)
+	return r
+}
+
+func addKVM(vm *vmv1.VirtualMachine, r *corev1.ResourceRequirements) {
+	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
+		return
+	}
+	one := resource.MustParse("1")
+	if r.Requests == nil {
+		r.Requests = corev1.ResourceList{}
+	}
+	if r.Limits == nil {
+		r.Limits = corev1.ResourceList{}
+	}
+	r.Requests[ResourceKVM] = one
+	r.Limits[ResourceKVM] = one
+}
+
+func gracePeriod(vm *vmv1.VirtualMachine) int64 {
+	if p := vm.Spec.TerminationGracePeriodSeconds; p != nil {
+		return *p
+	}
+	return 30
+}
+
+func protocol(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
+}
+
+func ceilMiB(q resource.Quantity) int64 {
+	const mib = 1 << 20
+	return (q.Value() + mib - 1) / mib
+}

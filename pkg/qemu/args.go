@@ -1,0 +1,154 @@
+// Package qemu builds the qemu-system-x86_64 command line for one guest. It is a pure function
+// of a Spec so the exact argv is reviewable in golden files; starting and supervising QEMU is
+// the runner's job.
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// Cache modes the builder accepts. Both honour the guest's flush requests, so a guest that
+// syncs its data has it on the host's storage; "unsafe" (which ignores flushes) is refused.
+const (
+	// CacheNone opens the disk with O_DIRECT: no double caching in the pod's page cache.
+	CacheNone = "none"
+	// CacheWriteback goes through the host page cache; used where O_DIRECT is not supported
+	// (an emptyDir on tmpfs), still flushing to the host when the guest flushes.
+	CacheWriteback = "writeback"
+)
+
+// Spec is everything the command line depends on.
+type Spec struct {
+	Name         string // VM name, shown in the process list
+	Acceleration string // "kvm" or "tcg"
+	CPUs         int32
+	MemoryMiB    int64
+
+	Kernel  string
+	Initrd  string // "" for none
+	Cmdline string // the complete kernel command line
+
+	DiskPath   string // the writable root disk (the qcow2 overlay)
+	DiskFormat string // qcow2 or raw
+	DiskCache  string // CacheNone or CacheWriteback
+
+	// TapFD is the file descriptor number, in QEMU's process, of an open tap device;
+	// 0 means the guest has no network.
+	TapFD int
+	MAC   net.HardwareAddr
+
+	SerialSocket string // unix socket QEMU serves the guest's serial console on
+	QMPSocket    string // unix socket QEMU serves QMP on
+}
+
+// Args returns the argv after the binary name. The guest starts paused (-S): the runner
+// attaches to the console and QMP first, then resumes it, so no boot output is lost.
+func Args(s Spec) ([]string, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	args := []string{
+		"-name", "guest=" + optValue(s.Name),
+		"-machine", "q35",
+		"-accel", s.Acceleration,
+	}
+	if s.Acceleration == "kvm" {
+		// Expose the host CPU: the point of KVM is native speed. TCG keeps QEMU's default
+		// model, which emulates faster than "max".
+		args = append(args, "-cpu", "host")
+	}
+	args = append(args,
+		"-smp", strconv.Itoa(int(s.CPUs)),
+		"-m", strconv.FormatInt(s.MemoryMiB, 10)+"M",
+		"-nodefaults",
+		"-no-user-config",
+		"-display", "none",
+		// QEMU never needs to spawn programs or gain privileges here.
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		// A guest reboot ends QEMU: the pod restarts the VM, as a container restart would.
+		"-no-reboot",
+		"-kernel", s.Kernel,
+	)
+	if s.Initrd != "" {
+		args = append(args, "-initrd", s.Initrd)
+	}
+	// -append takes its value verbatim (it is not an option list), and argv elements are
+	// never split, so nothing in the command line can become a QEMU argument.
+	args = append(args, "-append", s.Cmdline)
+	args = append(args,
+		// file.driver=file makes the path a plain file name: QEMU would otherwise read
+		// "json:{...}" or "nbd:..." in a bare file= as a protocol.
+		"-drive", "if=none,id=root,format="+s.DiskFormat+",file.driver=file,file.filename="+optValue(s.DiskPath)+",cache="+s.DiskCache+",aio=threads,discard=unmap",
+		"-device", "virtio-blk-pci,drive=root",
+	)
+	if s.TapFD > 0 {
+		args = append(args,
+			"-netdev", "tap,id=net0,fd="+strconv.Itoa(s.TapFD)+",vhost=off",
+			"-device", "virtio-net-pci,netdev=net0,mac="+s.MAC.String(),
+		)
+	}
+	args = append(args,
+		"-chardev", "socket,id=serial0,path="+optValue(s.SerialSocket)+",server=on,wait=off",
+		"-device", "isa-serial,chardev=serial0",
+		"-chardev", "socket,id=qmp,path="+optValue(s.QMPSocket)+",server=on,wait=off",
+		"-mon", "chardev=qmp,mode=control",
+		// pvpanic lets a guest kernel report a panic as QMP's GUEST_PANICKED.
+		"-device", "pvpanic",
+		"-S",
+	)
+	return args, nil
+}
+
+// optValue escapes a value placed inside a QEMU option list, where a comma separates options:
+// QEMU reads ",," as a literal comma, so "a,b=c" cannot add an option "b=c".
+func optValue(v string) string { return strings.ReplaceAll(v, ",", ",,") }
+
+func (s Spec) validate() error {
+	var errs []error
+	switch s.Acceleration {
+	case "kvm", "tcg":
+	default:
+		errs = append(errs, fmt.Errorf("acceleration %q: use kvm or tcg", s.Acceleration))
+	}
+	if s.CPUs < 1 {
+		errs = append(errs, fmt.Errorf("cpus %d: must be at least 1", s.CPUs))
+	}
+	if s.MemoryMiB < 16 {
+		errs = append(errs, fmt.Errorf("memory %d MiB: must be at least 16", s.MemoryMiB))
+	}
+	switch s.DiskFormat {
+	case "qcow2", "raw":
+	default:
+		errs = append(errs, fmt.Errorf("disk format %q: use qcow2 or raw", s.DiskFormat))
+	}
+	switch s.DiskCache {
+	case CacheNone, CacheWriteback:
+	default:
+		errs = append(errs, fmt.Errorf("disk cache %q: use %s or %s (never unsafe: it drops the guest's flushes)", s.DiskCache, CacheNone, CacheWriteback))
+	}
+	if s.TapFD > 0 && len(s.MAC) != 6 {
+		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))
+	}
+	for _, f := range []struct {
+		name, value string
+		required    bool
+	}{
+		{"name", s.Name, false}, {"kernel", s.Kernel, true}, {"initrd", s.Initrd, false},
+		{"kernel command line", s.Cmdline, false}, {"disk path", s.DiskPath, true},
+		{"serial socket", s.SerialSocket, true}, {"QMP socket", s.QMPSocket, true},
+	} {
+		if f.required && f.value == "" {
+			errs = append(errs, fmt.Errorf("%s is required", f.name))
+		}
+		// QEMU reads its arguments as C strings, and a newline in a kernel command line or
+		// a path is never intended.
+		if strings.ContainsAny(f.value, "\x00\n\r") {
+			errs = append(errs, fmt.Errorf("%s contains a NUL or newline", f.name))
+		}
+	}
+	return errors.Join(errs...)
+}

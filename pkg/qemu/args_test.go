@@ -1,0 +1,151 @@
+package qemu
+
+import (
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func baseSpec() Spec {
+	return Spec{
+		Name:         "web-1",
+		Acceleration: "kvm",
+		CPUs:         2,
+		MemoryMiB:    1024,
+		Kernel:       "/virtpod/images/kernel/boot/vmlinuz",
+		Initrd:       "/virtpod/images/kernel/boot/initrd.img",
+		Cmdline:      "console=ttyS0 root=/dev/vda rw ip=10.0.0.5::10.0.0.1:255.255.255.0:web-1:eth0:off:10.96.0.10",
+		DiskPath:     "/var/run/virtpod/root.qcow2",
+		DiskFormat:   "qcow2",
+		DiskCache:    CacheNone,
+		TapFD:        3,
+		MAC:          net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56},
+		SerialSocket: "/var/run/virtpod/serial.sock",
+		QMPSocket:    "/var/run/virtpod/qmp.sock",
+	}
+}
+
+// golden compares argv, one argument a line, with testdata/<name>.golden.
+func golden(t *testing.T, name string, args []string) {
+	t.Helper()
+	got := strings.Join(args, "\n") + "\n"
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./pkg/qemu -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("argv differs from %s (go test ./pkg/qemu -update rewrites it):\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
+
+func TestGolden(t *testing.T) {
+	tcg := baseSpec()
+	tcg.Acceleration = "tcg"
+	tcg.TapFD, tcg.MAC = 0, nil
+	tcg.Initrd = ""
+	tcg.DiskCache = CacheWriteback
+	hostile := baseSpec()
+	hostile.Name = "evil,id=x -drive file=/etc/shadow"
+	hostile.Cmdline = "console=ttyS0 -drive file=/etc/shadow,if=virtio -append foo"
+	hostile.DiskPath = "/var/run/vp,file=/etc/shadow/root.qcow2"
+	hostile.SerialSocket = "/tmp/a,server=off/serial.sock"
+	for name, s := range map[string]Spec{"kvm-pod-network": baseSpec(), "tcg-no-network": tcg, "hostile-strings": hostile} {
+		t.Run(name, func(t *testing.T) {
+			args, err := Args(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, name, args)
+		})
+	}
+}
+
+// TestAccelerationIsExplicit: kvm gives -accel kvm only and tcg gives -accel tcg only; no argv
+// ever lists both, which is how QEMU would silently fall back.
+func TestAccelerationIsExplicit(t *testing.T) {
+	for _, accel := range []string{"kvm", "tcg"} {
+		s := baseSpec()
+		s.Acceleration = accel
+		args, err := Args(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var accels []string
+		for i, a := range args {
+			if a == "-accel" || a == "-enable-kvm" || a == "-machine" && strings.Contains(args[i+1], "accel") {
+				accels = append(accels, args[min(i+1, len(args)-1)])
+			}
+		}
+		if !slices.Equal(accels, []string{accel}) {
+			t.Errorf("acceleration %s: argv accelerators %q, want exactly [%s]", accel, accels, accel)
+		}
+	}
+}
+
+// TestUserStringsCannotInject checks the property behind the hostile golden file directly: each
+// user string lands inside exactly one argv element, and inside an option list its commas are
+// doubled so QEMU cannot read a new option from it.
+func TestUserStringsCannotInject(t *testing.T) {
+	s := baseSpec()
+	s.Name = "a,b=c"
+	s.Cmdline = "x -drive file=/etc/shadow"
+	s.DiskPath = "/d,format=raw,file=/etc/shadow"
+	args, err := Args(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(flag string) (n int) {
+		for _, a := range args {
+			if a == flag {
+				n++
+			}
+		}
+		return n
+	}
+	if count("-drive") != 1 || count("-append") != 1 || count("-name") != 1 {
+		t.Fatalf("user strings added arguments: %q", args)
+	}
+	idx := slices.Index(args, "-append")
+	if args[idx+1] != s.Cmdline {
+		t.Errorf("-append %q, want the command line verbatim", args[idx+1])
+	}
+	if got := args[slices.Index(args, "-name")+1]; got != "guest=a,,b=c" {
+		t.Errorf("-name %q, want the comma doubled", got)
+	}
+	drive := args[slices.Index(args, "-drive")+1]
+	if !strings.Contains(drive, "file.filename=/d,,format=raw,,file=/etc/shadow,cache=") {
+		t.Errorf("-drive %q: path commas not doubled", drive)
+	}
+}
+
+func TestRejects(t *testing.T) {
+	for name, mutate := range map[string]func(*Spec){
+		"unsafe cache":      func(s *Spec) { s.DiskCache = "unsafe" },
+		"unknown accel":     func(s *Spec) { s.Acceleration = "hvf" },
+		"newline cmdline":   func(s *Spec) { s.Cmdline = "a\n-b" },
+		"tap without MAC":   func(s *Spec) { s.MAC = nil },
+		"missing kernel":    func(s *Spec) { s.Kernel = "" },
+		"unknown format":    func(s *Spec) { s.DiskFormat = "vmdk" },
+		"too little memory": func(s *Spec) { s.MemoryMiB = 8 },
+	} {
+		s := baseSpec()
+		mutate(&s)
+		if _, err := Args(s); err == nil {
+			t.Errorf("%s: Args accepted it", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,39 @@
+package runner
+
+import (
+	"fmt"
+	"os"
+)
+
+// Exit codes; the termination message says the same in words.
+const (
+	ExitOK               = 0 // the guest powered off (by itself or after SIGTERM)
+	ExitError            = 1 // invalid configuration or the guest could not be prepared
+	ExitProviderMissing  = 2 // the hypervisor binary is not in the image
+	ExitKVMUnusable      = 3 // acceleration kvm, but KVM cannot run a guest here
+	ExitHypervisorFailed = 4 // the hypervisor crashed or was killed
+	ExitGraceExpired     = 5 // the guest ignored the power button for the grace period
+	ExitGuestPanicked    = 6 // the guest kernel panicked
+)
+
+// Outcome is how a run ended.
+type Outcome struct {
+	Code    int
+	Message string
+}
+
+func failf(code int, format string, args ...any) Outcome {
+	return Outcome{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// WriteTerminationMessage writes the message where the kubelet reads it
+// (terminationMessagePath), keeping within its 4096-byte limit.
+func WriteTerminationMessage(path, msg string) error {
+	if path == "" {
+		return nil
+	}
+	if len(msg) > 4096 {
+		msg = msg[:4093] + "..."
+	}
+	return os.WriteFile(path, []byte(msg), 0o644)
+}

@@ -1,0 +1,172 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
+	"github.com/digitalocean/go-qemu/qmp/raw"
+	"go.uber.org/zap"
+
+	"github.com/virtpod/virtpod/pkg/qemu"
+)
+
+// qemuVM runs a guest under qemu-system-x86_64 and drives it over QMP on a unix socket.
+type qemuVM struct {
+	binary string
+	spec   qemu.Spec
+	tap    *os.File // handed to QEMU as fd 3
+	log    *zap.Logger
+
+	proc    process
+	mon     *qmp.SocketMonitor
+	raw     *raw.Monitor
+	version string
+	events  chan event
+	qmpDone chan struct{} // closed when QMP's event stream ends
+	qmpUp   atomic.Bool
+	exited  chan struct{}
+}
+
+func newQEMU(binary string, spec qemu.Spec, tap *os.File, log *zap.Logger) *qemuVM {
+	return &qemuVM{binary: binary, spec: spec, tap: tap, log: log, events: make(chan event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{})}
+}
+
+func (q *qemuVM) Version() string                 { return q.version }
+func (q *qemuVM) Events() <-chan event            { return q.events }
+func (q *qemuVM) Exited() <-chan struct{}         { return q.exited }
+func (q *qemuVM) ExitDetail() string              { return q.proc.detail("qemu-system-x86_64") }
+func (q *qemuVM) Kill()                           { q.proc.kill() }
+func (q *qemuVM) Powerdown(context.Context) error { return q.raw.SystemPowerdown() }
+
+// Quit stops QEMU at once (QMP quit), and kills it if QMP does not answer.
+func (q *qemuVM) Quit(context.Context) error {
+	if q.raw != nil {
+		if err := q.raw.Quit(); err == nil {
+			return nil
+		}
+	}
+	q.proc.kill()
+	return nil
+}
+
+// Start launches QEMU paused, connects QMP and subscribes to its events, then resumes the
+// guest: starting paused means no event and no console output is missed.
+func (q *qemuVM) Start(ctx context.Context) error {
+	spec := q.spec
+	var extra []*os.File
+	if q.tap != nil {
+		extra = append(extra, q.tap)
+		spec.TapFD = 3 // the first of cmd.ExtraFiles
+	}
+	args, err := qemu.Args(spec)
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{spec.QMPSocket, spec.SerialSocket} {
+		_ = os.Remove(p)
+	}
+	cmd := exec.Command(q.binary, args...)
+	cmd.ExtraFiles = extra
+	q.log.Info("starting qemu", zap.String("binary", q.binary), zap.Strings("args", args))
+	if err := q.proc.start(cmd); err != nil {
+		return fmt.Errorf("start %s: %w", q.binary, err)
+	}
+	go q.waitExit()
+
+	if err := q.connectQMP(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Resume lets the paused guest run; the console must be attached first.
+func (q *qemuVM) Resume(context.Context) error {
+	if err := q.raw.Cont(); err != nil {
+		return fmt.Errorf("QMP cont: %w", err)
+	}
+	st, err := q.raw.QueryStatus()
+	if err != nil {
+		return fmt.Errorf("QMP query-status: %w", err)
+	}
+	if st.Status == raw.RunStateRunning {
+		q.events <- event{kind: eventRunning, reason: "query-status running"}
+	}
+	return nil
+}
+
+func (q *qemuVM) connectQMP(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var lastErr error
+	for {
+		select {
+		case <-q.proc.waitDone:
+			return fmt.Errorf("qemu exited before QMP was ready: %s", q.proc.detail("qemu-system-x86_64"))
+		case <-ctx.Done():
+			return fmt.Errorf("QMP socket %s not ready: %w (last error: %v)", q.spec.QMPSocket, ctx.Err(), lastErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		mon, err := qmp.NewSocketMonitor("unix", q.spec.QMPSocket, 2*time.Second)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if err := mon.Connect(); err != nil {
+			lastErr = err
+			continue
+		}
+		q.mon, q.raw = mon, raw.NewMonitor(mon)
+		q.version = mon.Version.String()
+		// Subscribe before resuming: go-qemu drops events that arrive with no subscriber.
+		evs, err := mon.Events(context.Background())
+		if err != nil {
+			return fmt.Errorf("QMP events: %w", err)
+		}
+		q.qmpUp.Store(true)
+		go q.translate(evs)
+		return nil
+	}
+}
+
+// translate turns QMP events into runner events. It must keep reading: go-qemu's reader blocks
+// on an unread event, which would also block command replies.
+func (q *qemuVM) translate(evs <-chan qmp.Event) {
+	defer close(q.qmpDone)
+	for e := range evs {
+		q.log.Debug("qmp event", zap.String("event", e.Event), zap.Any("data", e.Data))
+		switch e.Event {
+		case "RESUME":
+			q.events <- event{kind: eventRunning, reason: "RESUME"}
+		case "STOP":
+			q.events <- event{kind: eventPaused, reason: "STOP"}
+		case "SHUTDOWN":
+			guest, _ := e.Data["guest"].(bool)
+			reason, _ := e.Data["reason"].(string)
+			q.events <- event{kind: eventShutdown, guest: guest, reason: reason}
+		case "GUEST_PANICKED":
+			action, _ := e.Data["action"].(string)
+			q.events <- event{kind: eventPanicked, reason: "GUEST_PANICKED action=" + action}
+		}
+	}
+}
+
+// waitExit closes exited once QEMU has exited and the QMP stream has drained, so the SHUTDOWN
+// event that explains a clean exit is always seen before the exit.
+func (q *qemuVM) waitExit() {
+	<-q.proc.waitDone
+	if q.qmpUp.Load() {
+		// QEMU's end closes the socket, which ends the stream after its last event.
+		select {
+		case <-q.qmpDone:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	close(q.exited)
+}
+
+var _ hypervisor = (*qemuVM)(nil)

@@ -1,0 +1,200 @@
+// Package runner turns one VM's configuration into a running guest inside its pod: it checks
+// the host, prepares the root disk and the network, starts the hypervisor as a child,
+// supervises it, and ends with an exit code and a termination message that state the cause.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/virtpod/virtpod/pkg/diskimage"
+	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/kvmprobe"
+	"github.com/virtpod/virtpod/pkg/qemu"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+// Binary names, as they appear in the "provider binary not found" message.
+const (
+	QEMUName            = "qemu-system-x86_64"
+	QEMUImgName         = "qemu-img"
+	CloudHypervisorName = "cloud-hypervisor"
+)
+
+// Options are the runner's own settings, as opposed to the VM's configuration.
+type Options struct {
+	QEMUBinary            string
+	QEMUImgBinary         string
+	CloudHypervisorBinary string
+	KVMDevice             string
+	PodInterface          string // the pod's interface the guest takes over
+	ResolvConf            string
+	// BootWatchdog: under kvm, a guest that prints nothing on its console for this long is
+	// taken as one KVM cannot run. 0 disables it.
+	BootWatchdog time.Duration
+	Stdout       io.Writer // the guest console
+	Log          *zap.Logger
+	Signals      <-chan os.Signal
+}
+
+// Files the runner keeps in the state directory.
+const (
+	qmpSocketName     = "qmp.sock"
+	serialSocketName  = "serial.sock"
+	consoleSocketName = "console.sock"
+	chAPISocketName   = "cloud-hypervisor.sock"
+	overlayName       = "root.qcow2"
+)
+
+// Run boots the guest described by cfg and supervises it until it ends.
+func Run(ctx context.Context, cfg runnerconfig.Config, o Options) Outcome {
+	board := &statusBoard{s: Status{State: StatePreparing, Hypervisor: cfg.Provider, Acceleration: cfg.Acceleration}}
+	out := run(ctx, cfg, o, board)
+	if out.Code == ExitOK {
+		board.set(StateStopped, out.Message)
+	} else {
+		board.set(StateFailed, out.Message)
+	}
+	return out
+}
+
+func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard) Outcome {
+	log := o.Log
+	if err := cfg.Validate(); err != nil {
+		return failf(ExitError, "invalid configuration: %v", err)
+	}
+	binary, binName := o.QEMUBinary, QEMUName
+	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
+		binary, binName = o.CloudHypervisorBinary, CloudHypervisorName
+	}
+	if err := checkBinary(binary); err != nil {
+		return failf(ExitProviderMissing, "provider binary not found: %s (%s)", binName, binary)
+	}
+	if err := checkBinary(o.QEMUImgBinary); err != nil {
+		return failf(ExitProviderMissing, "provider binary not found: %s (%s)", QEMUImgName, o.QEMUImgBinary)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		return failf(ExitError, "--state-dir: %v", err)
+	}
+	stopHTTP, err := board.serve(ctx, cfg.HTTPAddr)
+	if err != nil {
+		return failf(ExitError, "--http-addr: %v", err)
+	}
+	defer stopHTTP()
+
+	if cfg.Acceleration == runnerconfig.AccelKVM {
+		res := kvmprobe.Probe(ctx, kvmprobe.Options{Device: o.KVMDevice})
+		log.Info("kvm probe", zap.Bool("usable", res.Usable), zap.String("stage", res.Stage), zap.String("module", res.Module), zap.String("reason", res.Reason), zap.Duration("took", res.Duration))
+		if !res.Usable {
+			return failf(ExitKVMUnusable, "acceleration kvm: KVM cannot run a guest on this node: %s", res)
+		}
+	}
+
+	if _, err := os.Stat(cfg.Kernel); err != nil {
+		return failf(ExitError, "--kernel: %v", err)
+	}
+	initrd := cfg.Initrd
+	if initrd != "" {
+		if _, err := os.Stat(initrd); err != nil {
+			log.Info("no initrd; booting without one", zap.String("initrd", initrd))
+			initrd = ""
+		}
+	}
+	overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, cfg.RootDisk, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
+	if err != nil {
+		return failf(ExitError, "%v", err)
+	}
+	log.Info("root disk", zap.String("overlay", overlay.Path), zap.String("base", overlay.Base), zap.String("baseFormat", overlay.BaseFormat), zap.Int64("sizeBytes", overlay.SizeBytes), zap.Bool("reused", overlay.Reused))
+	direct := diskimage.SupportsDirectIO(cfg.StateDir)
+
+	var plumbing *guestnet.Plumbing
+	ipArg := ""
+	if cfg.Network == "pod" {
+		pod, err := guestnet.Discover(o.PodInterface, o.ResolvConf)
+		if err != nil {
+			return failf(ExitError, "--network=pod: %v", err)
+		}
+		// cloud-hypervisor opens the tap by name, so it must outlive the runner's handle.
+		keepOpen := cfg.Provider == runnerconfig.ProviderQEMU
+		plumbing, err = guestnet.Plumb(pod, guestnet.DefaultBridge, guestnet.DefaultTap, keepOpen)
+		if err != nil {
+			return failf(ExitError, "--network=pod: %v", err)
+		}
+		ipArg = pod.KernelIPArg(cfg.Name)
+		log.Info("guest network", zap.String("ip", pod.Addr.String()), zap.Stringer("gateway", pod.Gateway),
+			zap.Stringer("guestMAC", plumbing.GuestMAC), zap.Stringer("podMAC", plumbing.PodMAC), zap.String("tap", plumbing.Tap))
+	}
+	cmdline := kernelCmdline(cfg.KernelArgs, ipArg)
+
+	var hv hypervisor
+	serial := filepath.Join(cfg.StateDir, serialSocketName)
+	switch cfg.Provider {
+	case runnerconfig.ProviderQEMU:
+		cache := qemu.CacheWriteback
+		if direct {
+			cache = qemu.CacheNone
+		}
+		spec := qemu.Spec{
+			Name: cfg.Name, Acceleration: cfg.Acceleration, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
+			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
+			DiskPath: overlay.Path, DiskFormat: overlay.Format, DiskCache: cache,
+			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),
+		}
+		var tap *os.File
+		if plumbing != nil {
+			spec.MAC, tap = plumbing.GuestMAC, plumbing.TapFile
+		}
+		hv = newQEMU(binary, spec, tap, log)
+	case runnerconfig.ProviderCloudHypervisor:
+		hv = newCloudHypervisor(binary, cfg, cloudHypervisorInputs{
+			initrd: initrd, cmdline: cmdline, overlay: overlay, direct: direct, serial: serial,
+			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
+		}, log)
+	}
+	return supervise(ctx, cfg, o, board, hv, filepath.Join(cfg.StateDir, consoleSocketName), serial)
+}
+
+func checkBinary(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
+}
+
+// kernelCmdline completes the VM's kernel arguments with what the runner's wiring requires:
+// the serial console the runner reads, the virtio root disk, and the pod IP.
+func kernelCmdline(user, ipArg string) string {
+	has := func(key string) bool {
+		for _, f := range strings.Fields(user) {
+			if f == key || strings.HasPrefix(f, key+"=") {
+				return true
+			}
+		}
+		return false
+	}
+	var parts []string
+	if !has("console") {
+		parts = append(parts, "console=ttyS0")
+	}
+	if !has("root") {
+		parts = append(parts, "root=/dev/vda")
+	}
+	if strings.TrimSpace(user) != "" {
+		parts = append(parts, strings.TrimSpace(user))
+	}
+	if ipArg != "" && !has("ip") {
+		parts = append(parts, ipArg)
+	}
+	return strings.Join(parts, " ")
+}

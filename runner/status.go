@@ -1,0 +1,101 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Guest states reported by /status.
+const (
+	StatePreparing = "preparing"
+	StateStarting  = "starting"
+	StateRunning   = "running"
+	StatePaused    = "paused"
+	StateStopping  = "stopping"
+	StateStopped   = "stopped"
+	StateFailed    = "failed"
+)
+
+// Status is the /status document.
+type Status struct {
+	State         string  `json:"state"`
+	Hypervisor    string  `json:"hypervisor"`
+	Version       string  `json:"version"`
+	Acceleration  string  `json:"acceleration"`
+	UptimeSeconds float64 `json:"uptimeSeconds"`
+	Reason        string  `json:"reason,omitempty"`
+}
+
+type statusBoard struct {
+	mu      sync.Mutex
+	s       Status
+	running time.Time // when the guest last started running
+}
+
+func (b *statusBoard) set(state, reason string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if state == StateRunning && b.s.State != StateRunning {
+		b.running = time.Now()
+	}
+	b.s.State, b.s.Reason = state, reason
+}
+
+func (b *statusBoard) setVersion(v string) {
+	b.mu.Lock()
+	b.s.Version = v
+	b.mu.Unlock()
+}
+
+func (b *statusBoard) get() Status {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.s
+	if !b.running.IsZero() {
+		s.UptimeSeconds = time.Since(b.running).Round(time.Millisecond).Seconds()
+	}
+	return s
+}
+
+func (b *statusBoard) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if st := b.get().State; st != StateRunning {
+			http.Error(w, "guest is "+st, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(b.get())
+	})
+	return mux
+}
+
+// serve listens on addr and serves until ctx ends; the listener is open when it returns.
+func (b *statusBoard) serve(ctx context.Context, addr string) (func(), error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: b.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // the runner's own outcome matters more than a late HTTP error
+		}
+	}()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}
