@@ -4,6 +4,7 @@ package manager
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,10 @@ type Options struct {
 	LeaderElection   bool
 	LeaderElectionNS string
 	MetricsRegistry  prometheus.Registerer
+	// Now is the controllers' clock; nil means time.Now. Tests move it to skip back-offs.
+	Now func() time.Time
+	// SecondInstance lets tests run a second manager in one process, as a racing replica.
+	SecondInstance bool
 }
 
 // Scheme has the types the controllers use.
@@ -73,12 +78,14 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		reg = prometheus.NewRegistry()
 	}
 	r := &vmctrl.Reconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("virtpod-controller"),
-		Options:  o.Pod,
-		Metrics:  vmctrl.NewMetrics(reg),
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("virtpod-controller"),
+		Options:   o.Pod,
+		Metrics:   vmctrl.NewMetrics(reg),
+		Now:       o.Now,
 	}
-	if err := r.SetupWithManager(mgr, o.Workers); err != nil {
+	if err := r.SetupWithManager(mgr, o.Workers, o.SecondInstance); err != nil {
 		return nil, fmt.Errorf("setting up the VirtualMachine controller: %w", err)
 	}
 	return mgr, nil

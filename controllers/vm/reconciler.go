@@ -4,12 +4,15 @@ package vm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,10 +24,12 @@ import (
 
 // Reconciler reconciles VirtualMachines.
 type Reconciler struct {
-	Client   ctrl.Client
-	Recorder events.EventRecorder
-	Options  podspec.Options
-	Metrics  *Metrics
+	Client ctrl.Client
+	// APIReader reads past the cache, which holds only virtpod's pods.
+	APIReader ctrl.Reader
+	Recorder  events.EventRecorder
+	Options   podspec.Options
+	Metrics   *Metrics
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -45,7 +50,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	pod, err := r.runnerPod(ctx, vm)
 	if err != nil {
-		return reconcile.Result{}, r.fail("get-pod", err)
+		return reconcile.Result{}, err
 	}
 
 	next := vm.DeepCopy()
@@ -90,12 +95,43 @@ func (r *Reconciler) runnerPod(ctx context.Context, vm *vmv1.VirtualMachine) (*c
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, r.fail("get-pod", err)
 	}
 	if !ownedBy(pod, vm) {
-		return nil, fmt.Errorf("pod %s/%s exists but is not owned by VirtualMachine %s; delete or rename it", pod.Namespace, pod.Name, vm.Name)
+		return nil, r.checkOwner(ctx, vm, pod)
 	}
 	return pod, nil
+}
+
+var errNameTaken = errors.New("runner pod name taken")
+
+func (r *Reconciler) checkOwner(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) error {
+	live := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, ctrl.ObjectKeyFromObject(pod), live); err != nil {
+		return r.fail("get-pod", ctrl.IgnoreNotFound(err))
+	}
+	if ownedBy(live, vm) {
+		return nil
+	}
+	return r.nameTaken(ctx, vm, fmt.Errorf("%w: pod %s exists and does not belong to this VirtualMachine; delete or rename that pod", errNameTaken, pod.Name))
+}
+
+// nameTaken reports a pod of someone else's under the runner's name; the error makes the queue
+// retry with back-off until it is gone, since that pod's events do not reach this controller.
+func (r *Reconciler) nameTaken(ctx context.Context, vm *vmv1.VirtualMachine, cause error) error {
+	next := vm.DeepCopy()
+	next.Status.Phase, next.Status.ObservedGeneration = vmv1.PhasePending, vm.Generation
+	for _, t := range []string{vmv1.ConditionScheduled, vmv1.ConditionReady} {
+		meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionFalse,
+			Reason: ReasonPodNameTaken, Message: cause.Error(), ObservedGeneration: vm.Generation})
+	}
+	if !equality.Semantic.DeepEqual(vm.Status, next.Status) {
+		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, ReasonPodNameTaken, "CreatePod", "%v", cause)
+	}
+	if err := r.patchStatus(ctx, vm, next); err != nil {
+		return r.fail("patch-status", err)
+	}
+	return r.fail("pod-name-taken", cause)
 }
 
 // startPod creates the runner pod, after the restart back-off when the guest is restarting.
@@ -110,7 +146,11 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 	pod := podspec.Build(vm, r.Options)
 	if err := r.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			// A stale cache: the pod is there; its watch event brings us back.
+			// The cache holds only virtpod's pods: read the server to tell a stale cache (the
+			// pod's watch event brings us back) from someone else's pod under our name.
+			if err := r.checkOwner(ctx, vm, pod); err != nil {
+				return reconcile.Result{}, nil, err
+			}
 			return reconcile.Result{}, nil, nil
 		}
 		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, "CreatePodFailed", "CreatePod", "Could not create runner pod %s: %v", pod.Name, err)

@@ -10,11 +10,11 @@ import (
 
 // SetupWithManager registers the controller: VirtualMachines and the pods they own drive it,
 // nothing polls.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameValidation bool) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("virtualmachine").
 		For(&vmv1.VirtualMachine{}).
 		Owns(&corev1.Pod{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &skipNameValidation}).
 		Complete(r)
 }

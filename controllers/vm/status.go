@@ -25,6 +25,7 @@ const (
 	ReasonStopping            = "Stopping"
 	ReasonGuestStopped        = "GuestStopped"
 	ReasonRunnerFailed        = "RunnerFailed"
+	ReasonPodNameTaken        = "PodNameTaken"
 )
 
 // observe derives the VM's status from its runner pod (nil when there is none).

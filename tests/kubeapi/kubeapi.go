@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +33,7 @@ func Root() string {
 
 // Main starts the control plane around a package's tests and stops it after them. Without the
 // binaries the tests are skipped, except under CI=true, where that is a failure.
-func Main(m *testing.M, env **Env) {
+func Main(m interface{ Run() int }, env **Env) {
 	apiserver, etcd := os.Getenv("TEST_ASSET_KUBE_APISERVER"), os.Getenv("TEST_ASSET_ETCD")
 	if !exists(apiserver) || !exists(etcd) {
 		msg := fmt.Sprintf("kube-apiserver (%q) or etcd (%q) missing: run these tests with `make test-controller`, which builds them", apiserver, etcd)

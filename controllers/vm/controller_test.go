@@ -1,0 +1,437 @@
+package vm_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/controllers/manager"
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+var (
+	env   *kubeapi.Env
+	clock = &manualClock{t: time.Now()}
+)
+
+func TestMain(m *testing.M) {
+	kubeapi.Main(&mainWithController{m}, &env)
+}
+
+// mainWithController starts one controller manager for the package's tests.
+type mainWithController struct{ m *testing.M }
+
+func (w *mainWithController) Run() int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", Now: clock.Now}
+	mgr, err := manager.New(env.Config, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return w.m.Run()
+}
+
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vmtest-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// eventually retries check until it returns nil or the timeout passes; it is how a test waits
+// for the controller, never a sleep.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+func getVM(t *testing.T, vm *vmv1.VirtualMachine) *vmv1.VirtualMachine {
+	t.Helper()
+	out := &vmv1.VirtualMachine{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(vm), out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func runnerPod(vm *vmv1.VirtualMachine) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: vm.Namespace, Name: podspec.PodName(vm.Name)}, pod)
+	return pod, err
+}
+
+func waitPod(t *testing.T, vm *vmv1.VirtualMachine, not types.UID) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	eventually(t, "runner pod created", func() error {
+		p, err := runnerPod(vm)
+		if err != nil {
+			return err
+		}
+		if p.UID == not {
+			return fmt.Errorf("still the old pod %s", not)
+		}
+		pod = p
+		return nil
+	})
+	return pod
+}
+
+// condition waits until the VM has the phase and the condition with the status and reason.
+func condition(t *testing.T, vm *vmv1.VirtualMachine, phase vmv1.Phase, ctype string, status metav1.ConditionStatus, reason string) *vmv1.VirtualMachine {
+	t.Helper()
+	var got *vmv1.VirtualMachine
+	eventually(t, fmt.Sprintf("phase %s with %s=%s/%s", phase, ctype, status, reason), func() error {
+		got = getVM(t, vm)
+		c := meta.FindStatusCondition(got.Status.Conditions, ctype)
+		if got.Status.Phase != phase || c == nil || c.Status != status || c.Reason != reason {
+			return fmt.Errorf("status is %+v", got.Status)
+		}
+		return nil
+	})
+	return got
+}
+
+// bind places the pod on a node as the scheduler does, through the binding subresource.
+func bind(t *testing.T, pod *corev1.Pod, node string) {
+	t.Helper()
+	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+	if err := env.Client.SubResource("binding").Create(context.Background(), pod, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubelet writes pod status as the kubelet would.
+func kubelet(t *testing.T, pod *corev1.Pod, mutate func(*corev1.PodStatus)) {
+	t.Helper()
+	eventually(t, "pod status written", func() error {
+		p := &corev1.Pod{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
+			return err
+		}
+		mutate(&p.Status)
+		return env.Client.Status().Update(context.Background(), p)
+	})
+}
+
+func running(s *corev1.PodStatus) {
+	s.Phase = corev1.PodRunning
+	s.PodIP = "10.244.0.7"
+	s.PodIPs = []corev1.PodIP{{IP: "10.244.0.7"}}
+	s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Ready: true,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+}
+
+func ended(code int32, reason, message string) func(*corev1.PodStatus) {
+	return func(s *corev1.PodStatus) {
+		s.Phase = corev1.PodFailed
+		if code == 0 {
+			s.Phase = corev1.PodSucceeded
+		}
+		s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: code, Reason: reason, Message: message, FinishedAt: metav1.NewTime(clock.Now())}}}}
+	}
+}
+
+func events(t *testing.T, vm *vmv1.VirtualMachine) string {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := env.Client.List(context.Background(), list, client.InNamespace(vm.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range list.Items {
+		if e.Regarding.Name == vm.Name && e.Regarding.Kind == "VirtualMachine" {
+			fmt.Fprintf(&b, "%s %s: %s\n", e.Type, e.Reason, e.Note)
+		}
+	}
+	return b.String()
+}
+
+func create(t *testing.T, vm *vmv1.VirtualMachine) *vmv1.VirtualMachine {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), vm); err != nil {
+		t.Fatal(err)
+	}
+	return vm
+}
+
+func TestVMLifecycle(t *testing.T) {
+	ns := namespace(t)
+	vm := kubeapi.SampleVM(ns, "web")
+	vm.Labels = map[string]string{"app": "web"}
+	create(t, vm)
+
+	pod := waitPod(t, vm, "")
+	if !metav1.IsControlledBy(pod, vm) {
+		t.Fatalf("runner pod is not controlled by its VM: %+v", pod.OwnerReferences)
+	}
+	if pod.Labels["app"] != "web" || pod.Labels[podspec.LabelVMName] != "web" || pod.Labels[podspec.LabelProvider] != "qemu" {
+		t.Fatalf("runner pod labels: %v", pod.Labels)
+	}
+	got := condition(t, vm, vmv1.PhaseScheduling, vmv1.ConditionScheduled, metav1.ConditionFalse, "WaitingForScheduler")
+	if got.Status.PodName != pod.Name || got.Status.ObservedGeneration != got.Generation {
+		t.Fatalf("status: %+v", got.Status)
+	}
+
+	// The scheduler cannot place it: the scheduler's words reach the VM.
+	kubelet(t, pod, func(s *corev1.PodStatus) {
+		s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+			Message: "0/3 nodes are available: 3 Insufficient devices.virtpod.io/kvm."}}
+	})
+	got = condition(t, vm, vmv1.PhaseScheduling, vmv1.ConditionScheduled, metav1.ConditionFalse, "Unschedulable")
+	if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionScheduled); !strings.Contains(c.Message, "Insufficient devices.virtpod.io/kvm") {
+		t.Fatalf("scheduler message lost: %q", c.Message)
+	}
+
+	bind(t, pod, "node-a")
+	got = condition(t, vm, vmv1.PhaseStarting, vmv1.ConditionScheduled, metav1.ConditionTrue, "Scheduled")
+	if got.Status.Node != "node-a" {
+		t.Fatalf("node: %q", got.Status.Node)
+	}
+
+	// An image that cannot be pulled is named while the VM starts.
+	kubelet(t, pod, func(s *corev1.PodStatus) {
+		s.Phase = corev1.PodPending
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "virtpod/runner:latest"`}}}}
+	})
+	eventually(t, "image pull problem in the Ready condition", func() error {
+		c := meta.FindStatusCondition(getVM(t, vm).Status.Conditions, vmv1.ConditionReady)
+		if c == nil || !strings.Contains(c.Message, "ImagePullBackOff") {
+			return fmt.Errorf("ready condition %+v", c)
+		}
+		return nil
+	})
+
+	kubelet(t, pod, running)
+	got = condition(t, vm, vmv1.PhaseRunning, vmv1.ConditionReady, metav1.ConditionTrue, "GuestRunning")
+	if got.Status.PodIP != "10.244.0.7" {
+		t.Fatalf("pod IP: %q", got.Status.PodIP)
+	}
+
+	// Labels follow the VM, so Services selecting VMs by label keep working.
+	got.Labels["tier"] = "frontend"
+	delete(got.Labels, "app")
+	if err := env.Client.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pod labels follow the VM", func() error {
+		p, err := runnerPod(vm)
+		if err != nil {
+			return err
+		}
+		if p.Labels["tier"] != "frontend" || p.Labels["app"] != "" || p.Labels[podspec.LabelVMName] != "web" {
+			return fmt.Errorf("labels %v", p.Labels)
+		}
+		return nil
+	})
+	if ev := events(t, vm); !strings.Contains(ev, "Normal CreatedPod: Created runner pod web-runner") {
+		t.Fatalf("events:\n%s", ev)
+	}
+}
+
+func TestRestartPolicyAlways(t *testing.T) {
+	ns := namespace(t)
+	vm := create(t, kubeapi.SampleVM(ns, "always"))
+	pod := waitPod(t, vm, "")
+	bind(t, pod, "node-a")
+	kubelet(t, pod, running)
+	condition(t, vm, vmv1.PhaseRunning, vmv1.ConditionReady, metav1.ConditionTrue, "GuestRunning")
+
+	kubelet(t, pod, ended(1, "Error", "qemu-system-x86_64 was killed by signal 9"))
+	second := waitPod(t, vm, pod.UID)
+	if second.Name != pod.Name {
+		t.Fatalf("the replacement pod has another name: %s", second.Name)
+	}
+	got := condition(t, vm, vmv1.PhaseScheduling, vmv1.ConditionScheduled, metav1.ConditionFalse, "WaitingForScheduler")
+	if got.Status.RestartCount != 1 || got.Status.LastTermination == nil ||
+		got.Status.LastTermination.ExitCode != 1 || !strings.Contains(got.Status.LastTermination.Message, "killed by signal 9") {
+		t.Fatalf("restart not recorded: %+v", got.Status)
+	}
+	if ev := events(t, vm); !strings.Contains(ev, "Restarting guest (restart 1, policy Always)") {
+		t.Fatalf("events:\n%s", ev)
+	}
+
+	// The second restart waits out a back-off, says so, and does not make a pod meanwhile.
+	bind(t, second, "node-a")
+	kubelet(t, second, ended(1, "Error", "guest panicked"))
+	got = condition(t, vm, vmv1.PhasePending, vmv1.ConditionReady, metav1.ConditionFalse, "RestartBackoff")
+	if got.Status.RestartCount != 2 {
+		t.Fatalf("restartCount %d, want 2", got.Status.RestartCount)
+	}
+	if _, err := runnerPod(vm); !apierrors.IsNotFound(err) {
+		t.Fatalf("a pod exists during the back-off: %v", err)
+	}
+	clock.Advance(11 * time.Second)
+	got.Annotations = map[string]string{"test/poke": "1"} // any event re-queues it; the timer would too
+	if err := env.Client.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, vm, second.UID)
+}
+
+func TestRestartPolicyNeverKeepsFailure(t *testing.T) {
+	ns := namespace(t)
+	vm := kubeapi.SampleVM(ns, "never")
+	vm.Spec.RestartPolicy = vmv1.RestartNever
+	create(t, vm)
+	pod := waitPod(t, vm, "")
+	bind(t, pod, "node-b")
+	msg := "provider binary not found: qemu-system-x86_64 (/usr/bin/qemu-system-x86_64)"
+	kubelet(t, pod, ended(3, "Error", msg))
+	got := condition(t, vm, vmv1.PhaseFailed, vmv1.ConditionReady, metav1.ConditionFalse, "RunnerFailed")
+	if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionReady); !strings.Contains(c.Message, msg) {
+		t.Fatalf("the runner's reason did not reach the condition: %q", c.Message)
+	}
+	if got.Status.RestartCount != 0 {
+		t.Fatalf("restarted under Never: %+v", got.Status)
+	}
+	p, err := runnerPod(vm)
+	if err != nil || p.UID != pod.UID {
+		t.Fatalf("the failed pod should stay for its logs: %v", err)
+	}
+	if ev := events(t, vm); strings.Count(ev, "Warning Failed") != 1 {
+		t.Fatalf("want exactly one Failed event:\n%s", ev)
+	}
+}
+
+func TestRestartPolicyOnFailureStopsAfterPowerOff(t *testing.T) {
+	ns := namespace(t)
+	vm := kubeapi.SampleVM(ns, "onfailure")
+	vm.Spec.RestartPolicy = vmv1.RestartOnFailure
+	create(t, vm)
+	pod := waitPod(t, vm, "")
+	bind(t, pod, "node-b")
+	kubelet(t, pod, running)
+	kubelet(t, pod, ended(0, "Completed", ""))
+	got := condition(t, vm, vmv1.PhaseSucceeded, vmv1.ConditionReady, metav1.ConditionFalse, "GuestStopped")
+	if got.Status.RestartCount != 0 {
+		t.Fatalf("restarted after a clean power-off under OnFailure: %+v", got.Status)
+	}
+}
+
+// TestDeletedPodIsReplaced: a runner pod deleted from under a running VM counts as a failure.
+func TestDeletedPodIsReplaced(t *testing.T) {
+	ns := namespace(t)
+	vm := create(t, kubeapi.SampleVM(ns, "evicted"))
+	pod := waitPod(t, vm, "")
+	condition(t, vm, vmv1.PhaseScheduling, vmv1.ConditionScheduled, metav1.ConditionFalse, "WaitingForScheduler")
+	if err := env.Client.Delete(context.Background(), pod); err != nil { // unbound: deleted at once
+		t.Fatal(err)
+	}
+	waitPod(t, vm, pod.UID)
+	got := getVM(t, vm)
+	if got.Status.RestartCount != 1 || got.Status.LastTermination == nil || got.Status.LastTermination.Reason != "RunnerPodDeleted" {
+		t.Fatalf("status: %+v", got.Status)
+	}
+}
+
+// TestForeignPodIsNotAdopted: a pod that holds the runner's name but belongs to nobody is not
+// taken over or deleted.
+func TestForeignPodIsNotAdopted(t *testing.T) {
+	ns := namespace(t)
+	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: podspec.PodName("squatted")},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if err := env.Client.Create(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	vm := create(t, kubeapi.SampleVM(ns, "squatted"))
+	got := condition(t, vm, vmv1.PhasePending, vmv1.ConditionScheduled, metav1.ConditionFalse, "PodNameTaken")
+	if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionScheduled); !strings.Contains(c.Message, "delete or rename that pod") {
+		t.Fatalf("message: %q", c.Message)
+	}
+	p, err := runnerPod(vm)
+	if err != nil || p.UID != foreign.UID || len(p.OwnerReferences) != 0 {
+		t.Fatalf("foreign pod changed: %v %+v", err, p.OwnerReferences)
+	}
+}
+
+// TestTwoControllersMakeOnePodPerVM runs a second controller against the same API server, as a
+// stale or split-brain replica would: the deterministic pod name still yields one pod per VM.
+func TestTwoControllersMakeOnePodPerVM(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mgr, err := manager.New(env.Config, manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", SecondInstance: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = mgr.Start(ctx) }()
+	ns := namespace(t)
+	const n = 40
+	for i := range n {
+		create(t, kubeapi.SampleVM(ns, fmt.Sprintf("race-%d", i)))
+	}
+	eventually(t, "every VM has its pod recorded in status", func() error {
+		vms := &vmv1.VirtualMachineList{}
+		if err := env.Client.List(ctx, vms, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, vm := range vms.Items {
+			if vm.Status.PodUID == "" {
+				return fmt.Errorf("%s has no pod yet", vm.Name)
+			}
+		}
+		return nil
+	})
+	pods := &corev1.PodList{}
+	if err := env.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != n {
+		t.Fatalf("%d pods for %d VMs", len(pods.Items), n)
+	}
+	for _, p := range pods.Items {
+		vm := getVM(t, &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.Labels[podspec.LabelVMName]}})
+		if vm.Status.PodUID != string(p.UID) {
+			t.Errorf("%s: status names pod %s, the pod is %s", vm.Name, vm.Status.PodUID, p.UID)
+		}
+	}
+}
