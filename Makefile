@@ -41,5 +41,5 @@ bench-controller: control-plane ## 1,000 VMs against a real API server: time to 
 	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkCreateVMs -benchtime 1x -count 1 ./controllers/vm/ $(BENCH_ARGS)
 
 .PHONY: build
-build: ## Build the controller manager.
-	CGO_ENABLED=0 go build -trimpath -o bin/manager ./cmd/manager
+build: ## Build the controller binary.
+	CGO_ENABLED=0 go build -trimpath -o bin/virtpod-controller ./controllers/cmd/virtpod-controller

@@ -1,0 +1,160 @@
+package podspec_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func baseVM() *vmv1.VirtualMachine {
+	return &vmv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: "0b5f6a43-1111-2222-3333-444455556666"},
+		Spec: vmv1.VirtualMachineSpec{
+			Provider:                      vmv1.ProviderQEMU,
+			Acceleration:                  vmv1.AccelerationKVM,
+			RestartPolicy:                 vmv1.RestartAlways,
+			TerminationGracePeriodSeconds: ptr.To[int64](30),
+			Guest: vmv1.GuestSpec{
+				CPUs:        2,
+				Memory:      resource.MustParse("1Gi"),
+				KernelImage: "registry.example.com/vm/kernel:6.1",
+				RootDisk:    vmv1.RootDisk{Image: "registry.example.com/vm/debian:12"},
+			},
+		},
+	}
+}
+
+func TestGolden(t *testing.T) {
+	cases := map[string]func(*vmv1.VirtualMachine){
+		"minimal-kvm": func(*vmv1.VirtualMachine) {},
+		"emulated-ports-disk": func(vm *vmv1.VirtualMachine) {
+			vm.Spec.Acceleration = vmv1.AccelerationEmulated
+			vm.Labels = map[string]string{"app": "web", podspec.LabelVMName: "spoofed"}
+			vm.Spec.Guest.KernelArgs = "console=ttyS0 quiet"
+			vm.Spec.Guest.RootDisk.Size = ptr.To(resource.MustParse("10Gi"))
+			vm.Spec.Guest.RootDisk.Image = "registry.example.com/vm/debian:latest"
+			vm.Spec.Guest.Ports = []vmv1.Port{{Name: "ssh", Port: 22, Protocol: corev1.ProtocolTCP}, {Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}
+			vm.Spec.RunnerImage = "localhost/virtpod/runner:dev"
+		},
+		"user-affinity-and-resources": func(vm *vmv1.VirtualMachine) {
+			vm.Spec.NodeSelector = map[string]string{"pool": "vms"}
+			vm.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}
+			vm.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+					{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
+					{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+					{},
+				}},
+			}}
+			vm.Spec.PodResources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}
+		},
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			vm := baseVM()
+			mutate(vm)
+			got, err := yaml.Marshal(podspec.Build(vm, podspec.DefaultOptions()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./pkg/podspec -update)", err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("pod differs from %s (run with -update if intended):\n%s", path, got)
+			}
+		})
+	}
+}
+
+// TestAffinityTightensEveryTerm: virtpod's node requirements go into every required term (terms
+// are ORed), never as a term of their own, and an empty term (matches nothing) stays empty.
+func TestAffinityTightensEveryTerm(t *testing.T) {
+	vm := baseVM()
+	vm.Spec.Affinity = &corev1.Affinity{
+		NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
+			{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}},
+			{},
+		}}},
+		PodAntiAffinity: &corev1.PodAntiAffinity{},
+	}
+	before := vm.Spec.Affinity.DeepCopy()
+	terms := podspec.Build(vm, podspec.DefaultOptions()).Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 3 {
+		t.Fatalf("%d terms, want the user's 3", len(terms))
+	}
+	for i, want := range []int{3, 2, 0} {
+		if got := len(terms[i].MatchExpressions); got != want {
+			t.Errorf("term %d has %d expressions, want %d: %+v", i, got, want, terms[i])
+		}
+	}
+	if terms[0].MatchExpressions[0].Key != "zone" || terms[1].MatchFields[0].Values[0] != "n1" {
+		t.Errorf("user requirements lost: %+v", terms)
+	}
+	if !equalAffinity(before, vm.Spec.Affinity) {
+		t.Error("Build modified the VM's affinity")
+	}
+}
+
+func equalAffinity(a, b *corev1.Affinity) bool {
+	x, _ := yaml.Marshal(a)
+	y, _ := yaml.Marshal(b)
+	return string(x) == string(y)
+}
+
+func TestNeverPrivilegedAndKVMOnlyByDevicePlugin(t *testing.T) {
+	for _, accel := range []vmv1.Acceleration{vmv1.AccelerationKVM, vmv1.AccelerationEmulated} {
+		vm := baseVM()
+		vm.Spec.Acceleration = accel
+		pod := podspec.Build(vm, podspec.DefaultOptions())
+		c := pod.Spec.Containers[0]
+		if c.SecurityContext.Privileged == nil || *c.SecurityContext.Privileged || *c.SecurityContext.AllowPrivilegeEscalation {
+			t.Fatalf("%s: runner may be privileged", accel)
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.HostPath != nil {
+				t.Fatalf("%s: hostPath volume %s", accel, v.Name)
+			}
+		}
+		_, hasKVM := c.Resources.Limits[podspec.ResourceKVM]
+		if hasKVM != (accel == vmv1.AccelerationKVM) {
+			t.Fatalf("%s: kvm device requested = %v", accel, hasKVM)
+		}
+	}
+}
+
+// TestRunnerConfigRoundTrip: what the controller renders, the runner reads back unchanged.
+func TestRunnerConfigRoundTrip(t *testing.T) {
+	vm := baseVM()
+	vm.Spec.Guest.KernelArgs = "console=ttyS0 --port=evil:1/TCP"
+	vm.Spec.Guest.Ports = []vmv1.Port{{Name: "ssh", Port: 22}}
+	want := podspec.RunnerConfig(vm)
+	got, err := runnerconfig.Parse(podspec.Build(vm, podspec.DefaultOptions()).Spec.Containers[0].Args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.KernelArgs != want.KernelArgs || len(got.Ports) != 1 || got.MemoryMiB != 1024 || got.Acceleration != "kvm" {
+		t.Fatalf("round trip changed the config:\n got %+v\nwant %+v", got, want)
+	}
+}
