@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -9,13 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
@@ -36,6 +40,11 @@ func TestMain(m *testing.M) {
 type mainWithController struct{ m *testing.M }
 
 func (w *mainWithController) Run() int {
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	if flag.Lookup("test.bench").Value.String() != "" {
+		return w.m.Run() // benchmarks run the controller binary themselves
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", Now: clock.Now}

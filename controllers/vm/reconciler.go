@@ -75,13 +75,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	default:
+		if next.Status.PodUID == "" {
+			next.Status.PodUID = string(pod.UID) // created, but the status write was lost
+		}
 		if err := r.syncLabels(ctx, vm, pod); err != nil {
 			return reconcile.Result{}, r.fail("sync-labels", err)
 		}
 	}
 
 	observe(&next.Status, vm.Generation, pod)
-	if err := r.patchStatus(ctx, vm, next); err != nil {
+	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
+		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
+	} else if err != nil {
 		return reconcile.Result{}, r.fail("patch-status", err)
 	}
 	r.Metrics.observe(vm, next, r.now())
@@ -243,11 +248,13 @@ func (r *Reconciler) syncLabels(ctx context.Context, vm *vmv1.VirtualMachine, po
 	return r.Client.Patch(ctx, patched, ctrl.MergeFrom(pod))
 }
 
+// patchStatus writes what changed, guarded by the resourceVersion read, so a reconcile working
+// from a stale cache cannot overwrite newer status.
 func (r *Reconciler) patchStatus(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
 	if equality.Semantic.DeepEqual(vm.Status, next.Status) {
 		return nil
 	}
-	return r.Client.Status().Patch(ctx, next, ctrl.MergeFrom(vm))
+	return r.Client.Status().Patch(ctx, next, ctrl.MergeFromWithOptions(vm, ctrl.MergeFromWithOptimisticLock{}))
 }
 
 func (r *Reconciler) fail(step string, err error) error {

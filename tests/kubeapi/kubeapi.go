@@ -103,3 +103,18 @@ func SampleVM(namespace, name string) *vmv1.VirtualMachine {
 		},
 	}
 }
+
+// Kubeconfig writes a cluster-admin kubeconfig for this control plane into dir, for running
+// virtpod's binaries as separate processes against it.
+func (e *Env) Kubeconfig(dir string) (string, error) {
+	u, err := e.env.AddUser(envtest.User{Name: "virtpod-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, b, 0o600)
+}

@@ -1,0 +1,209 @@
+package vm_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+// BenchmarkCreateVMs runs the real controller binary against the real API server, creates N
+// VirtualMachines (VIRTPOD_BENCH_VMS, default 1000) and reports how long until every VM has its
+// runner pod and status, the controller's API requests per VM, its CPU seconds and peak RSS, and
+// its API requests per minute while every VM sits steady. Run with `make bench-controller`.
+func BenchmarkCreateVMs(b *testing.B) {
+	n := 1000
+	if s := os.Getenv("VIRTPOD_BENCH_VMS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	for range b.N {
+		benchCreate(b, n)
+	}
+}
+
+func benchCreate(b *testing.B, n int) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "virtpod-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/virtpod-controller").CombinedOutput(); err != nil {
+		b.Fatalf("building the controller: %v\n%s", err, out)
+	}
+	kubeconfig, err := env.Kubeconfig(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	metricsAddr := freeAddr(b)
+	ctrlCmd := exec.Command(bin, "--leader-elect=false", "--metrics-bind-address="+metricsAddr,
+		"--health-probe-bind-address=0", "--workers=8", "--kube-api-qps=1000", "--kube-api-burst=2000", "--zap-log-level=error")
+	ctrlCmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	ctrlCmd.Stderr = os.Stderr
+	if err := ctrlCmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = ctrlCmd.Process.Kill(); _ = ctrlCmd.Wait() }()
+	waitFor(b, "controller metrics endpoint", 30*time.Second, func() bool { _, err := requests(metricsAddr); return err == nil })
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		b.Fatal(err)
+	}
+	// Watch rather than poll: listing 1,000 VMs over and over would load the API server the
+	// benchmark is measuring.
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &vmv1.VirtualMachineList{}, client.InNamespace(ns.Name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	before, _ := requests(metricsAddr)
+	start := time.Now()
+	go createAll(b, ns.Name, n)
+	done := map[string]bool{}
+	timeout := time.After(10 * time.Minute)
+	for len(done) < n {
+		select {
+		case ev := <-w.ResultChan():
+			if vm, ok := ev.Object.(*vmv1.VirtualMachine); ok && vm.Status.PodUID != "" && vm.Status.Phase == vmv1.PhaseScheduling {
+				done[vm.Name] = true
+			}
+		case <-timeout:
+			b.Fatalf("only %d of %d VMs converged", len(done), n)
+		}
+	}
+	converged := time.Since(start)
+	time.Sleep(5 * time.Second) // let trailing reconciles finish; they count per VM
+	after, _ := requests(metricsAddr)
+	if os.Getenv("VIRTPOD_BENCH_DEBUG") != "" {
+		resp, _ := http.Get("http://" + metricsAddr + "/metrics")
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "rest_client_requests_total") {
+				fmt.Println("converged:", sc.Text())
+			}
+		}
+	}
+
+	// Steady: nothing changes, so the controller should not talk to the API server at all.
+	const idle = 30 * time.Second
+	time.Sleep(idle)
+	idleEnd, _ := requests(metricsAddr)
+	if os.Getenv("VIRTPOD_BENCH_DEBUG") != "" {
+		resp, _ := http.Get("http://" + metricsAddr + "/metrics")
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "rest_client_requests_total") {
+				fmt.Println(sc.Text())
+			}
+		}
+	}
+	cpu, rss := procStats(b, ctrlCmd.Process.Pid)
+
+	perVM := float64(after-before) / float64(n)
+	perMin := float64(idleEnd-after) * float64(time.Minute) / float64(idle)
+	b.ReportMetric(converged.Seconds(), "s-to-converge")
+	b.ReportMetric(perVM, "requests/VM")
+	b.ReportMetric(cpu, "controller-cpu-s")
+	b.ReportMetric(rss, "controller-peak-MiB")
+	b.ReportMetric(perMin, "idle-requests/min")
+	fmt.Printf("\nVMs: %d\n", n)
+	fmt.Printf("seconds until every VM has its runner pod and status: %.1f\n", converged.Seconds())
+	fmt.Printf("controller API requests per VM: %.2f\n", perVM)
+	fmt.Printf("controller CPU seconds (whole run): %.1f\n", cpu)
+	fmt.Printf("controller peak RSS: %.0f MiB\n", rss)
+	fmt.Printf("controller API requests per minute with all VMs steady: %.1f\n", perMin)
+}
+
+func createAll(b *testing.B, ns string, n int) {
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				if err := env.Client.Create(context.Background(), kubeapi.SampleVM(ns, fmt.Sprintf("vm-%05d", i))); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// requests is the controller's total API requests, from client-go's own metric.
+func requests(addr string) (int, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "rest_client_requests_total{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			total += v
+		}
+	}
+	return int(total), sc.Err()
+}
+
+func procStats(b *testing.B, pid int) (cpuSeconds, peakMiB float64) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+			peakMiB = kb / 1024
+		}
+	}
+	return (utime + stime) / 100, peakMiB // clock ticks are 1/100 s on Linux
+}
+
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitFor(b *testing.B, what string, timeout time.Duration, ok func() bool) {
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			b.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
