@@ -204,6 +204,19 @@ func events(t *testing.T, vm *vmv1.VirtualMachine) string {
 	return b.String()
 }
 
+// waitEvent waits for an event about vm whose text contains want; events are written asynchronously.
+func waitEvent(t *testing.T, vm *vmv1.VirtualMachine, want string) string {
+	t.Helper()
+	var ev string
+	eventually(t, "event "+want, func() error {
+		if ev = events(t, vm); !strings.Contains(ev, want) {
+			return fmt.Errorf("events:\n%s", ev)
+		}
+		return nil
+	})
+	return ev
+}
+
 func create(t *testing.T, vm *vmv1.VirtualMachine) *vmv1.VirtualMachine {
 	t.Helper()
 	if err := env.Client.Create(context.Background(), vm); err != nil {
@@ -282,9 +295,7 @@ func TestVMLifecycle(t *testing.T) {
 		}
 		return nil
 	})
-	if ev := events(t, vm); !strings.Contains(ev, "Normal CreatedPod: Created runner pod web-runner") {
-		t.Fatalf("events:\n%s", ev)
-	}
+	waitEvent(t, vm, "Normal CreatedPod: Created runner pod web-runner")
 }
 
 func TestRestartPolicyAlways(t *testing.T) {
@@ -305,9 +316,7 @@ func TestRestartPolicyAlways(t *testing.T) {
 		got.Status.LastTermination.ExitCode != 1 || !strings.Contains(got.Status.LastTermination.Message, "killed by signal 9") {
 		t.Fatalf("restart not recorded: %+v", got.Status)
 	}
-	if ev := events(t, vm); !strings.Contains(ev, "Restarting guest (restart 1, policy Always)") {
-		t.Fatalf("events:\n%s", ev)
-	}
+	waitEvent(t, vm, "Normal Restarting: Restarting guest (restart 1, policy Always): runner exited with code 1 (Error): qemu-system-x86_64 was killed by signal 9")
 
 	// The second restart waits out a back-off, says so, and does not make a pod meanwhile.
 	bind(t, second, "node-a")
@@ -347,7 +356,8 @@ func TestRestartPolicyNeverKeepsFailure(t *testing.T) {
 	if err != nil || p.UID != pod.UID {
 		t.Fatalf("the failed pod should stay for its logs: %v", err)
 	}
-	if ev := events(t, vm); strings.Count(ev, "Warning Failed") != 1 {
+	ev := waitEvent(t, vm, "Warning Failed: Guest failed and restartPolicy is Never")
+	if strings.Count(ev, "Warning Failed") != 1 {
 		t.Fatalf("want exactly one Failed event:\n%s", ev)
 	}
 }
@@ -441,6 +451,9 @@ func TestTwoControllersMakeOnePodPerVM(t *testing.T) {
 		vm := getVM(t, &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.Labels[podspec.LabelVMName]}})
 		if vm.Status.PodUID != string(p.UID) {
 			t.Errorf("%s: status names pod %s, the pod is %s", vm.Name, vm.Status.PodUID, p.UID)
+		}
+		if vm.Status.RestartCount != 0 {
+			t.Errorf("%s: a stale cache was taken for a lost pod: %d restarts", vm.Name, vm.Status.RestartCount)
 		}
 	}
 }

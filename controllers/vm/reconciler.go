@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,7 +67,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			pod = nil
 		}
 	case pod == nil && vm.Status.PodUID != "":
-		// The pod we ran vanished without ending (deleted, evicted, node lost).
+		// The pod we ran is not in the cache: gone without ending (deleted, evicted, node
+		// lost), or a cache that has not seen it yet. Only the server can tell.
+		if gone, err := r.podGone(ctx, vm); err != nil || !gone {
+			return reconcile.Result{}, err
+		}
 		if err := r.podVanished(ctx, vm, next); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -75,8 +80,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	default:
-		if next.Status.PodUID == "" {
-			next.Status.PodUID = string(pod.UID) // created, but the status write was lost
+		if next.Status.PodUID != string(pod.UID) {
+			next.Status.PodUID = string(pod.UID) // ours, but the status write that named it was lost
 		}
 		if err := r.syncLabels(ctx, vm, pod); err != nil {
 			return reconcile.Result{}, r.fail("sync-labels", err)
@@ -193,6 +198,16 @@ func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine
 	return r.restart(ctx, vm, next, pod, describe(term))
 }
 
+// podGone asks the server whether the pod recorded in status still exists.
+func (r *Reconciler) podGone(ctx context.Context, vm *vmv1.VirtualMachine) (bool, error) {
+	live := &corev1.Pod{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: podspec.PodName(vm.Name)}, live)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, r.fail("get-pod", err) // nil when it exists: wait for the cache to see it
+}
+
 // podVanished treats a pod that disappeared while running as a failure.
 func (r *Reconciler) podVanished(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
 	if stopped(vm) {
@@ -221,7 +236,11 @@ func (r *Reconciler) restart(ctx context.Context, vm, next *vmv1.VirtualMachine,
 	if err := r.Client.Status().Patch(ctx, next, ctrl.MergeFromWithOptions(vm, ctrl.MergeFromWithOptimisticLock{})); err != nil {
 		return r.fail("count-restart", err)
 	}
-	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, policy %s): %s", next.Status.RestartCount, vm.Spec.RestartPolicy, why)
+	var related runtime.Object // a nil *Pod in the interface would panic in the recorder
+	if pod != nil {
+		related = pod
+	}
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, policy %s): %s", next.Status.RestartCount, vm.Spec.RestartPolicy, why)
 	vm.Status = next.Status // what the server now holds; the final patch diffs against it
 	if pod == nil {
 		return nil
