@@ -21,6 +21,10 @@ const (
 	eventPanicked                  // the guest kernel reported a panic
 )
 
+func (k eventKind) String() string {
+	return [...]string{"running", "paused", "shutdown", "panicked"}[k]
+}
+
 type event struct {
 	kind   eventKind
 	guest  bool   // for eventShutdown: the guest initiated it

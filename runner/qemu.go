@@ -103,13 +103,17 @@ func (q *qemuVM) connectQMP(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var lastErr error
-	for {
-		select {
-		case <-q.proc.waitDone:
-			return fmt.Errorf("qemu exited before QMP was ready: %s", q.proc.detail("qemu-system-x86_64"))
-		case <-ctx.Done():
-			return fmt.Errorf("QMP socket %s not ready: %w (last error: %v)", q.spec.QMPSocket, ctx.Err(), lastErr)
-		case <-time.After(20 * time.Millisecond):
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			// QEMU creates the socket within tens of milliseconds; poll finely, as every
+			// millisecond here adds to the guest's boot.
+			select {
+			case <-q.proc.waitDone:
+				return fmt.Errorf("qemu exited before QMP was ready: %s", q.proc.detail("qemu-system-x86_64"))
+			case <-ctx.Done():
+				return fmt.Errorf("QMP socket %s not ready: %w (last error: %v)", q.spec.QMPSocket, ctx.Err(), lastErr)
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 		mon, err := qmp.NewSocketMonitor("unix", q.spec.QMPSocket, 2*time.Second)
 		if err != nil {

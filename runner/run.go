@@ -34,8 +34,11 @@ type Options struct {
 	QEMUImgBinary         string
 	CloudHypervisorBinary string
 	KVMDevice             string
-	PodInterface          string // the pod's interface the guest takes over
-	ResolvConf            string
+	// SkipKVMProbe leaves only the boot watchdog to catch a KVM that cannot run guests.
+	SkipKVMProbe bool
+	CPUModel     string // QEMU -cpu; "" for the default
+	PodInterface string // the pod's interface the guest takes over
+	ResolvConf   string
 	// BootWatchdog: under kvm, a guest that prints nothing on its console for this long is
 	// taken as one KVM cannot run. 0 disables it.
 	BootWatchdog time.Duration
@@ -89,7 +92,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	}
 	defer stopHTTP()
 
-	if cfg.Acceleration == runnerconfig.AccelKVM {
+	if cfg.Acceleration == runnerconfig.AccelKVM && !o.SkipKVMProbe {
 		res := kvmprobe.Probe(ctx, kvmprobe.Options{Device: o.KVMDevice})
 		log.Info("kvm probe", zap.Bool("usable", res.Usable), zap.String("stage", res.Stage), zap.String("module", res.Module), zap.String("reason", res.Reason), zap.Duration("took", res.Duration))
 		if !res.Usable {
@@ -142,7 +145,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			cache = qemu.CacheNone
 		}
 		spec := qemu.Spec{
-			Name: cfg.Name, Acceleration: cfg.Acceleration, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
+			Name: cfg.Name, Acceleration: cfg.Acceleration, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
 			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
 			DiskPath: overlay.Path, DiskFormat: overlay.Format, DiskCache: cache,
 			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,8 +27,16 @@ type Console struct {
 
 	firstOutput chan struct{}
 	firstOnce   sync.Once
+	kernelOut   chan struct{}
+	kernelOnce  sync.Once
+	line        []byte // the current, unfinished console line
 	done        chan struct{}
 }
+
+// bootStubLines are printed by the x86 kernel's real-mode setup code and decompressor, before
+// the kernel proper runs. A KVM that cannot run a kernel (kvm-pvm) still shows them, so they
+// do not count as the kernel running.
+var bootStubLines = []string{"Probing EDD", "Decompressing Linux", "Parsing ELF", "Booting the kernel", "early console in"}
 
 // Attach dials the serial socket (retrying until ctx ends, since the hypervisor creates it
 // shortly after starting), and serves an interactive console on consoleSocket.
@@ -42,7 +52,7 @@ func Attach(ctx context.Context, serialSocket, consoleSocket string, out io.Writ
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("connect to the guest serial console %s: %w", serialSocket, err)
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	_ = os.Remove(consoleSocket)
@@ -55,6 +65,7 @@ func Attach(ctx context.Context, serialSocket, consoleSocket string, out io.Writ
 		upstream: up, out: out, listener: l,
 		clients:     map[net.Conn]chan []byte{},
 		firstOutput: make(chan struct{}),
+		kernelOut:   make(chan struct{}),
 		done:        make(chan struct{}),
 	}
 	go c.pump()
@@ -64,6 +75,10 @@ func Attach(ctx context.Context, serialSocket, consoleSocket string, out io.Writ
 
 // FirstOutput is closed when the guest writes its first byte.
 func (c *Console) FirstOutput() <-chan struct{} { return c.firstOutput }
+
+// KernelOutput is closed when the guest completes a console line that is not one of the boot
+// stub's: the first sign that the kernel itself runs.
+func (c *Console) KernelOutput() <-chan struct{} { return c.kernelOut }
 
 // Done is closed when the serial connection ends (the hypervisor exited).
 func (c *Console) Done() <-chan struct{} { return c.done }
@@ -86,6 +101,7 @@ func (c *Console) pump() {
 		n, err := c.upstream.Read(buf)
 		if n > 0 {
 			c.firstOnce.Do(func() { close(c.firstOutput) })
+			c.scanLines(buf[:n])
 			chunk := append([]byte(nil), buf[:n]...)
 			_, _ = c.out.Write(chunk)
 			c.mu.Lock()
@@ -100,6 +116,29 @@ func (c *Console) pump() {
 		if err != nil {
 			return
 		}
+	}
+}
+
+func (c *Console) scanLines(b []byte) {
+	select {
+	case <-c.kernelOut:
+		return
+	default:
+	}
+	for _, ch := range b {
+		if ch != '\n' {
+			if len(c.line) < 256 {
+				c.line = append(c.line, ch)
+			}
+			continue
+		}
+		line := strings.TrimSpace(string(c.line))
+		c.line = c.line[:0]
+		if line == "" || slices.ContainsFunc(bootStubLines, func(p string) bool { return strings.HasPrefix(line, p) }) {
+			continue
+		}
+		c.kernelOnce.Do(func() { close(c.kernelOut) })
+		return
 	}
 }
 

@@ -61,7 +61,7 @@ func TestFanOutAndInput(t *testing.T) {
 	}
 	defer client.Close()
 	time.Sleep(50 * time.Millisecond) // let the console register the client before output
-	if _, err := g.Write([]byte("boot line 1\n")); err != nil {
+	if _, err := g.Write([]byte("Probing EDD (edd=off to disable)... ok\n\n")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -69,7 +69,26 @@ func TestFanOutAndInput(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("FirstOutput never closed")
 	}
-	line, err := bufio.NewReader(client).ReadString('\n')
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-con.KernelOutput():
+		t.Fatal("the boot stub's line counted as kernel output")
+	default:
+	}
+	if _, err := g.Write([]byte("boot line 1\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-con.KernelOutput():
+	case <-ctx.Done():
+		t.Fatal("KernelOutput never closed")
+	}
+	rd := bufio.NewReader(client)
+	line, err := rd.ReadString('\n')
+	if err == nil {
+		_, _ = rd.ReadString('\n') // the blank line
+		line, err = rd.ReadString('\n')
+	}
 	if err != nil || line != "boot line 1\n" {
 		t.Fatalf("console client read %q, %v", line, err)
 	}

@@ -26,22 +26,22 @@ const DefaultTimeout = 2 * time.Second
 // Result is what a probe found.
 type Result struct {
 	// Usable is true when the tiny guest ran to completion and produced the expected output.
-	Usable bool
+	Usable bool `json:"usable"`
 	// Reason says why KVM is not usable, or what was verified when it is.
-	Reason string
+	Reason string `json:"reason"`
 	// Device is the device node that was probed.
-	Device string
+	Device string `json:"device"`
 	// APIVersion is KVM_GET_API_VERSION's answer, 0 when the device did not open.
-	APIVersion int
+	APIVersion int `json:"apiVersion"`
 	// Stage names the last step reached: open, create-vm, memory, create-vcpu, real-mode,
 	// long-mode, kernel-half, run (timed out), host-module, done.
-	Stage string
+	Stage string `json:"stage"`
 	// GuestRan is true when the tiny guest ran in every mode, whatever the host module says.
-	GuestRan bool
+	GuestRan bool `json:"guestRan"`
 	// Module is the loaded KVM vendor module (kvm_intel, kvm_amd, kvm_pvm), "" when unknown.
-	Module string
+	Module string `json:"module"`
 	// Duration is how long the probe took.
-	Duration time.Duration
+	Duration time.Duration `json:"durationNanoseconds"`
 }
 
 func (r Result) String() string {

@@ -168,11 +168,11 @@ func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Containe
 			Privileged:               ptr.To(false),
 			AllowPrivilegeEscalation: ptr.To(false),
 			ReadOnlyRootFilesystem:   ptr.To(true),
-			// The runner moves the pod's interface onto a bridge with a tap (NET_ADMIN), answers
-			// the guest's DHCP on that bridge (NET_RAW) and creates /dev/net/tun (MKNOD).
+			// The runner moves the pod's interface onto a bridge with a tap (NET_ADMIN) and
+			// creates /dev/net/tun when the runtime did not (MKNOD); nothing else.
 			Capabilities: &corev1.Capabilities{
 				Drop: []corev1.Capability{"ALL"},
-				Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW", "MKNOD"},
+				Add:  []corev1.Capability{"NET_ADMIN", "MKNOD"},
 			},
 		},
 		VolumeMounts: []corev1.VolumeMount{

@@ -25,8 +25,10 @@ const (
 type Spec struct {
 	Name         string // VM name, shown in the process list
 	Acceleration string // "kvm" or "tcg"
-	CPUs         int32
-	MemoryMiB    int64
+	// CPUModel is QEMU's -cpu; "" means "host" under kvm and QEMU's default model under tcg.
+	CPUModel  string
+	CPUs      int32
+	MemoryMiB int64
 
 	Kernel  string
 	Initrd  string // "" for none
@@ -56,10 +58,14 @@ func Args(s Spec) ([]string, error) {
 		"-machine", "q35",
 		"-accel", s.Acceleration,
 	}
-	if s.Acceleration == "kvm" {
+	cpu := s.CPUModel
+	if cpu == "" && s.Acceleration == "kvm" {
 		// Expose the host CPU: the point of KVM is native speed. TCG keeps QEMU's default
 		// model, which emulates faster than "max".
-		args = append(args, "-cpu", "host")
+		cpu = "host"
+	}
+	if cpu != "" {
+		args = append(args, "-cpu", optValue(cpu))
 	}
 	args = append(args,
 		"-smp", strconv.Itoa(int(s.CPUs)),

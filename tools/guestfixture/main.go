@@ -37,8 +37,12 @@ const (
 	rootDiskMiB = 64
 )
 
-// manifest records what was built, so a rerun can tell the fixture is complete.
+// fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
+const fixtureVersion = 2
+
+// manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {
+	Version       int      `json:"version"`
 	KernelPackage string   `json:"kernelPackage"`
 	KernelVersion string   `json:"kernelVersion"`
 	Modules       []string `json:"modules"`
@@ -66,9 +70,13 @@ func defaultOut() string {
 func build(out string, force bool) error {
 	manifestPath := filepath.Join(out, "fixture.json")
 	if !force {
-		if m, err := os.ReadFile(manifestPath); err == nil {
-			fmt.Printf("guest fixture up to date in %s\n%s\n", out, m)
-			return nil
+		if b, err := os.ReadFile(manifestPath); err == nil {
+			var m manifest
+			if json.Unmarshal(b, &m) == nil && m.Version == fixtureVersion {
+				fmt.Printf("guest fixture up to date in %s\n", out)
+				return nil
+			}
+			fmt.Printf("guest fixture in %s is not version %d: rebuilding\n", out, fixtureVersion)
 		}
 	}
 	for _, tool := range []string{"apt-get", "apt-cache", "dpkg", "mkfs.ext4"} {
@@ -84,18 +92,23 @@ func build(out string, force bool) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	// apt-get download drops privileges to _apt when it can write the directory.
+	// apt-get download drops privileges to _apt when that user can write the directory.
 	_ = os.Chmod(work, 0o755)
+	dl := filepath.Join(work, "download")
+	if err := os.Mkdir(dl, 0o777); err != nil {
+		return err
+	}
+	_ = os.Chmod(dl, 0o777) // past the umask
 
 	pkg, err := kernelPackage()
 	if err != nil {
 		return err
 	}
 	fmt.Printf("downloading %s\n", pkg)
-	if err := run(work, "apt-get", "download", "-q", pkg); err != nil {
+	if err := run(dl, "apt-get", "download", "-q", pkg); err != nil {
 		return err
 	}
-	debs, _ := filepath.Glob(filepath.Join(work, "*.deb"))
+	debs, _ := filepath.Glob(filepath.Join(dl, "*.deb"))
 	if len(debs) != 1 {
 		return fmt.Errorf("apt-get download %s left %d .deb files, want 1", pkg, len(debs))
 	}
@@ -125,7 +138,7 @@ func build(out string, force bool) error {
 	if err := writeRootDisk(work, filepath.Join(stage, "disk", "root.img")); err != nil {
 		return err
 	}
-	m, _ := json.MarshalIndent(manifest{KernelPackage: pkg, KernelVersion: version, Modules: mods, Marker: Marker}, "", "  ")
+	m, _ := json.MarshalIndent(manifest{Version: fixtureVersion, KernelPackage: pkg, KernelVersion: version, Modules: mods, Marker: Marker}, "", "  ")
 	if err := os.WriteFile(filepath.Join(stage, "fixture.json"), append(m, '\n'), 0o644); err != nil {
 		return err
 	}

@@ -21,9 +21,13 @@ $(K8S_BIN)/kube-apiserver:
 	@mkdir -p $(K8S_BIN)
 	$(K8S_BUILD) -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
 
-$(K8S_BIN)/kubectl:
+K8S_CMDS := kube-controller-manager kube-scheduler kubelet kubectl
+$(addprefix $(K8S_BIN)/,$(K8S_CMDS)): $(K8S_BIN)/%:
 	@mkdir -p $(K8S_BIN)
-	$(K8S_BUILD) -o $@.tmp k8s.io/kubernetes/cmd/kubectl && mv $@.tmp $@
+	$(K8S_BUILD) -o $@.tmp k8s.io/kubernetes/cmd/$* && mv $@.tmp $@
+
+.PHONY: k8s-binaries
+k8s-binaries: control-plane $(addprefix $(K8S_BIN)/,$(K8S_CMDS)) ## Build every Kubernetes binary the local cluster needs.
 
 $(ETCD_BIN)/etcd:
 	@mkdir -p $(ETCD_BIN)

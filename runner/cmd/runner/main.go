@@ -1,0 +1,164 @@
+// Command runner is the process in a VM's pod: `runner [flags]` boots and supervises the guest,
+// `runner probe` is the kubelet's exec probe, `runner kvm-probe` checks this node's KVM.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/virtpod/virtpod/pkg/kvmprobe"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/runner"
+)
+
+func main() {
+	os.Exit(execute(os.Args[1:]))
+}
+
+// envOr lets tests and images move a binary without changing the pod's flags.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func execute(args []string) int {
+	code := 0
+	var cfg runnerconfig.Config
+	o := runner.Options{Stdout: os.Stdout}
+	var terminationLog string
+	root := &cobra.Command{
+		Use:           "runner",
+		Short:         "Boot and supervise one VM's guest inside its pod",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Defaults()
+			code = runGuest(cfg, o, terminationLog)
+			return nil
+		},
+	}
+	gofs := flag.NewFlagSet("config", flag.ContinueOnError)
+	cfg.Bind(gofs)
+	root.Flags().AddGoFlagSet(gofs)
+	f := root.Flags()
+	f.StringVar(&o.QEMUBinary, "qemu-binary", envOr("VIRTPOD_QEMU_BINARY", "/usr/bin/qemu-system-x86_64"), "path of qemu-system-x86_64 (env VIRTPOD_QEMU_BINARY)")
+	f.StringVar(&o.QEMUImgBinary, "qemu-img-binary", envOr("VIRTPOD_QEMU_IMG_BINARY", "/usr/bin/qemu-img"), "path of qemu-img (env VIRTPOD_QEMU_IMG_BINARY)")
+	f.StringVar(&o.CloudHypervisorBinary, "cloud-hypervisor-binary", envOr("VIRTPOD_CLOUD_HYPERVISOR_BINARY", "/usr/bin/cloud-hypervisor"), "path of cloud-hypervisor (env VIRTPOD_CLOUD_HYPERVISOR_BINARY)")
+	f.StringVar(&o.KVMDevice, "kvm-device", kvmprobe.DefaultDevice, "KVM device node")
+	f.StringVar(&o.CPUModel, "cpu-model", "", "QEMU CPU model (default: host under kvm, QEMU's default under tcg)")
+	f.BoolVar(&o.SkipKVMProbe, "skip-kvm-probe", false, "under kvm, boot without probing KVM first (the boot watchdog still applies)")
+	f.StringVar(&o.PodInterface, "pod-interface", "eth0", "the pod's network interface the guest takes over")
+	f.StringVar(&o.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the pod's resolver configuration, passed on to the guest")
+	f.DurationVar(&o.BootWatchdog, "boot-watchdog", 60*time.Second, "under kvm, fail when the guest kernel prints nothing on its console for this long (0 disables)")
+	f.StringVar(&terminationLog, "termination-log", "/dev/termination-log", "file the exit reason is written to (the container's terminationMessagePath)")
+
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code))
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "runner:", err)
+		return runner.ExitError
+	}
+	return code
+}
+
+func runGuest(cfg runnerconfig.Config, o runner.Options, terminationLog string) int {
+	zc := zap.NewProductionConfig()
+	zc.Sampling = nil
+	log, err := zc.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runner: logger:", err)
+		return runner.ExitError
+	}
+	defer log.Sync() //nolint:errcheck
+	o.Log = log
+	// A closed stdout must not kill the runner (and with it the guest): console writes just fail.
+	signal.Ignore(syscall.SIGPIPE)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	o.Signals = sigs
+
+	out := runner.Run(context.Background(), cfg, o)
+	if out.Code == runner.ExitOK {
+		log.Info("runner done", zap.String("reason", out.Message))
+	} else {
+		log.Error("runner failed", zap.Int("exitCode", out.Code), zap.String("reason", out.Message))
+		// Plain text on stderr too, so the reason reads well in `kubectl logs` without a JSON parser.
+		fmt.Fprintln(os.Stderr, out.Message)
+	}
+	if err := runner.WriteTerminationMessage(terminationLog, out.Message); err != nil {
+		log.Warn("could not write the termination message", zap.String("path", terminationLog), zap.Error(err))
+	}
+	return out.Code
+}
+
+// probeCommand is the kubelet's exec probe: the runner's HTTP endpoint listens on loopback
+// because the guest owns the pod IP, so an HTTP probe from the kubelet cannot reach it.
+func probeCommand(code *int) *cobra.Command {
+	var addr, path string
+	var timeout time.Duration
+	var print bool
+	c := &cobra.Command{
+		Use:   "probe",
+		Short: "Exit 0 when the runner's /readyz (or --path) answers 200",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			client := &http.Client{Timeout: timeout}
+			resp, err := client.Get("http://" + addr + path)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "probe:", err)
+				*code = 1
+				return nil
+			}
+			defer resp.Body.Close()
+			if print {
+				_, _ = io.Copy(os.Stdout, resp.Body)
+			}
+			if resp.StatusCode != http.StatusOK {
+				fmt.Fprintf(os.Stderr, "probe: %s answered %s\n", path, resp.Status)
+				*code = 1
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&addr, "http-addr", "127.0.0.1:8080", "the runner's --http-addr")
+	c.Flags().StringVar(&path, "path", "/readyz", "endpoint to check: /readyz or /healthz")
+	c.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for an answer")
+	c.Flags().BoolVar(&print, "print", false, "print the answer's body (e.g. with --path=/status)")
+	return c
+}
+
+// kvmProbeCommand runs the KVM probe and prints its result as JSON; exit 0 when usable.
+func kvmProbeCommand(code *int) *cobra.Command {
+	var device string
+	c := &cobra.Command{
+		Use:   "kvm-probe",
+		Short: "Check that this node's KVM can run a guest",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			res := kvmprobe.Probe(context.Background(), kvmprobe.Options{Device: device})
+			b, _ := json.MarshalIndent(res, "", "  ")
+			fmt.Println(string(b))
+			if !res.Usable {
+				*code = 1
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&device, "device", kvmprobe.DefaultDevice, "KVM device node")
+	return c
+}

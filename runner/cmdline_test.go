@@ -1,0 +1,65 @@
+package runner
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestKernelCmdline(t *testing.T) {
+	for _, tc := range []struct{ user, ip, want string }{
+		{"", "", "console=ttyS0 root=/dev/vda"},
+		{"rw quiet", "ip=10.0.0.2::10.0.0.1:255.255.255.0:vm:eth0:off", "console=ttyS0 root=/dev/vda rw quiet ip=10.0.0.2::10.0.0.1:255.255.255.0:vm:eth0:off"},
+		// The VM's own choices win.
+		{"console=hvc0 root=/dev/vda1 ip=dhcp", "ip=10.0.0.2::10.0.0.1:255.255.255.0:vm:eth0:off", "console=hvc0 root=/dev/vda1 ip=dhcp"},
+		// "rootwait" is not root=.
+		{"rootwait", "", "console=ttyS0 root=/dev/vda rootwait"},
+	} {
+		if got := kernelCmdline(tc.user, tc.ip); got != tc.want {
+			t.Errorf("kernelCmdline(%q, %q) = %q, want %q", tc.user, tc.ip, got, tc.want)
+		}
+	}
+}
+
+func TestStatusEndpoints(t *testing.T) {
+	b := &statusBoard{s: Status{State: StateStarting, Hypervisor: "qemu", Acceleration: "tcg", Version: "7.2.22"}}
+	srv := httptest.NewServer(b.handler())
+	defer srv.Close()
+	code := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code("/healthz") != 200 || code("/readyz") != 503 {
+		t.Fatal("before running: want /healthz 200 and /readyz 503")
+	}
+	b.set(StateRunning, "")
+	if code("/readyz") != 200 {
+		t.Fatal("running: want /readyz 200")
+	}
+	resp, err := http.Get(srv.URL + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"state", "hypervisor", "version", "acceleration", "uptimeSeconds"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("/status lacks %q: %v", k, raw)
+		}
+	}
+	if raw["state"] != "running" {
+		t.Errorf("/status state %v", raw["state"])
+	}
+	b.set(StateStopping, "received SIGTERM")
+	if code("/readyz") != 503 {
+		t.Fatal("stopping: want /readyz 503")
+	}
+}

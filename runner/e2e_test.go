@@ -1,0 +1,222 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtpod/virtpod/pkg/kvmprobe"
+	"github.com/virtpod/virtpod/runner"
+)
+
+// bootTimeout bounds a TCG boot of the fixture (about 5 s on an idle 2-core machine).
+const bootTimeout = 90 * time.Second
+
+// TestGuestBootsServesAndStopsOnSIGTERM is the pod's whole life: the guest takes over the
+// namespace's IP and MAC, serves HTTP there to the host side, is ready by the exec probe, and
+// powers off cleanly on SIGTERM.
+func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
+	guest := needGuestHost(t)
+	ns := newPodNetns(t, 1)
+	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-e2e"), "--network=pod", "--resolv-conf="+ns.resolvConf)...)
+	r.waitMarker(t, bootTimeout)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	body, err := httpGet(ctx, "http://"+ns.podIP+"/")
+	if err != nil {
+		t.Fatalf("guest HTTP at the pod IP from the host side: %v", err)
+	}
+	if !strings.Contains(body, "virtpod guest vm-e2e") {
+		t.Fatalf("guest answered %q, want its hostname vm-e2e (from ip=)", body)
+	}
+	// The pod network's neighbour entry for the pod IP must still be the original MAC: the guest
+	// took it over.
+	neigh := run(t, "ip", "neigh", "show", ns.podIP, "dev", ns.hostIf)
+	if !strings.Contains(neigh, ns.podMAC) {
+		t.Fatalf("neighbour entry for %s is %q, want the pod's original MAC %s", ns.podIP, neigh, ns.podMAC)
+	}
+	if !strings.Contains(r.stdout.String(), "ip="+ns.podIP) {
+		t.Fatalf("guest did not get the pod IP from ip=: %s", tail(r.stdout.String(), 5))
+	}
+
+	// The kubelet's exec probe, run inside the pod's namespace like the kubelet would.
+	bin := runnerBinary(t)
+	if out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe").CombinedOutput(); err != nil {
+		t.Fatalf("runner probe: %v %s", err, out)
+	}
+	out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe", "--path=/status", "--print").Output()
+	if err != nil {
+		t.Fatalf("runner probe --path=/status: %v", err)
+	}
+	var st runner.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("/status %q: %v", out, err)
+	}
+	if st.State != runner.StateRunning || st.Hypervisor != "qemu" || st.Acceleration != "tcg" || !strings.HasPrefix(st.Version, "7.") && !strings.HasPrefix(st.Version, "8.") && !strings.HasPrefix(st.Version, "9.") || st.UptimeSeconds <= 0 {
+		t.Fatalf("/status = %+v", st)
+	}
+
+	r.signal(t, syscall.SIGTERM)
+	code, msg := r.waitExit(t, 30*time.Second)
+	if code != runner.ExitOK || msg != "stopped on SIGTERM: guest powered off" {
+		t.Fatalf("after SIGTERM: exit %d, termination message %q", code, msg)
+	}
+	if !strings.Contains(r.stdout.String(), "reboot: Power down") {
+		t.Fatalf("the guest console does not show the power-off:\n%s", tail(r.stdout.String(), 10))
+	}
+}
+
+// TestGuestIgnoringPowerButtonIsStoppedAfterGrace: a guest that ignores the ACPI power button is
+// stopped when the grace period ends, and the exit says so.
+func TestGuestIgnoringPowerButtonIsStoppedAfterGrace(t *testing.T) {
+	guest := needGuestHost(t)
+	args := baseArgs(t, guest, "vm-grace")
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--kernel-args="):
+			args[i] = "--kernel-args=rw virtpod.ignore-power-button"
+		case strings.HasPrefix(a, "--grace-period-seconds="):
+			args[i] = "--grace-period-seconds=3"
+		}
+	}
+	r := startRunner(t, "", append(args, "--network=none", "--http-addr="+freeLoopbackAddr(t))...)
+	r.waitMarker(t, bootTimeout)
+	start := time.Now()
+	r.signal(t, syscall.SIGTERM)
+	code, msg := r.waitExit(t, 30*time.Second)
+	took := time.Since(start)
+	if code != runner.ExitGraceExpired || !strings.Contains(msg, "did not power off within the grace period (3s) after SIGTERM") {
+		t.Fatalf("exit %d, termination message %q", code, msg)
+	}
+	if took < 3*time.Second || took > 15*time.Second {
+		t.Fatalf("stopped %v after SIGTERM, want about the 3 s grace period", took)
+	}
+}
+
+// TestQEMUKilledIsReported: QEMU dying under the runner is a failure with the reason in the
+// exit code and the termination message.
+func TestQEMUKilledIsReported(t *testing.T) {
+	guest := needGuestHost(t)
+	r := startRunner(t, "", append(baseArgs(t, guest, "vm-kill"), "--network=none", "--http-addr="+freeLoopbackAddr(t))...)
+	r.waitMarker(t, bootTimeout)
+	pid := r.qemuPID(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, msg := r.waitExit(t, 20*time.Second)
+	if code != runner.ExitHypervisorFailed || !strings.Contains(msg, "qemu-system-x86_64 exited unexpectedly") || !strings.Contains(msg, "signal: killed") {
+		t.Fatalf("after killing QEMU: exit %d, termination message %q", code, msg)
+	}
+}
+
+// TestProviderBinaryMissing: the message users asked for, exactly.
+func TestProviderBinaryMissing(t *testing.T) {
+	missing := "/nonexistent/virtpod/qemu-system-x86_64"
+	r := startRunner(t, "", "--name=vm-missing", "--accel=tcg", "--cpus=1", "--memory-mib=128",
+		"--kernel=/virtpod/images/kernel/boot/vmlinuz", "--root-disk=/virtpod/images/disk/disk/root.img",
+		"--network=none", "--qemu-binary="+missing)
+	code, msg := r.waitExit(t, 20*time.Second)
+	want := "provider binary not found: qemu-system-x86_64 (" + missing + ")"
+	if code != runner.ExitProviderMissing || msg != want {
+		t.Fatalf("exit %d, termination message %q; want %d, %q", code, msg, runner.ExitProviderMissing, want)
+	}
+	if !strings.Contains(r.stderr.String(), want) {
+		t.Fatalf("stderr does not state %q:\n%s", want, r.stderr.String())
+	}
+	// The environment variable moves the binary too, for images that install it elsewhere.
+	r2 := startRunnerEnv(t, []string{"VIRTPOD_QEMU_BINARY=" + missing}, "--name=vm-missing", "--accel=tcg", "--cpus=1", "--memory-mib=128",
+		"--kernel=/k", "--root-disk=/d", "--network=none")
+	if code, msg := r2.waitExit(t, 20*time.Second); code != runner.ExitProviderMissing || msg != want {
+		t.Fatalf("with VIRTPOD_QEMU_BINARY: exit %d, %q", code, msg)
+	}
+}
+
+func startRunnerEnv(t *testing.T, env []string, args ...string) *runnerProc {
+	t.Helper()
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v) // the runner inherits the test's environment; Setenv restores it after
+	}
+	return startRunner(t, "", args...)
+}
+
+// TestKVMFailsFast runs the runner with acceleration kvm on this host. Where KVM cannot run a
+// guest (kvm-pvm here) it must fail within seconds with the reason; it must never hang or fall
+// back to TCG. On a host with hardware KVM the guest boots instead.
+func TestKVMFailsFast(t *testing.T) {
+	guest := needGuestHost(t)
+	_, err := os.Stat(kvmprobe.DefaultDevice)
+	need(t, err == nil, "no /dev/kvm on this host")
+	probe := kvmprobe.Probe(context.Background(), kvmprobe.Options{})
+	t.Logf("kvm probe: %s", probe)
+	args := baseArgs(t, guest, "vm-kvm")
+	args[1] = "--accel=kvm"
+	start := time.Now()
+	r := startRunner(t, "", append(args, "--network=none", "--http-addr="+freeLoopbackAddr(t))...)
+	if probe.Usable {
+		r.waitMarker(t, bootTimeout)
+		r.signal(t, syscall.SIGTERM)
+		if code, msg := r.waitExit(t, 30*time.Second); code != runner.ExitOK {
+			t.Fatalf("hardware KVM: exit %d %q", code, msg)
+		}
+		return
+	}
+	code, msg := r.waitExit(t, 15*time.Second)
+	took := time.Since(start)
+	if code != runner.ExitKVMUnusable || !strings.Contains(msg, "acceleration kvm: KVM cannot run a guest on this node") {
+		t.Fatalf("exit %d, termination message %q", code, msg)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("took %v to fail; want seconds", took)
+	}
+	if strings.Contains(r.stderr.String(), "-accel\",\"tcg") {
+		t.Fatal("the runner fell back to TCG")
+	}
+	t.Logf("failed in %v: %s", took.Round(time.Millisecond), msg)
+}
+
+// TestKVMWithoutProbe skips the probe, leaving the second guards: QEMU's own KVM failure (with
+// -cpu host, kvm-pvm makes QEMU abort) and the boot watchdog (with a CPU model QEMU can set up,
+// the kernel hangs after decompression and prints nothing more). Both must end in seconds with
+// the KVM exit code.
+func TestKVMWithoutProbe(t *testing.T) {
+	guest := needGuestHost(t)
+	_, err := os.Stat(kvmprobe.DefaultDevice)
+	need(t, err == nil, "no /dev/kvm on this host")
+	if probe := kvmprobe.Probe(context.Background(), kvmprobe.Options{}); probe.Usable {
+		t.Skip("this host's KVM runs guests; there is nothing for the second guards to catch")
+	}
+	for _, tc := range []struct {
+		name       string
+		extra      []string
+		want       string
+		minT, maxT time.Duration
+	}{
+		{"cpu-host", nil, "could not start it", 0, 10 * time.Second},
+		{"watchdog", []string{"--cpu-model=qemu64", "--boot-watchdog=10s"}, "the guest kernel printed nothing within 10s", 10 * time.Second, 25 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := baseArgs(t, guest, "vm-kvm-"+tc.name)
+			args[1] = "--accel=kvm"
+			args = append(args, "--network=none", "--http-addr="+freeLoopbackAddr(t), "--skip-kvm-probe")
+			start := time.Now()
+			r := startRunner(t, "", append(args, tc.extra...)...)
+			code, msg := r.waitExit(t, 40*time.Second)
+			took := time.Since(start)
+			if code != runner.ExitKVMUnusable || !strings.Contains(msg, "KVM could not run the guest") || !strings.Contains(msg, tc.want) {
+				t.Fatalf("exit %d, termination message %q", code, msg)
+			}
+			if took < tc.minT || took > tc.maxT {
+				t.Fatalf("failed after %v; want between %v and %v", took, tc.minT, tc.maxT)
+			}
+			t.Logf("failed after %v: %s", took.Round(time.Millisecond), msg)
+			t.Logf("guest console: %q", tail(r.stdout.String(), 3))
+		})
+	}
+}

@@ -1,0 +1,349 @@
+package runner_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const marker = "VIRTPOD-GUEST-READY"
+
+// need skips a test whose host requirements are missing, and fails it instead under CI=true,
+// where a skip would hide that the suite did not run.
+func need(t *testing.T, ok bool, why string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: failing instead of skipping; run tools/ci/install-deps.sh and make guest-fixture)", why)
+	}
+	t.Skip(why)
+}
+
+func haveBinary(name string) bool {
+	_, err := exec.LookPath(name)
+	return err == nil
+}
+
+// guestFixture is the directory `make guest-fixture` builds.
+func guestFixture(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("VIRTPOD_GUEST")
+	if dir == "" {
+		cache := os.Getenv("VIRTPOD_CACHE")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache", "virtpod")
+		}
+		dir = filepath.Join(cache, "guest")
+	}
+	_, err := os.Stat(filepath.Join(dir, "fixture.json"))
+	need(t, err == nil, "no guest fixture in "+dir+": run make guest-fixture")
+	return dir
+}
+
+// needGuestHost checks what booting a guest needs.
+func needGuestHost(t *testing.T) string {
+	t.Helper()
+	need(t, os.Geteuid() == 0, "needs root (network namespaces, bridge and tap)")
+	need(t, haveBinary("qemu-system-x86_64") && haveBinary("qemu-img"), "needs qemu-system-x86 and qemu-utils")
+	need(t, haveBinary("ip"), "needs iproute2")
+	return guestFixture(t)
+}
+
+// TestMain removes the runner binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if runnerBin != "" {
+		_ = os.RemoveAll(filepath.Dir(runnerBin))
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	runnerBin string
+	buildErr  error
+)
+
+// runnerBinary builds the runner once per test binary.
+func runnerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "virtpod-runner-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		runnerBin = filepath.Join(dir, "runner")
+		args := []string{"build", "-o", runnerBin}
+		if os.Getenv("VIRTPOD_TEST_RACE") == "1" {
+			args = append(args, "-race") // the runner binary itself under the race detector
+		}
+		out, err := exec.Command("go", append(args, "github.com/virtpod/virtpod/runner/cmd/runner")...).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return runnerBin
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// podNetns stands in for a pod's network namespace: eth0 inside, 10.213.<n>.2/24, default
+// route to the host end of a veth pair at 10.213.<n>.1.
+type podNetns struct {
+	name, hostIf string
+	podIP, gwIP  string
+	podMAC       string // eth0's MAC before the runner starts
+	resolvConf   string
+}
+
+func newPodNetns(t *testing.T, n int) *podNetns {
+	t.Helper()
+	p := &podNetns{
+		name:   fmt.Sprintf("vpt-%d-%d", os.Getpid(), n),
+		hostIf: fmt.Sprintf("vpt%dh%d", n, os.Getpid()%10000),
+		podIP:  fmt.Sprintf("10.213.%d.2", n),
+		gwIP:   fmt.Sprintf("10.213.%d.1", n),
+	}
+	run(t, "ip", "netns", "add", p.name)
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "del", p.name).Run()
+		_ = exec.Command("ip", "link", "del", p.hostIf).Run()
+	})
+	run(t, "ip", "link", "add", p.hostIf, "type", "veth", "peer", "name", "eth0", "netns", p.name)
+	run(t, "ip", "addr", "add", p.gwIP+"/24", "dev", p.hostIf)
+	run(t, "ip", "link", "set", p.hostIf, "up")
+	run(t, "ip", "-n", p.name, "addr", "add", p.podIP+"/24", "dev", "eth0")
+	run(t, "ip", "-n", p.name, "link", "set", "eth0", "up")
+	run(t, "ip", "-n", p.name, "link", "set", "lo", "up")
+	run(t, "ip", "-n", p.name, "route", "add", "default", "via", p.gwIP)
+	var links []struct {
+		Address string `json:"address"`
+	}
+	if err := json.Unmarshal([]byte(run(t, "ip", "-j", "-n", p.name, "link", "show", "eth0")), &links); err != nil || len(links) != 1 {
+		t.Fatalf("read eth0's MAC: %v", err)
+	}
+	p.podMAC = links[0].Address
+	p.resolvConf = filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(p.resolvConf, []byte("nameserver "+p.gwIP+"\nsearch default.svc.cluster.local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runnerProc is a started runner with its console output captured.
+type runnerProc struct {
+	cmd        *exec.Cmd
+	stdout     lockedBuffer
+	stderr     lockedBuffer
+	markerSeen chan struct{}
+	exited     chan struct{}
+	termLog    string
+	stateDir   string
+	exitCode   int
+	waitErr    error
+	markerOnce sync.Once
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// baseArgs is a runner configuration for the guest fixture under TCG.
+func baseArgs(t *testing.T, guest, name string) []string {
+	return []string{
+		"--name=" + name, "--accel=tcg", "--cpus=1", "--memory-mib=256",
+		"--kernel=" + filepath.Join(guest, "boot", "vmlinuz"),
+		"--initrd=" + filepath.Join(guest, "boot", "initrd.img"),
+		"--root-disk=" + filepath.Join(guest, "disk", "root.img"),
+		"--disk-size-mib=128", "--kernel-args=rw", "--grace-period-seconds=20",
+	}
+}
+
+// startRunner starts the runner, inside netns when it is not empty.
+func startRunner(t *testing.T, netns string, args ...string) *runnerProc {
+	t.Helper()
+	bin := runnerBinary(t)
+	r := &runnerProc{markerSeen: make(chan struct{}), exited: make(chan struct{})}
+	dir := t.TempDir()
+	r.termLog = filepath.Join(dir, "termination-log")
+	r.stateDir = filepath.Join(dir, "state")
+	args = append(args, "--termination-log="+r.termLog, "--state-dir="+r.stateDir)
+	if netns != "" {
+		r.cmd = exec.Command("ip", append([]string{"netns", "exec", netns, bin}, args...)...)
+	} else {
+		r.cmd = exec.Command(bin, args...)
+	}
+	pr, pw := io.Pipe()
+	r.cmd.Stdout = pw
+	r.cmd.Stderr = &r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			r.stdout.Write([]byte(line + "\n"))
+			if strings.Contains(line, marker) {
+				r.markerOnce.Do(func() { close(r.markerSeen) })
+			}
+		}
+	}()
+	go func() {
+		r.waitErr = r.cmd.Wait()
+		pw.Close()
+		r.exitCode = r.cmd.ProcessState.ExitCode()
+		close(r.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-r.exited:
+		default:
+			_ = r.cmd.Process.Kill()
+			<-r.exited
+		}
+		if t.Failed() {
+			t.Logf("runner stdout (guest console):\n%s", tail(r.stdout.String(), 40))
+			t.Logf("runner stderr:\n%s", tail(r.stderr.String(), 40))
+		}
+	})
+	return r
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (r *runnerProc) waitMarker(t *testing.T, d time.Duration) {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-r.markerSeen:
+		t.Logf("guest marker after %v", time.Since(start).Round(time.Millisecond))
+	case <-r.exited:
+		t.Fatalf("runner exited (code %d) before the guest marker: %s", r.exitCode, readFile(r.termLog))
+	case <-time.After(d):
+		t.Fatalf("no %s on the runner's stdout within %v", marker, d)
+	}
+}
+
+// waitExit waits for the runner to exit and returns its exit code and termination message.
+func (r *runnerProc) waitExit(t *testing.T, d time.Duration) (int, string) {
+	t.Helper()
+	select {
+	case <-r.exited:
+		return r.exitCode, readFile(r.termLog)
+	case <-time.After(d):
+		t.Fatalf("runner still running after %v", d)
+		return 0, ""
+	}
+}
+
+func (r *runnerProc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := r.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// qemuPID finds the runner's qemu-system-x86_64 child.
+func (r *runnerProc) qemuPID(t *testing.T) int {
+	t.Helper()
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", r.cmd.Process.Pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(s)
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			if strings.HasPrefix(strings.TrimSpace(string(comm)), "qemu-system") {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no qemu child of runner %d", r.cmd.Process.Pid)
+	return 0
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// httpGet fetches url with a bounded wait, retrying while the guest's server comes up.
+func httpGet(ctx context.Context, url string) (string, error) {
+	client := &http.Client{Timeout: 3 * time.Second}
+	var lastErr error
+	for ctx.Err() == nil {
+		resp, err := client.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return string(b), nil
+			}
+			lastErr = fmt.Errorf("%s: %s", url, resp.Status)
+		} else {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return "", lastErr
+}

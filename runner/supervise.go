@@ -1,0 +1,175 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"go.uber.org/zap"
+
+	"github.com/virtpod/virtpod/pkg/console"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+// runState is what the supervisor has seen; the outcome is decided from it when the
+// hypervisor exits.
+type runState struct {
+	stopping      string // the signal that asked for a stop, "" if none
+	forced        bool   // the grace period ran out and the hypervisor was stopped
+	watchdogFired bool
+	panicked      string
+	shutdown      *event
+	kernelOutput  <-chan struct{} // closed once the guest kernel printed a line
+}
+
+// kvmFailure tells a hypervisor failure caused by KVM (QEMU's KVM code failing, as with -cpu
+// host on kvm-pvm) from other failures, so the exit names KVM as the cause.
+func kvmFailure(cfg runnerconfig.Config, detail string) bool {
+	return cfg.Acceleration == runnerconfig.AccelKVM && strings.Contains(strings.ToLower(detail), "kvm")
+}
+
+func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor, consoleSocket, serial string) Outcome {
+	log := o.Log
+	board.set(StateStarting, "")
+	if err := hv.Start(ctx); err != nil {
+		hv.Kill()
+		if kvmFailure(cfg, err.Error()) {
+			return failf(ExitKVMUnusable, "acceleration kvm: KVM could not run the guest: %s could not start it: %v", cfg.Provider, err)
+		}
+		return failf(ExitHypervisorFailed, "start %s: %v", cfg.Provider, err)
+	}
+	board.setVersion(hv.Version())
+	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	con, err := console.Attach(actx, serial, consoleSocket, o.Stdout)
+	cancel()
+	if err != nil {
+		hv.Kill()
+		return failf(ExitHypervisorFailed, "%v", err)
+	}
+	defer con.Close()
+	if err := hv.Resume(ctx); err != nil {
+		hv.Kill()
+		<-hv.Exited()
+		return failf(ExitHypervisorFailed, "start the guest: %v (%s)", err, hv.ExitDetail())
+	}
+	log.Info("guest started", zap.String("hypervisor", cfg.Provider), zap.String("version", hv.Version()), zap.String("console", consoleSocket))
+
+	var st runState
+	st.kernelOutput = con.KernelOutput()
+	var grace, watchdog <-chan time.Time
+	first := con.KernelOutput()
+	if cfg.Acceleration == runnerconfig.AccelKVM && o.BootWatchdog > 0 {
+		watchdog = time.After(o.BootWatchdog)
+	}
+	quit := func(why string) {
+		log.Info("stopping the hypervisor", zap.String("why", why))
+		if err := hv.Quit(ctx); err != nil {
+			log.Warn("quit failed; killing", zap.Error(err))
+			hv.Kill()
+		}
+	}
+	for {
+		select {
+		case <-first:
+			first, watchdog = nil, nil
+		case <-watchdog:
+			watchdog = nil
+			st.watchdogFired = true
+			quit("boot watchdog: no kernel output")
+		case sig := <-o.Signals:
+			if st.stopping != "" {
+				continue
+			}
+			st.stopping = signalName(sig)
+			board.set(StateStopping, "received "+st.stopping)
+			log.Info("powering the guest down", zap.String("signal", st.stopping), zap.Int64("gracePeriodSeconds", cfg.GracePeriodSeconds))
+			if err := hv.Powerdown(ctx); err != nil {
+				log.Warn("ACPI power-down failed", zap.Error(err))
+				quit("power-down failed")
+			}
+			grace = time.After(time.Duration(cfg.GracePeriodSeconds) * time.Second)
+		case <-grace:
+			grace = nil
+			st.forced = true
+			quit("grace period over")
+		case ev := <-hv.Events():
+			st.apply(ev, board, log)
+			if ev.kind == eventPanicked {
+				quit("guest panicked")
+			}
+		case <-hv.Exited():
+			for drained := false; !drained; {
+				select {
+				case ev := <-hv.Events():
+					st.apply(ev, board, log)
+				default:
+					drained = true
+				}
+			}
+			return st.outcome(cfg, o, hv)
+		}
+	}
+}
+
+func (st *runState) apply(ev event, board *statusBoard, log *zap.Logger) {
+	log.Info("guest event", zap.Stringer("kind", ev.kind), zap.Bool("guest", ev.guest), zap.String("reason", ev.reason))
+	switch ev.kind {
+	case eventRunning:
+		if st.stopping == "" {
+			board.set(StateRunning, "")
+		}
+	case eventPaused:
+		if st.stopping == "" && st.shutdown == nil {
+			board.set(StatePaused, ev.reason)
+		}
+	case eventShutdown:
+		e := ev
+		st.shutdown = &e
+		board.set(StateStopping, ev.reason)
+	case eventPanicked:
+		st.panicked = ev.reason
+	}
+}
+
+func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor) Outcome {
+	name := QEMUName
+	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
+		name = CloudHypervisorName
+	}
+	switch {
+	case st.watchdogFired:
+		return failf(ExitKVMUnusable, "acceleration kvm: KVM could not run the guest: the guest kernel printed nothing within %s (at most the boot stub's lines); this node's KVM cannot run guest kernels (schedule the VM on a node with hardware virtualization, or set acceleration to Emulated)", o.BootWatchdog)
+	case st.panicked != "":
+		return failf(ExitGuestPanicked, "guest kernel panicked (%s)", st.panicked)
+	case st.forced:
+		return failf(ExitGraceExpired, "guest did not power off within the grace period (%ds) after %s; %s was stopped", cfg.GracePeriodSeconds, st.stopping, name)
+	case st.shutdown != nil && st.shutdown.guest:
+		if st.stopping != "" {
+			return Outcome{Code: ExitOK, Message: "stopped on " + st.stopping + ": guest powered off"}
+		}
+		return Outcome{Code: ExitOK, Message: "guest powered off (" + st.shutdown.reason + ")"}
+	default:
+		detail := hv.ExitDetail()
+		select {
+		case <-st.kernelOutput:
+		default:
+			if kvmFailure(cfg, detail) {
+				return failf(ExitKVMUnusable, "acceleration kvm: KVM could not run the guest: %s exited before the guest kernel printed anything: %s", name, detail)
+			}
+		}
+		return failf(ExitHypervisorFailed, "%s exited unexpectedly: %s", name, detail)
+	}
+}
+
+func signalName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok {
+		if n := unix.SignalName(s); n != "" {
+			return n
+		}
+	}
+	return sig.String()
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the runner's tests and the guest fixture need: QEMU and qemu-img
+# to boot the guest, busybox-static and e2fsprogs (mkfs.ext4) to build it, iproute2 for the
+# tests' network namespaces. Needs root; a no-op when everything is installed.
+set -euo pipefail
+
+packages=(qemu-system-x86 qemu-utils busybox-static e2fsprogs iproute2 ca-certificates)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "install-deps: all of ${packages[*]} installed"
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: missing ${missing[*]}; run this script as root" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
