@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 include tools/make/k8sbins.mk
--include tools/make/runner.mk
+include tools/make/runner.mk
 
 CONTROLLER_GEN := go tool controller-gen
 
@@ -31,10 +31,11 @@ ENVTEST_ENV := KUBEBUILDER_ASSETS= TEST_ASSET_KUBE_APISERVER=$(K8S_BIN)/kube-api
 
 .PHONY: test-controller
 test-controller: control-plane ## Controller and API tests against a real kube-apiserver and etcd.
-	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/...
+	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/podspec/... ./pkg/runnerconfig/...
 
 .PHONY: test
-test: verify-generated vet test-controller $(if $(wildcard tools/make/runner.mk),test-runner) ## Everything CI runs.
+test: verify-generated vet control-plane guest-fixture ## Everything CI runs: every package, real API server, real guests.
+	$(ENVTEST_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -timeout 30m ./...
 
 .PHONY: bench-controller
 bench-controller: control-plane ## 1,000 VMs against a real API server: time to pods and status, requests, CPU, RSS.
