@@ -21,7 +21,7 @@ $(K8S_BIN)/kube-apiserver:
 	@mkdir -p $(K8S_BIN)
 	$(K8S_BUILD) -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
 
-K8S_CMDS := kube-controller-manager kube-scheduler kubelet kubectl
+K8S_CMDS := kube-controller-manager kube-scheduler kubelet kubectl kube-proxy
 $(addprefix $(K8S_BIN)/,$(K8S_CMDS)): $(K8S_BIN)/%:
 	@mkdir -p $(K8S_BIN)
 	$(K8S_BUILD) -o $@.tmp k8s.io/kubernetes/cmd/$* && mv $@.tmp $@
@@ -35,3 +35,16 @@ $(ETCD_BIN)/etcd:
 
 .PHONY: control-plane
 control-plane: $(K8S_BIN)/kube-apiserver $(ETCD_BIN)/etcd ## Build kube-apiserver and etcd for envtest.
+
+# containerd v2 (image volumes need >= 2.1), its runc shim and ctr.
+CONTAINERD_VERSION := v2.4.2
+CONTAINERD_BIN := $(VIRTPOD_CACHE)/containerd-$(CONTAINERD_VERSION)
+CONTAINERD_CMDS := containerd containerd-shim-runc-v2 ctr
+$(addprefix $(CONTAINERD_BIN)/,$(CONTAINERD_CMDS)): $(CONTAINERD_BIN)/%:
+	@mkdir -p $(CONTAINERD_BIN)
+	cd tools/containerdbin && CGO_ENABLED=0 go build -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
+		-ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)' \
+		-o $@.tmp github.com/containerd/containerd/v2/cmd/$* && mv $@.tmp $@
+
+.PHONY: containerd
+containerd: $(addprefix $(CONTAINERD_BIN)/,$(CONTAINERD_CMDS)) ## Build containerd, the runc shim and ctr.

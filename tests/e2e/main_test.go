@@ -1,0 +1,125 @@
+// Package e2e tests virtpod through the whole stack on the local one-node cluster
+// (tools/localcluster): kubectl apply of a VirtualMachine ends with a guest running in a pod a
+// kubelet started. Run with `make test-e2e`, which brings the cluster up.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/virtpod/virtpod/controllers/manager"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+var (
+	kube    client.Client
+	kubeset *kubernetes.Clientset
+	kubectl string
+)
+
+func TestMain(m *testing.M) {
+	if err := setup(); err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "FAIL: end-to-end prerequisites:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "SKIP: end-to-end tests need the local cluster (make test-e2e):", err)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// setup connects to the cluster and installs virtpod the way a user does.
+func setup() error {
+	kubectl = os.Getenv("KUBECTL")
+	kubeconfig := os.Getenv("KUBECONFIG")
+	if kubectl == "" || kubeconfig == "" {
+		return fmt.Errorf("KUBECTL and KUBECONFIG are not set")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	if kube, err = client.New(cfg, client.Options{Scheme: manager.Scheme()}); err != nil {
+		return err
+	}
+	if kubeset, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if _, err := kubeset.Discovery().ServerVersion(); err != nil {
+		return fmt.Errorf("cluster unreachable: %w", err)
+	}
+	if out, err := run("apply", "-k", kubeapi.Root()+"/config/local"); err != nil {
+		return fmt.Errorf("kubectl apply -k config/local: %v\n%s", err, out)
+	}
+	if out, err := run("wait", "--for=condition=Established", "crd/virtualmachines.vm.virtpod.io", "--timeout=60s"); err != nil {
+		return fmt.Errorf("%v\n%s", err, out)
+	}
+	if out, err := run("-n", "virtpod-system", "rollout", "status", "deployment/virtpod-controller", "--timeout=180s"); err != nil {
+		return fmt.Errorf("controller not available: %v\n%s", err, out)
+	}
+	return nil
+}
+
+func run(args ...string) (string, error) {
+	out, err := exec.Command(kubectl, args...).CombinedOutput()
+	return string(out), err
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	if err := kube.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := run("-n", ns.Name, "get", "vm,pods,events", "-o", "wide")
+			t.Logf("namespace %s at failure:\n%s", ns.Name, out)
+		}
+		_ = kube.Delete(context.Background(), ns)
+	})
+	return ns.Name
+}
+
+// eventually polls check until it passes or timeout; the cluster works at its own pace.
+func eventually(t *testing.T, what string, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s: %v", what, timeout, err)
+}
+
+func podLogs(ns, pod string) string {
+	b, err := kubeset.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).Do(context.Background()).Raw()
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func contains(s string, parts ...string) error {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return fmt.Errorf("%q not in:\n%s", p, s)
+		}
+	}
+	return nil
+}

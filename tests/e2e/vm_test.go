@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+const (
+	guestImage = "localhost/virtpod/guest:dev"
+	marker     = "VIRTPOD-GUEST-READY"
+)
+
+func newVM(ns, name string) *vmv1.VirtualMachine {
+	return &vmv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name}},
+		Spec: vmv1.VirtualMachineSpec{
+			Acceleration:                  vmv1.AccelerationEmulated,
+			TerminationGracePeriodSeconds: ptr.To[int64](20),
+			Guest: vmv1.GuestSpec{
+				CPUs: 1, Memory: resource.MustParse("256Mi"),
+				KernelImage: guestImage,
+				RootDisk:    vmv1.RootDisk{Image: guestImage, Size: ptr.To(resource.MustParse("512Mi"))},
+				Ports:       []vmv1.Port{{Name: "http", Port: 80}},
+			},
+		},
+	}
+}
+
+func getVM(t *testing.T, ns, name string) *vmv1.VirtualMachine {
+	t.Helper()
+	vm := &vmv1.VirtualMachine{}
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, vm); err != nil {
+		t.Fatal(err)
+	}
+	return vm
+}
+
+func waitRunning(t *testing.T, ns, name string, restarts int32) *vmv1.VirtualMachine {
+	t.Helper()
+	var vm *vmv1.VirtualMachine
+	eventually(t, fmt.Sprintf("VM %s Running after %d restarts", name, restarts), 4*time.Minute, func() error {
+		vm = getVM(t, ns, name)
+		if vm.Status.Phase != vmv1.PhaseRunning || vm.Status.RestartCount != restarts || vm.Status.Node == "" || vm.Status.PodIP == "" {
+			return fmt.Errorf("status %+v", vm.Status)
+		}
+		return nil
+	})
+	return vm
+}
+
+// TestVMLifecycle: apply → pod scheduled → guest boots → Running with node and IP → a guest port
+// answers another pod at the VM's IP → the runner's hypervisor is killed and restartPolicy
+// Always brings it back → deleting the VM shuts the guest down cleanly and removes the pod.
+func TestVMLifecycle(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	if err := kube.Create(ctx, newVM(ns, "web")); err != nil {
+		t.Fatal(err)
+	}
+	vm := waitRunning(t, ns, "web", 0)
+	pod := podspec.PodName("web")
+	eventually(t, "guest console marker in the pod's logs", time.Minute, func() error {
+		return contains(podLogs(ns, pod), marker)
+	})
+	if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready condition: %+v", c)
+	}
+
+	// Another pod reaches the guest's HTTP server at the VM's IP.
+	got := fetchFrom(t, ns, "http://"+vm.Status.PodIP+"/")
+	if err := contains(got, "virtpod guest web"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Kill the hypervisor: the runner reports it, the controller restarts the guest.
+	qemu := findQEMU(t, "web")
+	if err := syscall.Kill(qemu, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	vm = waitRunning(t, ns, "web", 1)
+	if vm.Status.LastTermination == nil || vm.Status.LastTermination.ExitCode == 0 || !strings.Contains(vm.Status.LastTermination.Message, "killed") {
+		t.Fatalf("the restart's cause is not in status: %+v", vm.Status.LastTermination)
+	}
+
+	// Delete: the guest gets its ACPI power-down and the pod goes away.
+	logs := followLogs(t, ns, pod)
+	if err := kube.Delete(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "runner pod gone", 2*time.Minute, func() error {
+		_, err := kubeset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("pod still there (%v)", err)
+	})
+	out := <-logs
+	if err := contains(out, "reboot: Power down"); err != nil {
+		t.Fatalf("the guest did not power down cleanly: %v", err)
+	}
+}
+
+// TestProviderBinaryMissing: a runner image without QEMU fails the VM with the runner's words.
+func TestProviderBinaryMissing(t *testing.T) {
+	ns := namespace(t)
+	vm := newVM(ns, "nohv")
+	vm.Spec.RunnerImage = "localhost/virtpod/runner-nohypervisor:dev"
+	vm.Spec.RestartPolicy = vmv1.RestartNever
+	if err := kube.Create(context.Background(), vm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "VM Failed with the provider-not-found reason", 3*time.Minute, func() error {
+		got := getVM(t, ns, "nohv")
+		c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionReady)
+		if got.Status.Phase != vmv1.PhaseFailed || c == nil {
+			return fmt.Errorf("status %+v", got.Status)
+		}
+		return contains(c.Message, "provider binary not found: qemu-system-x86_64")
+	})
+}
+
+// fetchFrom runs a toolbox pod that fetches url and returns what it printed.
+func fetchFrom(t *testing.T, ns, url string) string {
+	t.Helper()
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "wget", Image: "localhost/virtpod/toolbox:dev",
+				Command: []string{"wget", "-q", "-T", "5", "-O", "-", url}}},
+		},
+	}
+	if err := kube.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "client pod done", 2*time.Minute, func() error {
+		got := &corev1.Pod{}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		switch got.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("client pod failed: %s", podLogs(ns, "client"))
+		}
+		return fmt.Errorf("client pod %s", got.Status.Phase)
+	})
+	return podLogs(ns, "client")
+}
+
+// findQEMU finds the host pid of the VM's hypervisor (the test runs on the node as root).
+func findQEMU(t *testing.T, vmName string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if strings.HasSuffix(args[0], "qemu-system-x86_64") && slices.Contains(args, "guest="+vmName) {
+			var pid int
+			fmt.Sscanf(filepath.Base(filepath.Dir(p)), "%d", &pid)
+			return pid
+		}
+	}
+	t.Fatalf("no qemu-system-x86_64 process for VM %s", vmName)
+	return 0
+}
+
+// followLogs streams the pod's logs until the container ends.
+func followLogs(t *testing.T, ns, pod string) <-chan string {
+	t.Helper()
+	cmd := exec.Command(kubectl, "-n", ns, "logs", "-f", pod)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan string, 1)
+	attached := make(chan struct{})
+	go func() {
+		var b strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if b.Len() == 0 {
+				close(attached) // the first line means kubectl is streaming
+			}
+			b.WriteString(sc.Text() + "\n")
+		}
+		_ = cmd.Wait()
+		out <- b.String()
+	}()
+	select {
+	case <-attached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("kubectl logs -f printed nothing")
+	}
+	return out
+}

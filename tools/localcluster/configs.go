@@ -1,0 +1,156 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Addresses the tool creates and uses, and nothing else: the node's /32 on a bridge of its own
+// (no dummy interfaces without kernel modules), pods and Services in private ranges that the
+// runner tests (10.213.0.0/24) do not use.
+const (
+	defaultNodeIP       = "10.217.0.1"
+	podCIDR             = "10.218.0.0/24"
+	serviceCIDR         = "10.219.0.0/24"
+	kubernetesServiceIP = "10.219.0.1"
+	nodeBridge          = "vpnode0"
+	podBridge           = "vpcni0"
+	apiserverPort       = 6443
+	etcdClientURL       = "http://127.0.0.1:22379"
+	etcdPeerURL         = "http://127.0.0.1:22380"
+	containerdState     = "/run/virtpod-containerd"
+	sandboxImage        = "localhost/virtpod/pause:3.10"
+)
+
+func (c *cluster) socket() string { return containerdState + "/containerd.sock" }
+
+// kubeconfig writes a kubeconfig for a client certificate in the pki folder.
+func (c *cluster) kubeconfig(name, server string) (string, error) {
+	pki := c.path("pki")
+	body := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: virtpod-local
+  cluster:
+    server: %s
+    certificate-authority: %s
+contexts:
+- name: virtpod-local
+  context: {cluster: virtpod-local, user: %s}
+current-context: virtpod-local
+users:
+- name: %s
+  user:
+    client-certificate: %s
+    client-key: %s
+`, server, filepath.Join(pki, "ca.crt"), name, name, filepath.Join(pki, name+".crt"), filepath.Join(pki, name+".key"))
+	path := c.path("kubeconfig", name+".kubeconfig")
+	return path, writeFile(path, body, 0o600)
+}
+
+func (c *cluster) containerdConfig() (string, error) {
+	body := fmt.Sprintf(`version = 3
+root = %q
+state = %q
+
+[grpc]
+  address = %q
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # root lacks CAP_SYS_RESOURCE here: runc must not lower oom_score_adj below its own.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = 'runc'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %q
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [%q]
+    conf_dir = %q
+`, c.path("containerd", "root"), containerdState, c.socket(), sandboxImage, c.runc, c.cniBin, c.path("cni", "net.d"))
+	path := c.path("config", "containerd.toml")
+	return path, writeFile(path, body, 0o644)
+}
+
+func (c *cluster) cniConfig() error {
+	body := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "virtpod",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": true,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": %q
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, podBridge, podCIDR, c.path("cni", "ipam"))
+	return writeFile(c.path("cni", "net.d", "10-virtpod.conflist"), body, 0o644)
+}
+
+func (c *cluster) kubeletConfig() (string, error) {
+	pki := c.path("pki")
+	body := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %s}
+authorization: {mode: AlwaysAllow}
+# cgroups are v1 on these machines, without systemd.
+cgroupDriver: cgroupfs
+failCgroupV1: false
+containerRuntimeEndpoint: unix://%s
+tlsCertFile: %s
+tlsPrivateKeyFile: %s
+clusterDomain: cluster.local
+failSwapOn: false
+podLogsDir: %s
+serializeImagePulls: false
+# A development machine's disk and memory are shared: evict only when nearly out.
+evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%", "nodefs.inodesFree": "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+`, filepath.Join(pki, "ca.crt"), c.socket(), filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), c.path("pod-logs"))
+	path := c.path("config", "kubelet.yaml")
+	return path, writeFile(path, body, 0o644)
+}
+
+func (c *cluster) kubeProxyConfig(kubeconfig string) (string, error) {
+	body := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: %s}
+mode: iptables
+clusterCIDR: %s
+hostnameOverride: %s
+# Do not touch conntrack sysctls: root here cannot set them, and a one-node cluster needs none.
+conntrack: {maxPerCore: 0}
+`, kubeconfig, podCIDR, c.nodeName)
+	path := c.path("config", "kube-proxy.yaml")
+	return path, writeFile(path, body, 0o644)
+}
+
+func writeFile(path, body string, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(strings.TrimLeft(body, "\n")), mode)
+}

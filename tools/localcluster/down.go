@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-iptables/iptables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"k8s.io/client-go/rest"
+)
+
+// down stops the cluster and removes everything it made: processes (by pid file, then every
+// process left in the kubepods cgroups, shims included), mounts, network namespaces, bridges,
+// iptables chains and state.
+func (c *cluster) down() error {
+	var errs []string
+	note := func(err error) {
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	for _, name := range []string{"kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-apiserver"} {
+		note(c.stop(name))
+	}
+	killCgroups("kubepods")
+	killMatching(c.socket()) // shims name their containerd's socket
+	note(c.stop("containerd"))
+	note(c.stop("etcd"))
+	killCgroups("kubepods")
+	for _, root := range []string{c.dir, containerdState, "/run/netns", "/var/run/netns", "/var/lib/kubelet"} {
+		unmountUnder(root)
+	}
+	removeCgroups("kubepods")
+	for _, name := range []string{podBridge, nodeBridge} {
+		if l, err := netlink.LinkByName(name); err == nil {
+			note(netlink.LinkDel(l))
+		}
+	}
+	note(cleanChains())
+	for _, p := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers", "/var/log/pods", containerdState} {
+		note(os.RemoveAll(p))
+	}
+	for _, sub := range []string{"etcd", "containerd", "kubelet", "cni", "pids", "pod-logs", "config"} {
+		note(os.RemoveAll(c.path(sub)))
+	}
+	netns, _ := filepath.Glob("/run/netns/cni-*")
+	for _, n := range netns {
+		note(os.Remove(n))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("cleanup left problems:\n  %s", strings.Join(errs, "\n  "))
+	}
+	fmt.Printf("cluster down; logs kept in %s\n", c.path("logs"))
+	return nil
+}
+
+// killCgroups kills every process in the named cgroup subtree of each v1 hierarchy: the pods'
+// containers, which outlive the kubelet and containerd.
+func killCgroups(name string) {
+	for i := 0; i < 3; i++ {
+		pids := map[int]bool{}
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", name))
+		for _, d := range dirs {
+			_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+				if err == nil && e.Name() == "cgroup.procs" {
+					b, _ := os.ReadFile(p)
+					for _, f := range strings.Fields(string(b)) {
+						if pid, err := strconv.Atoi(f); err == nil {
+							pids[pid] = true
+						}
+					}
+				}
+				return nil
+			})
+		}
+		if len(pids) == 0 {
+			return
+		}
+		for pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func removeCgroups(name string) {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", name))
+	for _, d := range dirs {
+		var all []string
+		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				all = append(all, p)
+			}
+			return nil
+		})
+		sort.Sort(sort.Reverse(sort.StringSlice(all))) // children first
+		for _, p := range all {
+			_ = unix.Rmdir(p)
+		}
+	}
+}
+
+// killMatching kills processes whose command line contains s.
+func killMatching(s string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+			_ = killWait(pid, 5*time.Second)
+		}
+	}
+}
+
+// unmountUnder detaches every mount below root, deepest first.
+func unmountUnder(root string) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == root || strings.HasPrefix(fields[4], root+"/")) {
+			points = append(points, fields[4])
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, p := range points {
+		_ = unix.Unmount(p, unix.MNT_DETACH)
+	}
+}
+
+// cleanChains removes the chains kube-proxy and the CNI plugins made (KUBE-*, CNI-*) and the
+// jumps to them, from IPv4 and IPv6 tables.
+func cleanChains() error {
+	var errs []string
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		ipt, err := iptables.NewWithProtocol(proto)
+		if err != nil {
+			continue // no ip6tables: nothing was made there either
+		}
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			chains, err := ipt.ListChains(table)
+			if err != nil {
+				continue
+			}
+			ours := func(ch string) bool { return strings.HasPrefix(ch, "KUBE-") || strings.HasPrefix(ch, "CNI-") }
+			for _, ch := range chains {
+				if ours(ch) {
+					continue
+				}
+				rules, _ := ipt.List(table, ch)
+				for _, r := range rules {
+					for _, o := range chains {
+						if ours(o) && strings.Contains(r, "-j "+o) {
+							spec := strings.Fields(strings.TrimPrefix(r, "-A "+ch+" "))
+							_ = ipt.Delete(table, ch, spec...)
+							break
+						}
+					}
+				}
+			}
+			for _, ch := range chains {
+				if ours(ch) {
+					_ = ipt.ClearChain(table, ch)
+				}
+			}
+			for _, ch := range chains {
+				if ours(ch) {
+					if err := ipt.DeleteChain(table, ch); err != nil {
+						errs = append(errs, fmt.Sprintf("%s %s: %v", table, ch, err))
+					}
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("iptables: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (c *cluster) status(ctx context.Context) error {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy"} {
+		if pid, ok := c.alive(name); ok {
+			fmt.Printf("%-24s running (pid %d)\n", name, pid)
+		} else {
+			fmt.Printf("%-24s stopped\n", name)
+		}
+	}
+	kc := c.path("kubeconfig", "admin.kubeconfig")
+	cs, err := clientFor(kc)
+	if err == nil {
+		if err = nodeReady(cs, c.nodeName)(ctx); err == nil {
+			fmt.Printf("node %s Ready\n", c.nodeName)
+		}
+	}
+	if err != nil {
+		fmt.Printf("node %s: %v\n", c.nodeName, err)
+	}
+	fmt.Printf("KUBECONFIG=%s\n", kc)
+	return nil
+}
+
+func restHTTPClient(cfg *rest.Config) (*http.Client, error) { return rest.HTTPClientFor(cfg) }

@@ -1,0 +1,84 @@
+// Command localcluster runs a one-node Kubernetes cluster built from source on this machine:
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet and
+// kube-proxy, each a process with a pid file and a log in one folder. `down` leaves nothing
+// behind. It stands in for kind where there is no Docker.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+)
+
+// cluster is where the cluster keeps its state and where its binaries are.
+type cluster struct {
+	dir       string // state: pki, kubeconfigs, configs, data, logs, pids
+	k8sBin    string
+	etcdBin   string
+	ctrdBin   string
+	runc      string
+	cniBin    string
+	nodeName  string
+	nodeIP    string
+	imagesDir string // image tarballs imported into containerd on `up`
+}
+
+func (c *cluster) path(parts ...string) string {
+	return filepath.Join(append([]string{c.dir}, parts...)...)
+}
+
+// binFor maps a component to its binary.
+func (c *cluster) binFor(name string) string {
+	switch name {
+	case "etcd":
+		return filepath.Join(c.etcdBin, "etcd")
+	case "containerd":
+		return filepath.Join(c.ctrdBin, "containerd")
+	default:
+		return filepath.Join(c.k8sBin, name)
+	}
+}
+
+func main() {
+	cache := os.Getenv("VIRTPOD_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "virtpod")
+	}
+	c := &cluster{}
+	root := &cobra.Command{
+		Use:           "localcluster",
+		Short:         "A one-node Kubernetes cluster from source, for virtpod's demo and end-to-end tests",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&c.dir, "dir", filepath.Join(cache, "cluster"), "folder for the cluster's state, logs and pid files")
+	f.StringVar(&c.k8sBin, "k8s-bin", filepath.Join(cache, "k8s-v1.37.2"), "folder with kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl")
+	f.StringVar(&c.etcdBin, "etcd-bin", filepath.Join(cache, "etcd-v3.6.16"), "folder with etcd")
+	f.StringVar(&c.ctrdBin, "containerd-bin", filepath.Join(cache, "containerd-v2.4.2"), "folder with containerd, containerd-shim-runc-v2 and ctr")
+	f.StringVar(&c.runc, "runc", "/usr/sbin/runc", "runc binary (Debian package runc)")
+	f.StringVar(&c.cniBin, "cni-bin", "/usr/lib/cni", "CNI plugin folder (Debian package containernetworking-plugins)")
+	f.StringVar(&c.nodeName, "node-name", "virtpod-node", "the node's name")
+	f.StringVar(&c.nodeIP, "node-ip", defaultNodeIP, "the node's address, put on a bridge of its own as a /32")
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Start the cluster (a no-op for parts already running) and print the kubeconfig's path",
+		RunE:  func(cmd *cobra.Command, _ []string) error { return c.up(cmd.Context()) },
+	}
+	up.Flags().StringVar(&c.imagesDir, "images", filepath.Join(cache, "images"), "image tarballs (*.tar) to import into containerd")
+	root.AddCommand(up,
+		&cobra.Command{Use: "down", Short: "Stop everything and remove processes, mounts, bridges, iptables chains and state",
+			RunE: func(*cobra.Command, []string) error { return c.down() }},
+		&cobra.Command{Use: "status", Short: "Show each component and the node",
+			RunE: func(cmd *cobra.Command, _ []string) error { return c.status(cmd.Context()) }},
+		&cobra.Command{Use: "kubeconfig", Short: "Print the admin kubeconfig's path",
+			Run: func(*cobra.Command, []string) { fmt.Println(c.path("kubeconfig", "admin.kubeconfig")) }},
+	)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		os.Exit(1)
+	}
+}
