@@ -2,15 +2,12 @@ package cloudhypervisor
 
 import (
 	"encoding/json"
-	"flag"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	goldenfile "github.com/virtpod/virtpod/tests/golden"
+)
 
 func baseSpec() Spec {
 	return Spec{
@@ -34,20 +31,7 @@ func golden(t *testing.T, name string, v any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(b) + "\n"
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./pkg/cloudhypervisor -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("config differs from %s (-update rewrites it):\n--- got\n%s--- want\n%s", path, got, want)
-	}
+	goldenfile.Check(t, name+".golden", append(b, '\n'))
 }
 
 func TestGolden(t *testing.T) {

@@ -1,9 +1,6 @@
 package podspec_test
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,9 +12,8 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	goldenfile "github.com/virtpod/virtpod/tests/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func baseVM() *vmv1.VirtualMachine {
 	return &vmv1.VirtualMachine{
@@ -70,19 +66,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./pkg/podspec -update)", err)
-			}
-			if string(got) != string(want) {
-				t.Errorf("pod differs from %s (run with -update if intended):\n%s", path, got)
-			}
+			goldenfile.Check(t, name+".golden.yaml", got)
 		})
 	}
 }

@@ -1,16 +1,13 @@
 package qemu
 
 import (
-	"flag"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	goldenfile "github.com/virtpod/virtpod/tests/golden"
+)
 
 func baseSpec() Spec {
 	return Spec{
@@ -34,20 +31,7 @@ func baseSpec() Spec {
 // golden compares argv, one argument a line, with testdata/<name>.golden.
 func golden(t *testing.T, name string, args []string) {
 	t.Helper()
-	got := strings.Join(args, "\n") + "\n"
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./pkg/qemu -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("argv differs from %s (go test ./pkg/qemu -update rewrites it):\n--- got\n%s--- want\n%s", path, got, want)
-	}
+	goldenfile.Check(t, name+".golden", []byte(strings.Join(args, "\n")+"\n"))
 }
 
 func TestGolden(t *testing.T) {

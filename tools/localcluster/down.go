@@ -56,11 +56,60 @@ func (c *cluster) down() error {
 	for _, n := range netns {
 		note(os.Remove(n))
 	}
+	errs = append(errs, c.leftovers()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("cleanup left problems:\n  %s", strings.Join(errs, "\n  "))
 	}
-	fmt.Printf("cluster down; logs kept in %s\n", c.path("logs"))
+	fmt.Printf("cluster down, nothing left behind; logs kept in %s\n", c.path("logs"))
 	return nil
+}
+
+// leftovers checks what down promises: no component or container process, no mount, bridge or
+// chain of ours.
+func (c *cluster) leftovers() []string {
+	var left []string
+	for _, name := range components {
+		if pid, ok := c.alive(name); ok {
+			left = append(left, fmt.Sprintf("%s still runs (pid %d)", name, pid))
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmd, c.socket()) || strings.HasPrefix(cmd, c.k8sBin) || strings.HasPrefix(cmd, c.ctrdBin) {
+			left = append(left, "process left: "+cmd)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], c.dir+"/") || strings.HasPrefix(f[4], containerdState) || strings.HasPrefix(f[4], "/run/netns/cni-")) {
+			left = append(left, "mount left: "+f[4])
+		}
+	}
+	for _, name := range []string{podBridge, nodeBridge} {
+		if _, err := netlink.LinkByName(name); err == nil {
+			left = append(left, "bridge left: "+name)
+		}
+	}
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		ipt, err := iptables.NewWithProtocol(proto)
+		if err != nil {
+			continue
+		}
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			chains, _ := ipt.ListChains(table)
+			for _, ch := range chains {
+				if strings.HasPrefix(ch, "KUBE-") || strings.HasPrefix(ch, "CNI-") {
+					left = append(left, fmt.Sprintf("chain left: %v %s %s", proto, table, ch))
+				}
+			}
+		}
+	}
+	if _, err := os.Stat("/var/lib/kubelet/device-plugins"); err == nil {
+		left = append(left, "left: /var/lib/kubelet/device-plugins")
+	}
+	return left
 }
 
 // killCgroups kills every process in the named cgroup subtree of each v1 hierarchy: the pods'
@@ -160,18 +209,8 @@ func cleanChains() error {
 			}
 			ours := func(ch string) bool { return strings.HasPrefix(ch, "KUBE-") || strings.HasPrefix(ch, "CNI-") }
 			for _, ch := range chains {
-				if ours(ch) {
-					continue
-				}
-				rules, _ := ipt.List(table, ch)
-				for _, r := range rules {
-					for _, o := range chains {
-						if ours(o) && strings.Contains(r, "-j "+o) {
-							spec := strings.Fields(strings.TrimPrefix(r, "-A "+ch+" "))
-							_ = ipt.Delete(table, ch, spec...)
-							break
-						}
-					}
+				if !ours(ch) {
+					deleteJumps(ipt, table, ch, ours)
 				}
 			}
 			for _, ch := range chains {
@@ -194,8 +233,40 @@ func cleanChains() error {
 	return nil
 }
 
-func (c *cluster) status(ctx context.Context) error {
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy"} {
+// deleteJumps removes the rules of chain that jump to one of our chains, by position from the
+// last, since rule texts with quoted comments do not survive a round trip through a shell split.
+func deleteJumps(ipt *iptables.IPTables, table, chain string, ours func(string) bool) {
+	rules, err := ipt.List(table, chain)
+	if err != nil {
+		return
+	}
+	var appended []string
+	for _, r := range rules {
+		if strings.HasPrefix(r, "-A ") {
+			appended = append(appended, r)
+		}
+	}
+	for i := len(appended) - 1; i >= 0; i-- {
+		f := strings.Fields(appended[i])
+		for j := 0; j+1 < len(f); j++ {
+			if (f[j] == "-j" || f[j] == "-g") && ours(f[j+1]) {
+				_ = ipt.DeleteById(table, chain, i+1)
+				break
+			}
+		}
+	}
+}
+
+func (c *cluster) status(ctx context.Context, quiet bool) error {
+	if quiet {
+		for _, name := range components {
+			if _, ok := c.alive(name); !ok {
+				return fmt.Errorf("%s is not running", name)
+			}
+		}
+		return nil
+	}
+	for _, name := range components {
 		if pid, ok := c.alive(name); ok {
 			fmt.Printf("%-24s running (pid %d)\n", name, pid)
 		} else {
@@ -215,5 +286,8 @@ func (c *cluster) status(ctx context.Context) error {
 	fmt.Printf("KUBECONFIG=%s\n", kc)
 	return nil
 }
+
+// components in start order.
+var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy"}
 
 func restHTTPClient(cfg *rest.Config) (*http.Client, error) { return rest.HTTPClientFor(cfg) }

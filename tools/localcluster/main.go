@@ -69,11 +69,14 @@ func main() {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return c.up(cmd.Context()) },
 	}
 	up.Flags().StringVar(&c.imagesDir, "images", filepath.Join(cache, "images"), "image tarballs (*.tar) to import into containerd")
+	var quiet bool
+	status := &cobra.Command{Use: "status", Short: "Show each component and the node; with --quiet, exit 0 only when all run",
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.status(cmd.Context(), quiet) }}
+	status.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing; exit non-zero unless every component runs")
 	root.AddCommand(up,
 		&cobra.Command{Use: "down", Short: "Stop everything and remove processes, mounts, bridges, iptables chains and state",
 			RunE: func(*cobra.Command, []string) error { return c.down() }},
-		&cobra.Command{Use: "status", Short: "Show each component and the node",
-			RunE: func(cmd *cobra.Command, _ []string) error { return c.status(cmd.Context()) }},
+		status,
 		&cobra.Command{Use: "kubeconfig", Short: "Print the admin kubeconfig's path",
 			Run: func(*cobra.Command, []string) { fmt.Println(c.path("kubeconfig", "admin.kubeconfig")) }},
 	)
