@@ -4,6 +4,8 @@ SHELL := /bin/bash
 
 include tools/make/k8sbins.mk
 include tools/make/runner.mk
+include tools/make/images.mk
+include tools/make/cluster.mk
 
 CONTROLLER_GEN := go tool controller-gen
 
@@ -34,8 +36,13 @@ test-controller: control-plane ## Controller and API tests against a real kube-a
 	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/podspec/... ./pkg/runnerconfig/...
 
 .PHONY: test
-test: verify-generated vet control-plane guest-fixture ## Everything CI runs: every package, real API server, real guests.
-	$(ENVTEST_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -timeout 30m ./...
+test: verify-generated vet control-plane guest-fixture ## Everything CI runs: every package, a real API server, real guests, the local cluster.
+	@was_up=no; $(LOCALCLUSTER) status --quiet 2>/dev/null && was_up=yes; \
+	$(MAKE) --no-print-directory cluster-up || exit 1; \
+	$(ENVTEST_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) \
+		go test -count=1 -timeout 30m ./...; rc=$$?; \
+	if [ $$was_up = no ]; then $(LOCALCLUSTER) down || rc=1; fi; \
+	exit $$rc
 
 .PHONY: bench-controller
 bench-controller: control-plane ## 1,000 VMs against a real API server: time to pods and status, requests, CPU, RSS.

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/spf13/cobra"
+
+	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/vmimage"
+	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
+)
+
+const (
+	controllerBinary = "/usr/local/bin/virtpod-controller"
+	pauseBinary      = "/pause"
+	busyboxBinary    = "/bin/busybox"
+)
+
+func newRunnerCommand() *cobra.Command {
+	var binary string
+	var withoutHypervisor bool
+	cmd := &cobra.Command{
+		Use:   "runner",
+		Short: "The runner image: virtpod-runner, qemu-system-x86_64 and qemu-img from this machine with their libraries and firmware",
+		Args:  cobra.NoArgs,
+	}
+	o := addOutputFlags(cmd, "localhost/virtpod/runner:dev")
+	cmd.Flags().StringVar(&binary, "binary", "", "prebuilt static runner binary (default: go build ./runner/cmd/runner)")
+	cmd.Flags().BoolVar(&withoutHypervisor, "without-hypervisor", false, "leave out qemu-system-x86_64, its modules and firmware (tests the runner's \"provider binary not found\")")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		img, err := runnerImage(binary, !withoutHypervisor)
+		if err != nil {
+			return err
+		}
+		return o.write(img)
+	}
+	return cmd
+}
+
+func runnerImage(binary string, withHypervisor bool) (v1.Image, error) {
+	dir, err := os.MkdirTemp("", "imagebuild-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := goBinary(binary, runnerPkg, dir)
+	if err != nil {
+		return nil, err
+	}
+	base, err := baseLayer()
+	if err != nil {
+		return nil, err
+	}
+	qemu, err := qemuLayer(withHypervisor)
+	if err != nil {
+		return nil, err
+	}
+	// The runner changes most often, so it is the top layer and the rest is reused.
+	runner, err := binaryLayer("virtpod-runner", podspec.RunnerBinary, bin)
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.Image(v1.Config{Entrypoint: []string{podspec.RunnerBinary}}, base, qemu, runner)
+}
+
+func newControllerCommand() *cobra.Command {
+	var binary string
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "The controller image: virtpod-controller, running as user 65532",
+		Args:  cobra.NoArgs,
+	}
+	o := addOutputFlags(cmd, "localhost/virtpod/controller:dev")
+	cmd.Flags().StringVar(&binary, "binary", "", "prebuilt static controller binary (default: go build ./controllers/cmd/virtpod-controller)")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		img, err := goImage(binary, controllerPkg, controllerBinary, "65532:65532", true)
+		if err != nil {
+			return err
+		}
+		return o.write(img)
+	}
+	return cmd
+}
+
+func newPauseCommand() *cobra.Command {
+	var binary string
+	cmd := &cobra.Command{
+		Use:   "pause",
+		Short: "The sandbox (pause) image: a static /pause that waits for SIGTERM",
+		Args:  cobra.NoArgs,
+	}
+	o := addOutputFlags(cmd, "localhost/virtpod/pause:3.10")
+	cmd.Flags().StringVar(&binary, "binary", "", "prebuilt static pause binary (default: go build ./tools/imagebuild/pause)")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		// 65535 like the upstream pause image; it needs no /etc/passwd or base layer.
+		img, err := goImage(binary, pausePkg, pauseBinary, "65535:65535", false)
+		if err != nil {
+			return err
+		}
+		return o.write(img)
+	}
+	return cmd
+}
+
+// goImage is an image of one static Go binary, its entrypoint.
+func goImage(binary, pkg, dest, user string, withBase bool) (v1.Image, error) {
+	dir, err := os.MkdirTemp("", "imagebuild-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := goBinary(binary, pkg, dir)
+	if err != nil {
+		return nil, err
+	}
+	var layers []*ociimage.Layer
+	if withBase {
+		base, err := baseLayer()
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, base)
+	}
+	l, err := binaryLayer(dest, dest, bin)
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.Image(v1.Config{Entrypoint: []string{dest}, User: user}, append(layers, l)...)
+}
+
+func newToolboxCommand() *cobra.Command {
+	var busybox string
+	cmd := &cobra.Command{
+		Use:   "toolbox",
+		Short: "A client image for end-to-end tests: static busybox with a link for every applet in /bin",
+		Args:  cobra.NoArgs,
+	}
+	o := addOutputFlags(cmd, "localhost/virtpod/toolbox:dev")
+	cmd.Flags().StringVar(&busybox, "busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		img, err := toolboxImage(busybox)
+		if err != nil {
+			return err
+		}
+		return o.write(img)
+	}
+	return cmd
+}
+
+func toolboxImage(busybox string) (v1.Image, error) {
+	res, err := elfdeps.Resolver{}.Resolve(busybox)
+	if err != nil {
+		return nil, fmt.Errorf("--busybox: %w: install busybox-static", err)
+	}
+	if len(res.Interpreters) > 0 {
+		return nil, fmt.Errorf("--busybox: %s is dynamically linked: install Debian's busybox-static (it replaces busybox)", busybox)
+	}
+	// The applet list comes from the binary itself, so every link works.
+	out, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("--busybox: %s --list: %w", busybox, err)
+	}
+	applets := strings.Fields(string(out))
+	if !slices.Contains(applets, "sh") {
+		return nil, fmt.Errorf("--busybox: %s has no sh applet: use Debian's busybox-static", busybox)
+	}
+	base, err := baseLayer()
+	if err != nil {
+		return nil, err
+	}
+	l := ociimage.NewLayer("busybox")
+	if err := l.HostFile(busyboxBinary, busybox, 0o755); err != nil {
+		return nil, err
+	}
+	for _, a := range applets {
+		if a == "busybox" || strings.Contains(a, "/") {
+			continue
+		}
+		if err := l.Symlink("/bin/"+a, "busybox"); err != nil {
+			return nil, err
+		}
+	}
+	// Cmd, not Entrypoint, like the busybox image: a pod's args then name the applet to run.
+	return ociimage.Image(v1.Config{Cmd: []string{"sh"}}, base, l)
+}
+
+func newVMCommand() *cobra.Command {
+	var f vmimage.Files
+	cmd := &cobra.Command{
+		Use:   "vm",
+		Short: "A VM image: --kernel to /boot/vmlinuz, --initrd to /boot/initrd.img, --disk to /disk/root.img",
+		Args:  cobra.NoArgs,
+	}
+	o := addOutputFlags(cmd, "localhost/virtpod/guest:dev")
+	cmd.Flags().StringVar(&f.Kernel, "kernel", "", "guest kernel (bzImage), installed as "+vmimage.KernelPath)
+	cmd.Flags().StringVar(&f.Initrd, "initrd", "", "guest initramfs, installed as "+vmimage.InitrdPath)
+	cmd.Flags().StringVar(&f.Disk, "disk", "", "root disk, raw or qcow2, installed as "+vmimage.DiskPath)
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		img, err := vmimage.Image(f)
+		if err != nil {
+			return err
+		}
+		return o.write(img)
+	}
+	return cmd
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+
+	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
+)
+
+// Where Debian installs QEMU. The image keeps the same paths, so the data, firmware and module
+// directories compiled into Debian's QEMU (--firmwarepath, CONFIG_QEMU_MODDIR) stay right, and
+// the runner's defaults (/usr/bin/...) find the binaries.
+const (
+	qemuSystem    = "/usr/bin/qemu-system-x86_64"
+	qemuImg       = "/usr/bin/qemu-img"
+	qemuModuleDir = "/usr/lib/x86_64-linux-gnu/qemu"
+)
+
+// qemuFirmwareDirs is Debian's firmware search path, in QEMU's order.
+var qemuFirmwareDirs = []string{"/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu"}
+
+// qemuFirmware is what the runner's machine (q35, -nodefaults, direct kernel boot, virtio-blk
+// and virtio-net, see pkg/qemu) loads; the rest of /usr/share/qemu is for other machines and
+// architectures. A test boots a guest in the extracted image to prove the set complete.
+var qemuFirmware = []struct{ name, pkg string }{
+	{"bios-256k.bin", "seabios"},              // SeaBIOS, the q35 BIOS
+	{"kvmvapic.bin", "qemu-system-data"},      // x86 TPR-patching option ROM, loaded on every x86 machine
+	{"linuxboot_dma.bin", "qemu-system-data"}, // boots -kernel/-initrd over fw_cfg DMA
+	{"linuxboot.bin", "qemu-system-data"},     // the same on machine types without fw_cfg DMA
+	{"pvh.bin", "qemu-system-data"},           // boots -kernel files that are PVH ELF kernels
+	{"efi-virtio.rom", "ipxe-qemu"},           // virtio-net-pci's option ROM, loaded even if never used
+}
+
+// qemuModules are loadable modules the runner's QEMU needs: Debian builds TCG as a module, and
+// -accel tcg (emulated VMs) fails without it. A QEMU built without modules has no module dir.
+var qemuModules = []string{"accel-tcg-x86_64.so"}
+
+// qemuLayer holds qemu-img and, with the hypervisor, qemu-system-x86_64 with its modules and
+// firmware, plus every shared library and the dynamic loader they need, at their host paths.
+func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
+	l := ociimage.NewLayer("qemu")
+	programs := []string{qemuImg}
+	if withHypervisor {
+		programs = append(programs, qemuSystem)
+		mods, err := existing(qemuModuleDir, qemuModules)
+		if err != nil {
+			return nil, err
+		}
+		programs = append(programs, mods...)
+	}
+	var real []string
+	for _, p := range programs {
+		r, err := l.HostPath(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s not found: install Debian's qemu-system-x86 and qemu-utils (tools/ci/install-deps.sh)", p)
+		}
+		if err != nil {
+			return nil, err
+		}
+		real = append(real, r)
+	}
+	deps, err := elfdeps.Resolver{}.Resolve(real...)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range append(deps.Interpreters, deps.Libraries...) {
+		if _, err := l.HostPath(p); err != nil {
+			return nil, err
+		}
+	}
+	if !withHypervisor {
+		return l, nil
+	}
+	for _, fw := range qemuFirmware {
+		p, err := findFirmware(fw.name)
+		if err != nil {
+			return nil, fmt.Errorf("QEMU firmware %s: %w: install Debian's %s", fw.name, err, fw.pkg)
+		}
+		if _, err := l.HostPath(p); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// findFirmware returns the file QEMU would load for name: the first firmware dir that has it.
+func findFirmware(name string) (string, error) {
+	for _, dir := range qemuFirmwareDirs {
+		p := path.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("not in %v", qemuFirmwareDirs)
+}
+
+// existing returns the modules present in dir; none when QEMU has no module dir at all.
+func existing(dir string, names []string) ([]string, error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, n := range names {
+		p := path.Join(dir, n)
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("QEMU module %s: %w: install Debian's qemu-system-x86 (its modules must match the binary)", p, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
