@@ -60,7 +60,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 
 	var st runState
 	st.kernelOutput = con.KernelOutput()
-	var grace, watchdog <-chan time.Time
+	var grace, watchdog, repress <-chan time.Time
 	first := con.KernelOutput()
 	if cfg.Acceleration == runnerconfig.AccelKVM && o.BootWatchdog > 0 {
 		watchdog = time.After(o.BootWatchdog)
@@ -92,6 +92,14 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 				quit("power-down failed")
 			}
 			grace = time.After(time.Duration(cfg.GracePeriodSeconds) * time.Second)
+			repress = time.After(powerdownRepeat)
+		case <-repress:
+			// A guest still booting when the first press came had nothing listening for the
+			// power button yet; pressing again is harmless to one that is already going down.
+			if st.shutdown == nil {
+				_ = hv.Powerdown(ctx)
+				repress = time.After(powerdownRepeat)
+			}
 		case <-grace:
 			grace = nil
 			st.forced = true
@@ -114,6 +122,10 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		}
 	}
 }
+
+// powerdownRepeat is how often the ACPI power button is pressed again while the guest has not
+// shut down.
+const powerdownRepeat = 3 * time.Second
 
 func (st *runState) apply(ev event, board *statusBoard, log *zap.Logger) {
 	log.Info("guest event", zap.Stringer("kind", ev.kind), zap.Bool("guest", ev.guest), zap.String("reason", ev.reason))

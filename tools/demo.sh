@@ -29,7 +29,7 @@ for _ in $(seq 1 30); do
 	k logs demo-runner 2>/dev/null | grep -q VIRTPOD-GUEST-READY && break
 	sleep 1
 done
-k logs demo-runner | grep -v '^{' | head -n 12
+k logs demo-runner | grep -v '^{' | sed -n '1,12p'
 
 cat <<EOM
 

@@ -42,6 +42,12 @@ func newVM(ns, name string) *vmv1.VirtualMachine {
 				RootDisk:    vmv1.RootDisk{Image: guestImage, Size: ptr.To(resource.MustParse("512Mi"))},
 				Ports:       []vmv1.Port{{Name: "http", Port: 80}},
 			},
+			// A small request so the tests fit a 2-core node beside the demo VM; the guest
+			// may still use a whole core.
+			PodResources: &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("448Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("448Mi")},
+			},
 		},
 	}
 }
@@ -87,7 +93,7 @@ func TestVMLifecycle(t *testing.T) {
 	}
 
 	// Another pod reaches the guest's HTTP server at the VM's IP.
-	got := fetchFrom(t, ns, "http://"+vm.Status.PodIP+"/")
+	got := fetchFrom(t, ns, vm.Status.PodIP, 80)
 	if err := contains(got, "virtpod guest web"); err != nil {
 		t.Fatal(err)
 	}
@@ -139,16 +145,18 @@ func TestProviderBinaryMissing(t *testing.T) {
 	})
 }
 
-// fetchFrom runs a toolbox pod that fetches url and returns what it printed.
-func fetchFrom(t *testing.T, ns, url string) string {
+// fetchFrom runs a toolbox pod that sends an HTTP GET to ip:port and returns what it printed.
+// (busybox's wget, statically linked against glibc, crashes resolving even an IP literal; nc
+// does not resolve.)
+func fetchFrom(t *testing.T, ns, ip string, port int) string {
 	t.Helper()
 	ctx := context.Background()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client"},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "wget", Image: "localhost/virtpod/toolbox:dev",
-				Command: []string{"wget", "-q", "-T", "5", "-O", "-", url}}},
+			Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
+				Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, ip, port)}}},
 		},
 	}
 	if err := kube.Create(ctx, p); err != nil {
