@@ -25,7 +25,7 @@ func containerdDir(t *testing.T) string {
 			return d
 		}
 	}
-	t.Skipf("no containerd, ctr and shim in %s/containerd-*: build the local cluster's binaries first", cache)
+	needTool(t, "no containerd, ctr and shim in "+cache+"/containerd-*", "run `make containerd`", false)
 	return ""
 }
 
