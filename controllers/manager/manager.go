@@ -8,8 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	imagemapctrl "github.com/virtpod/virtpod/controllers/imagemap"
 	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
@@ -33,6 +36,8 @@ type Options struct {
 	MetricsRegistry  prometheus.Registerer
 	// Now is the controllers' clock; nil means time.Now. Tests move it to skip back-offs.
 	Now func() time.Time
+	// ImageMap names the image-map ConfigMap; empty leaves images as the VMs give them.
+	ImageMap types.NamespacedName
 	// SecondInstance lets tests run a second manager in one process, as a racing replica.
 	SecondInstance bool
 }
@@ -47,6 +52,21 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	return s
+}
+
+// cacheOptions caches only what the controllers read: virtpod's runner pods, not every pod in
+// the cluster, and of ConfigMaps only the image map.
+func cacheOptions(imageMap types.NamespacedName) cache.Options {
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
+	}
+	if imageMap.Name != "" {
+		byObject[&corev1.ConfigMap{}] = cache.ByObject{
+			Namespaces: map[string]cache.Config{imageMap.Namespace: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", imageMap.Name),
+		}
+	}
+	return cache.Options{ByObject: byObject}
 }
 
 // New builds a manager with every controller registered.
@@ -65,10 +85,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "virtpod-controller.virtpod.io",
 		LeaderElectionNamespace: o.LeaderElectionNS,
-		// Cache only virtpod's runner pods, not every pod in the cluster.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
-		}},
+		Cache:                   cacheOptions(o.ImageMap),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -77,7 +94,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	var source *imagemapctrl.Source
+	if o.ImageMap.Name != "" {
+		source = &imagemapctrl.Source{Reader: mgr.GetClient(), Key: o.ImageMap}
+		reporter := &imagemapctrl.Reporter{Source: source, Recorder: mgr.GetEventRecorder("virtpod-controller")}
+		if err := reporter.SetupWithManager(mgr, o.SecondInstance); err != nil {
+			return nil, fmt.Errorf("setting up the image map: %w", err)
+		}
+	}
 	r := &vmctrl.Reconciler{
+		ImageMap:  source,
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("virtpod-controller"),

@@ -47,7 +47,7 @@ func (w *mainWithController) Run() int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", Now: clock.Now}
+	opts := manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", Now: clock.Now, ImageMap: imageMapKey}
 	mgr, err := manager.New(env.Config, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

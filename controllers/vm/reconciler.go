@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	imagemapctrl "github.com/virtpod/virtpod/controllers/imagemap"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -30,7 +31,9 @@ type Reconciler struct {
 	APIReader ctrl.Reader
 	Recorder  events.EventRecorder
 	Options   podspec.Options
-	Metrics   *Metrics
+	// ImageMap is the controller-level image map; nil when --image-map is not set.
+	ImageMap *imagemapctrl.Source
+	Metrics  *Metrics
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -53,6 +56,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	opts, err := r.options(ctx)
+	if err != nil {
+		return reconcile.Result{}, r.fail("image-map", err)
+	}
+	images := podspec.Images(vm, opts)
 
 	next := vm.DeepCopy()
 	var result reconcile.Result
@@ -76,7 +84,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	case pod == nil:
-		if result, pod, err = r.startPod(ctx, vm, next); err != nil {
+		if result, pod, err = r.startPod(ctx, vm, next, opts); err != nil {
 			return reconcile.Result{}, err
 		}
 	default:
@@ -86,9 +94,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.syncLabels(ctx, vm, pod); err != nil {
 			return reconcile.Result{}, r.fail("sync-labels", err)
 		}
+		if have := podspec.PodImages(pod); have != images && vm.Spec.ImageUpdatePolicy == vmv1.ImageUpdateRecreate {
+			if err := r.recreate(ctx, vm, next, pod, have, images); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 	}
 
 	observe(&next.Status, vm.Generation, pod)
+	imagesCurrent(&next.Status, vm, pod, images)
 	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
 	} else if err != nil {
@@ -145,7 +159,7 @@ func (r *Reconciler) nameTaken(ctx context.Context, vm *vmv1.VirtualMachine, cau
 }
 
 // startPod creates the runner pod, after the restart back-off when the guest is restarting.
-func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine) (reconcile.Result, *corev1.Pod, error) {
+func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine, opts podspec.Options) (reconcile.Result, *corev1.Pod, error) {
 	if stopped(vm) {
 		return reconcile.Result{}, nil, nil
 	}
@@ -153,7 +167,7 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 		next.Status.Phase = vmv1.PhasePending
 		return reconcile.Result{RequeueAfter: wait}, nil, nil
 	}
-	pod := podspec.Build(vm, r.Options)
+	pod := podspec.Build(vm, opts)
 	if err := r.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// The cache holds only virtpod's pods: read the server to tell a stale cache (the
@@ -173,6 +187,33 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 		r.Metrics.podCreated(vm, r.now())
 	}
 	return reconcile.Result{}, pod, nil
+}
+
+// options are the pod-building options with the image map as it is now.
+func (r *Reconciler) options(ctx context.Context) (podspec.Options, error) {
+	opts := r.Options
+	m, _, err := r.ImageMap.Map(ctx)
+	opts.ImageMap = m
+	return opts, err
+}
+
+// recreate replaces a running pod whose images are no longer the VM's effective ones, for a VM
+// that opted in with imageUpdatePolicy Recreate. Status first, guarded like a restart, then the
+// delete: the guest gets its clean shutdown and the pod's delete event starts the new one.
+func (r *Reconciler) recreate(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod, have, want vmv1.Images) error {
+	if pod.DeletionTimestamp != nil {
+		return nil
+	}
+	why := imagesDiff(have, want)
+	next.Status.PodUID = ""
+	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: vmv1.ConditionImagesCurrent, Status: metav1.ConditionFalse,
+		Reason: ReasonRecreating, Message: "replacing the runner pod: " + why, ObservedGeneration: vm.Generation})
+	if err := r.Client.Status().Patch(ctx, next, ctrl.MergeFromWithOptions(vm, ctrl.MergeFromWithOptimisticLock{})); err != nil {
+		return r.fail("patch-status", ctrl.IgnoreNotFound(err))
+	}
+	vm.Status = *next.Status.DeepCopy()
+	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "ImagesChanged", "RecreatePod", "Recreating runner pod %s (imageUpdatePolicy Recreate): %s", pod.Name, why)
+	return r.fail("delete-pod", r.deletePod(ctx, pod))
 }
 
 // podEnded records how the runner ended and applies the restart policy.

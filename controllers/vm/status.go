@@ -2,6 +2,7 @@ package vm
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,9 @@ const (
 	ReasonGuestStopped        = "GuestStopped"
 	ReasonRunnerFailed        = "RunnerFailed"
 	ReasonPodNameTaken        = "PodNameTaken"
+	ReasonCurrent             = "Current"
+	ReasonRestartRequired     = "RestartRequired"
+	ReasonRecreating          = "Recreating"
 )
 
 // observe derives the VM's status from its runner pod (nil when there is none).
@@ -97,6 +101,36 @@ func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod) {
 		ready.Reason, ready.Message = startingReason(pod)
 	}
 	setConditions(st, scheduled, ready)
+}
+
+// imagesCurrent records the effective images and whether the runner pod uses them.
+func imagesCurrent(st *vmv1.VirtualMachineStatus, vm *vmv1.VirtualMachine, pod *corev1.Pod, want vmv1.Images) {
+	st.Images = &want
+	if pod == nil || podEnded(pod) {
+		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionImagesCurrent)
+		return
+	}
+	c := metav1.Condition{Type: vmv1.ConditionImagesCurrent, Status: metav1.ConditionTrue, Reason: ReasonCurrent,
+		Message: "the runner pod uses the effective images", ObservedGeneration: vm.Generation}
+	if have := podspec.PodImages(pod); have != want {
+		c.Status = metav1.ConditionFalse
+		if old := meta.FindStatusCondition(st.Conditions, vmv1.ConditionImagesCurrent); old != nil && old.Reason == ReasonRecreating {
+			return // keep saying so until the old pod is gone
+		}
+		c.Reason = ReasonRestartRequired
+		c.Message = imagesDiff(have, want) + "; they apply at the guest's next start (imageUpdatePolicy Recreate applies them now)"
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+func imagesDiff(have, want vmv1.Images) string {
+	var parts []string
+	for _, d := range [][3]string{{"runner", have.Runner, want.Runner}, {"kernel", have.Kernel, want.Kernel}, {"rootDisk", have.RootDisk, want.RootDisk}} {
+		if d[1] != d[2] {
+			parts = append(parts, fmt.Sprintf("%s %s → %s", d[0], d[1], d[2]))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func setConditions(st *vmv1.VirtualMachineStatus, cs ...metav1.Condition) {

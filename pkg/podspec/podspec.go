@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/imagemap"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
@@ -29,7 +30,12 @@ const (
 	RunnerBinary    = "/usr/local/bin/virtpod-runner"
 	runnerHTTPAddr  = "127.0.0.1:8080"
 
-	stateDir    = "/var/run/virtpod"
+	stateDir     = "/var/run/virtpod"
+	kernelVolume = "kernel"
+	diskVolume   = "disk"
+
+	// CopyProgram is where VM images made by `imagebuild vm` carry their copy program.
+	CopyProgram = "/virtpod/bin/vmcopy"
 	kernelMount = "/virtpod/images/kernel"
 	diskMount   = "/virtpod/images/disk"
 
@@ -51,6 +57,12 @@ type Options struct {
 	// and the hypervisor itself.
 	OverheadCPU    resource.Quantity
 	OverheadMemory resource.Quantity
+	// ImageMap rewrites image references (the development image map); the zero Map keeps them.
+	ImageMap imagemap.Map
+	// CopyImages delivers the kernel and disk by init containers that copy them out of their
+	// images into emptyDirs, for clusters without image volumes. The images must carry
+	// virtpod's copy program (images made by `imagebuild vm` do).
+	CopyImages bool
 }
 
 // DefaultOptions are the settings the manager starts with.
@@ -108,12 +120,53 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	return c
 }
 
+// Images are the images vm's next runner pod is built from: the spec's, with the controller's
+// default runner image, after the image map.
+func Images(vm *vmv1.VirtualMachine, opts Options) vmv1.Images {
+	runner := vm.Spec.RunnerImage
+	if runner == "" {
+		runner = opts.RunnerImage
+	}
+	return vmv1.Images{
+		Runner:   opts.ImageMap.Resolve(runner),
+		Kernel:   opts.ImageMap.Resolve(vm.Spec.Guest.KernelImage),
+		RootDisk: opts.ImageMap.Resolve(vm.Spec.Guest.RootDisk.Image),
+	}
+}
+
+// PodImages are the images a runner pod was built from.
+func PodImages(pod *corev1.Pod) vmv1.Images {
+	var im vmv1.Images
+	for _, c := range pod.Spec.Containers {
+		if c.Name == RunnerContainer {
+			im.Runner = c.Image
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Image == nil {
+			continue
+		}
+		switch v.Name {
+		case kernelVolume:
+			im.Kernel = v.Image.Reference
+		case diskVolume:
+			im.RootDisk = v.Image.Reference
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		switch c.Name {
+		case kernelVolume:
+			im.Kernel = c.Image
+		case diskVolume:
+			im.RootDisk = c.Image
+		}
+	}
+	return im
+}
+
 // Build renders the runner pod of vm.
 func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
-	image := vm.Spec.RunnerImage
-	if image == "" {
-		image = opts.RunnerImage
-	}
+	images := Images(vm, opts)
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -141,11 +194,36 @@ func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			Containers: []corev1.Container{runner(vm, image, opts)},
-			Volumes:    volumes(vm),
+			Containers: []corev1.Container{runner(vm, images.Runner, opts)},
+			Volumes:    volumes(vm, images, opts.CopyImages),
 		},
 	}
+	if opts.CopyImages {
+		pod.Spec.InitContainers = []corev1.Container{
+			copier(kernelVolume, images.Kernel, "/boot", kernelMount),
+			copier(diskVolume, images.RootDisk, "/disk", diskMount),
+		}
+	}
 	return pod
+}
+
+// copier is an init container that runs the VM image's own copy program to copy src out of the
+// image into the emptyDir at mount. It runs nothing else of the image, with no capabilities.
+func copier(name, image, src, mount string) corev1.Container {
+	return corev1.Container{
+		Name:                     name,
+		Image:                    image,
+		ImagePullPolicy:          pullPolicy(image),
+		Command:                  []string{CopyProgram, src, mount + src},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext: &corev1.SecurityContext{
+			Privileged:               ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: name, MountPath: mount}},
+	}
 }
 
 func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Container {
@@ -177,8 +255,8 @@ func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Containe
 		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "state", MountPath: stateDir},
-			{Name: "kernel", MountPath: kernelMount, ReadOnly: true},
-			{Name: "disk", MountPath: diskMount, ReadOnly: true},
+			{Name: kernelVolume, MountPath: kernelMount, ReadOnly: true},
+			{Name: diskVolume, MountPath: diskMount, ReadOnly: true},
 		},
 	}
 	for _, p := range vm.Spec.Guest.Ports {
@@ -187,7 +265,7 @@ func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Containe
 	return c
 }
 
-func volumes(vm *vmv1.VirtualMachine) []corev1.Volume {
+func volumes(vm *vmv1.VirtualMachine, images vmv1.Images, copyImages bool) []corev1.Volume {
 	state := &corev1.EmptyDirVolumeSource{}
 	if s := vm.Spec.Guest.RootDisk.Size; s != nil {
 		// The overlay can grow to the disk's size; the rest is sockets and logs.
@@ -196,12 +274,15 @@ func volumes(vm *vmv1.VirtualMachine) []corev1.Volume {
 		state.SizeLimit = &limit
 	}
 	image := func(ref string) corev1.VolumeSource {
+		if copyImages {
+			return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		}
 		return corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: ref, PullPolicy: pullPolicy(ref)}}
 	}
 	return []corev1.Volume{
 		{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: state}},
-		{Name: "kernel", VolumeSource: image(vm.Spec.Guest.KernelImage)},
-		{Name: "disk", VolumeSource: image(vm.Spec.Guest.RootDisk.Image)},
+		{Name: kernelVolume, VolumeSource: image(images.Kernel)},
+		{Name: diskVolume, VolumeSource: image(images.RootDisk)},
 	}
 }
 

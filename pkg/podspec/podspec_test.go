@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/imagemap"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	goldenfile "github.com/virtpod/virtpod/tests/golden"
@@ -34,9 +35,13 @@ func baseVM() *vmv1.VirtualMachine {
 }
 
 func TestGolden(t *testing.T) {
-	cases := map[string]func(*vmv1.VirtualMachine){
-		"minimal-kvm": func(*vmv1.VirtualMachine) {},
-		"emulated-ports-disk": func(vm *vmv1.VirtualMachine) {
+	cases := map[string]func(*vmv1.VirtualMachine, *podspec.Options){
+		"minimal-kvm": func(*vmv1.VirtualMachine, *podspec.Options) {},
+		"copy-images-with-map": func(vm *vmv1.VirtualMachine, o *podspec.Options) {
+			o.CopyImages = true
+			o.ImageMap, _ = imagemap.Parse("virtpod/runner localhost/virtpod/runner:tilt-7\nregistry.example.com/vm/debian:12 localhost/vm/debian:dev\n")
+		},
+		"emulated-ports-disk": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.Acceleration = vmv1.AccelerationEmulated
 			vm.Labels = map[string]string{"app": "web", podspec.LabelVMName: "spoofed"}
 			vm.Spec.Guest.KernelArgs = "console=ttyS0 quiet"
@@ -45,7 +50,7 @@ func TestGolden(t *testing.T) {
 			vm.Spec.Guest.Ports = []vmv1.Port{{Name: "ssh", Port: 22, Protocol: corev1.ProtocolTCP}, {Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}
 			vm.Spec.RunnerImage = "localhost/virtpod/runner:dev"
 		},
-		"user-affinity-and-resources": func(vm *vmv1.VirtualMachine) {
+		"user-affinity-and-resources": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.NodeSelector = map[string]string{"pool": "vms"}
 			vm.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}
 			vm.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
@@ -60,9 +65,13 @@ func TestGolden(t *testing.T) {
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
-			vm := baseVM()
-			mutate(vm)
-			got, err := yaml.Marshal(podspec.Build(vm, podspec.DefaultOptions()))
+			vm, opts := baseVM(), podspec.DefaultOptions()
+			mutate(vm, &opts)
+			pod := podspec.Build(vm, opts)
+			if got, want := podspec.PodImages(pod), podspec.Images(vm, opts); got != want {
+				t.Errorf("the pod's images %+v are not the VM's effective images %+v", got, want)
+			}
+			got, err := yaml.Marshal(pod)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -95,6 +95,14 @@ type VirtualMachineSpec struct {
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
+	// imageUpdatePolicy says when new images reach a running guest, whether they come from a
+	// spec change or from the controller's image map: OnRestart (the default) uses them at the
+	// guest's next start; Recreate replaces the runner pod now, shutting the guest down cleanly
+	// and booting it from the new images. Recreate is meant for development loops.
+	// +kubebuilder:default=OnRestart
+	// +optional
+	ImageUpdatePolicy ImageUpdatePolicy `json:"imageUpdatePolicy,omitempty"`
+
 	// podResources overrides the runner container's resources, which are otherwise derived from
 	// guest.cpus and guest.memory plus a fixed runner overhead.
 	// +optional
@@ -175,6 +183,26 @@ type Port struct {
 	Protocol corev1.Protocol `json:"protocol,omitempty"`
 }
 
+// ImageUpdatePolicy says when changed images reach a running guest.
+// +kubebuilder:validation:Enum=OnRestart;Recreate
+type ImageUpdatePolicy string
+
+// Image update policies.
+const (
+	ImageUpdateOnRestart ImageUpdatePolicy = "OnRestart"
+	ImageUpdateRecreate  ImageUpdatePolicy = "Recreate"
+)
+
+// Images are the images a runner pod is built from, after the controller's image map.
+type Images struct {
+	// runner is the runner container's image.
+	Runner string `json:"runner"`
+	// kernel is the image the guest kernel comes from.
+	Kernel string `json:"kernel"`
+	// rootDisk is the image the root disk comes from.
+	RootDisk string `json:"rootDisk"`
+}
+
 // Phase is the VM's place in its life.
 // +kubebuilder:validation:Enum=Pending;Scheduling;Starting;Running;Stopping;Succeeded;Failed
 type Phase string
@@ -196,6 +224,8 @@ const (
 	ConditionScheduled = "Scheduled"
 	// ConditionReady is True while the guest runs.
 	ConditionReady = "Ready"
+	// ConditionImagesCurrent is True while the runner pod uses the VM's effective images.
+	ConditionImagesCurrent = "ImagesCurrent"
 )
 
 // Termination records how a runner pod ended.
@@ -236,10 +266,14 @@ type VirtualMachineStatus struct {
 	// lastTermination is how the previous runner pod ended.
 	// +optional
 	LastTermination *Termination `json:"lastTermination,omitempty"`
+	// images are the effective images: the spec's (and the controller's default runner image)
+	// after the controller's image map. The next runner pod is built from these.
+	// +optional
+	Images *Images `json:"images,omitempty"`
 	// observedGeneration is the spec generation this status reflects.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Scheduled and Ready.
+	// conditions: Scheduled, Ready and ImagesCurrent.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -4,8 +4,10 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -17,12 +19,14 @@ import (
 
 func main() {
 	o := manager.Options{Pod: podspec.DefaultOptions(), MetricsRegistry: crmetrics.Registry}
-	var overheadCPU, overheadMem string
+	var overheadCPU, overheadMem, imageMap string
 	var qps float64
 	var burst int
 	flag.StringVar(&o.Pod.RunnerImage, "runner-image", o.Pod.RunnerImage, "runner image for VMs that do not name one")
 	flag.StringVar(&overheadCPU, "runner-overhead-cpu", o.Pod.OverheadCPU.String(), "CPU added to each runner pod's request for the runner and hypervisor")
 	flag.StringVar(&overheadMem, "runner-overhead-memory", o.Pod.OverheadMemory.String(), "memory added to each runner pod's request and limit for the runner and hypervisor")
+	flag.StringVar(&imageMap, "image-map", "", "NAMESPACE/NAME of a ConfigMap that rewrites image names (for development loops); empty: off")
+	flag.BoolVar(&o.Pod.CopyImages, "copy-images", false, "deliver kernel and disk by init containers that copy them into emptyDirs, for clusters without image volumes")
 	flag.IntVar(&o.Workers, "workers", 4, "VirtualMachines reconciled in parallel")
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address; 0 disables it")
 	flag.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
@@ -45,6 +49,14 @@ func main() {
 		log.Error(err, "--runner-overhead-memory must be a quantity such as 192Mi")
 		os.Exit(2)
 	}
+	if imageMap != "" {
+		ns, name, ok := strings.Cut(imageMap, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			log.Error(nil, "--image-map must be NAMESPACE/NAME, for example virtpod-system/virtpod-image-map", "got", imageMap)
+			os.Exit(2)
+		}
+		o.ImageMap = types.NamespacedName{Namespace: ns, Name: name}
+	}
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	mgr, err := manager.New(cfg, o)
@@ -60,7 +72,7 @@ func main() {
 		log.Error(err, "ready check")
 		os.Exit(1)
 	}
-	log.Info("starting", "runnerImage", o.Pod.RunnerImage, "workers", o.Workers)
+	log.Info("starting", "runnerImage", o.Pod.RunnerImage, "workers", o.Workers, "imageMap", imageMap, "copyImages", o.Pod.CopyImages)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)
