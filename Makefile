@@ -51,3 +51,8 @@ bench-controller: control-plane ## 1,000 VMs against a real API server: time to 
 .PHONY: build
 build: ## Build the controller binary.
 	CGO_ENABLED=0 go build -trimpath -o bin/virtpod-controller ./controllers/cmd/virtpod-controller
+
+FUZZTIME ?= 5m
+.PHONY: fuzz-imagemap
+fuzz-imagemap: ## Fuzz the image map's parsing and resolving for $(FUZZTIME).
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -parallel 1 ./pkg/imagemap/
