@@ -21,6 +21,9 @@ import (
 
 func (c *cluster) up(ctx context.Context) error {
 	begin := time.Now()
+	if err := c.clearStale(); err != nil {
+		return err
+	}
 	if err := c.pki(); err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
@@ -120,6 +123,23 @@ func (c *cluster) up(ctx context.Context) error {
 	}
 	fmt.Printf("cluster up in %.1fs\n  export KUBECONFIG=%s\n  stop it with: make demo-down\n", time.Since(begin).Seconds(), kc["admin"])
 	return nil
+}
+
+// clearStale removes what a cluster that was killed rather than stopped (a machine restart, an
+// ended session) left behind, so `up` starts clean. A cluster with any part running is kept.
+func (c *cluster) clearStale() error {
+	for _, name := range components {
+		if _, ok := c.alive(name); ok {
+			return nil
+		}
+	}
+	if len(c.leftovers()) == 0 {
+		if _, err := os.Stat(c.path("etcd")); err != nil {
+			return nil
+		}
+	}
+	fmt.Println("clearing what a previous cluster left behind")
+	return c.down()
 }
 
 // nodeAddress gives the node its address on a bridge of its own: this machine has no dummy
