@@ -23,8 +23,12 @@ import (
 // parent directories are added with mode 0755 when not added explicitly.
 type Layer struct {
 	// Name says what the layer holds; it becomes the layer's history entry.
-	Name    string
-	entries map[string]entry
+	Name string
+	// SpoolDir, when set, makes Build write the compressed layer to a file in this directory
+	// instead of memory: for layers of gigabytes (root disks). The caller removes the directory
+	// once the image is written.
+	SpoolDir string
+	entries  map[string]entry
 }
 
 type entry struct {
@@ -160,7 +164,7 @@ func (l *Layer) writeEntry(tw *tar.Writer, p string, mtime time.Time) error {
 	if err := tw.WriteHeader(h); err != nil {
 		return err
 	}
-	if n, err := io.Copy(tw, f); err != nil {
+	if n, err := io.Copy(tw, newHoleReader(f, h.Size)); err != nil {
 		return err
 	} else if n != h.Size {
 		return fmt.Errorf("%s changed size while being written", e.source)
@@ -185,8 +189,11 @@ func tarMode(m fs.FileMode) int64 {
 }
 
 // Build turns the layer into a gzip-compressed image layer. The tar is streamed from the
-// sources each time it is read; the compressed bytes are kept in memory so gzip runs once.
+// sources; the compressed bytes are kept in memory, or in a file in SpoolDir, so gzip runs once.
 func (l *Layer) Build(mtime time.Time) (v1.Layer, error) {
+	if l.SpoolDir != "" {
+		return l.spool(mtime)
+	}
 	opener := func() (io.ReadCloser, error) {
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(l.WriteTar(pw, mtime)) }()

@@ -3,12 +3,15 @@
 //
 // Layout (pkg/podspec reads the same paths):
 //
-//	/boot/vmlinuz     the kernel (x86 bzImage, or an ELF kernel QEMU can boot as PVH)
-//	/boot/initrd.img  the initramfs, optional
-//	/disk/root.img    the root disk, raw or qcow2
+//	/boot/vmlinuz        the kernel (x86 bzImage, or an ELF kernel QEMU can boot as PVH)
+//	/boot/initrd.img     the initramfs, optional
+//	/disk/root.img       the root disk, raw or qcow2
+//	/virtpod/bin/vmcopy  a static copy program, for clusters without image volumes: init
+//	                     containers run the image with it to copy /boot and /disk to emptyDirs
 //
-// The kernel and initrd go in one layer and the disk in another, so an image holding only the
-// kernel, only the disk, or both shares layers with the others.
+// The copy program, the kernel and initrd, and the disk each have a layer, so an image holding
+// only the kernel, only the disk, or both shares layers with the others. The root disk is a
+// given file, or made here from a root filesystem (a directory or a tarball) as raw ext4.
 package vmimage
 
 import (
@@ -17,10 +20,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/pkg/rootdisk"
 )
 
 // Paths inside a VM image.
@@ -28,31 +33,58 @@ const (
 	KernelPath = "/boot/vmlinuz"
 	InitrdPath = "/boot/initrd.img"
 	DiskPath   = "/disk/root.img"
+	CopierPath = "/virtpod/bin/vmcopy"
 )
 
-// Files are the host files that go into a VM image; empty means absent.
+// Files are what goes into a VM image; empty means absent.
 type Files struct {
-	Kernel, Initrd, Disk string
+	Kernel, Initrd string
+	// The root disk: a disk image file, or one made from a root filesystem (a directory, or a
+	// tarball such as `docker export` writes) as raw ext4 of DiskSize bytes.
+	Disk, Rootfs, RootfsTar string
+	DiskSize                int64
+	// Copier is the static copy program (tools/imagebuild/vmcopy); every VM image has it.
+	Copier string
 }
 
-// Image builds the VM image. It has no entrypoint: the runtime only mounts it.
-func Image(f Files) (v1.Image, error) {
-	layers, err := Layers(f)
+// Image builds the VM image. It has no entrypoint: the runtime only mounts it (or runs its copy
+// program). Large files are written under work (a made root disk, the compressed disk layer),
+// which the caller removes once the image is written.
+func Image(f Files, work string) (v1.Image, error) {
+	layers, err := Layers(f, work)
 	if err != nil {
 		return nil, err
 	}
 	return ociimage.Image(v1.Config{}, layers...)
 }
 
-// Layers checks the files and returns the image's layers.
-func Layers(f Files) ([]*ociimage.Layer, error) {
-	if f.Kernel == "" && f.Disk == "" {
-		return nil, errors.New("no --kernel and no --disk: a VM image needs at least one of them")
+// Layers checks the files, makes the root disk if asked to, and returns the image's layers.
+func Layers(f Files, work string) ([]*ociimage.Layer, error) {
+	disks := 0
+	for _, d := range []string{f.Disk, f.Rootfs, f.RootfsTar} {
+		if d != "" {
+			disks++
+		}
 	}
-	if f.Initrd != "" && f.Kernel == "" {
+	switch {
+	case f.Kernel == "" && disks == 0:
+		return nil, errors.New("no --kernel and no root disk (--disk, --rootfs or --rootfs-tar): a VM image needs at least one of them")
+	case disks > 1:
+		return nil, errors.New("--disk, --rootfs and --rootfs-tar each give the root disk: pass only one")
+	case f.Initrd != "" && f.Kernel == "":
 		return nil, errors.New("--initrd without --kernel: the initrd is only used with a kernel from the same image; pass --kernel too")
+	case (f.Rootfs != "" || f.RootfsTar != "") && f.DiskSize == 0:
+		return nil, errors.New("--rootfs and --rootfs-tar need --disk-size, the size of the disk to make (e.g. --disk-size=2Gi)")
+	case f.Rootfs == "" && f.RootfsTar == "" && f.DiskSize != 0:
+		return nil, errors.New("--disk-size only applies to --rootfs and --rootfs-tar: a --disk keeps its own size")
+	case f.Copier == "":
+		return nil, errors.New("no copy program for " + CopierPath + ": every VM image carries one (imagebuild builds tools/imagebuild/vmcopy)")
 	}
-	var layers []*ociimage.Layer
+	copier := ociimage.NewLayer("vmcopy")
+	if err := copier.HostFile(CopierPath, f.Copier, 0o755); err != nil {
+		return nil, fmt.Errorf("copy program: %w", err)
+	}
+	layers := []*ociimage.Layer{copier}
 	if f.Kernel != "" {
 		if err := checkKernel(f.Kernel); err != nil {
 			return nil, err
@@ -71,17 +103,46 @@ func Layers(f Files) ([]*ociimage.Layer, error) {
 		}
 		layers = append(layers, boot)
 	}
-	if f.Disk != "" {
-		if err := checkDisk(f.Disk); err != nil {
-			return nil, err
-		}
-		disk := ociimage.NewLayer("root disk")
-		if err := disk.HostFile(DiskPath, f.Disk, 0o644); err != nil {
-			return nil, fmt.Errorf("--disk: %w", err)
-		}
-		layers = append(layers, disk)
+	if disks == 0 {
+		return layers, nil
 	}
-	return layers, nil
+	disk, err := rootDisk(f, work)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDisk(disk); err != nil {
+		return nil, err
+	}
+	l := ociimage.NewLayer("root disk")
+	l.SpoolDir = work // gigabytes: compressed to a file, not memory
+	if err := l.HostFile(DiskPath, disk, 0o644); err != nil {
+		return nil, fmt.Errorf("--disk: %w", err)
+	}
+	return append(layers, l), nil
+}
+
+// rootDisk returns the disk image file: --disk as given, or one made under work.
+func rootDisk(f Files, work string) (string, error) {
+	if f.Disk != "" {
+		return f.Disk, nil
+	}
+	img := filepath.Join(work, "root.img")
+	if f.Rootfs != "" {
+		if err := rootdisk.FromDir(f.Rootfs, img, f.DiskSize); err != nil {
+			return "", fmt.Errorf("--rootfs: %w", err)
+		}
+		return img, nil
+	}
+	tmp, err := os.MkdirTemp(work, "rootfs-tar-")
+	if err != nil {
+		return "", err
+	}
+	// The extracted tree is only needed until the disk holds it.
+	defer os.RemoveAll(tmp)
+	if err := rootdisk.FromTar(f.RootfsTar, tmp, img, f.DiskSize); err != nil {
+		return "", fmt.Errorf("--rootfs-tar: %w", err)
+	}
+	return img, nil
 }
 
 // checkKernel accepts what QEMU's -kernel boots on x86: a bzImage ("HdrS" at 0x202) or ELF.

@@ -2,13 +2,17 @@ package vmimage
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/virtpod/virtpod/pkg/podspec"
@@ -16,20 +20,21 @@ import (
 
 // The runner pod reads the paths this package writes.
 func TestLayoutMatchesPodspec(t *testing.T) {
-	if KernelPath != podspec.KernelPath || InitrdPath != podspec.InitrdPath || DiskPath != podspec.DiskPath {
-		t.Fatalf("vmimage paths %s %s %s differ from podspec's %s %s %s",
-			KernelPath, InitrdPath, DiskPath, podspec.KernelPath, podspec.InitrdPath, podspec.DiskPath)
+	if KernelPath != podspec.KernelPath || InitrdPath != podspec.InitrdPath || DiskPath != podspec.DiskPath || CopierPath != podspec.CopyProgram {
+		t.Fatalf("vmimage paths %s %s %s %s differ from podspec's %s %s %s %s",
+			KernelPath, InitrdPath, DiskPath, CopierPath, podspec.KernelPath, podspec.InitrdPath, podspec.DiskPath, podspec.CopyProgram)
 	}
 }
 
-// fakeFiles writes a minimal bzImage (the "HdrS" magic), an initrd and a disk.
+// fakeFiles writes a minimal bzImage (the "HdrS" magic), an initrd, a disk and a copy program
+// (its contents do not matter here; tools/imagebuild tests run the real one).
 func fakeFiles(t *testing.T, disk []byte) Files {
 	t.Helper()
 	dir := t.TempDir()
 	kernel := make([]byte, 0x400)
 	copy(kernel[0x202:], "HdrS")
-	f := Files{Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd"), Disk: filepath.Join(dir, "disk")}
-	for p, b := range map[string][]byte{f.Kernel: kernel, f.Initrd: []byte("070701"), f.Disk: disk} {
+	f := Files{Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd"), Disk: filepath.Join(dir, "disk"), Copier: filepath.Join(dir, "vmcopy")}
+	for p, b := range map[string][]byte{f.Kernel: kernel, f.Initrd: []byte("070701"), f.Disk: disk, f.Copier: []byte("\x7fELF")} {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -39,13 +44,13 @@ func fakeFiles(t *testing.T, disk []byte) Files {
 
 func TestImageLayout(t *testing.T) {
 	f := fakeFiles(t, make([]byte, 4096))
-	img, err := Image(f)
+	img, err := Image(f, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	layers, _ := img.Layers()
-	if len(layers) != 2 {
-		t.Fatalf("%d layers, want kernel+initrd and disk", len(layers))
+	if len(layers) != 3 {
+		t.Fatalf("%d layers, want copy program, kernel+initrd and disk", len(layers))
 	}
 	cf, _ := img.ConfigFile()
 	if len(cf.Config.Entrypoint) != 0 || len(cf.Config.Cmd) != 0 || cf.Architecture != "amd64" {
@@ -63,7 +68,8 @@ func TestImageLayout(t *testing.T) {
 		}
 		got["/"+strings.TrimSuffix(h.Name, "/")] = h
 	}
-	want := map[string]int64{"/boot": 0o755, "/disk": 0o755, KernelPath: 0o644, InitrdPath: 0o644, DiskPath: 0o644}
+	want := map[string]int64{"/boot": 0o755, "/disk": 0o755, KernelPath: 0o644, InitrdPath: 0o644, DiskPath: 0o644,
+		"/virtpod": 0o755, "/virtpod/bin": 0o755, CopierPath: 0o755}
 	if len(got) != len(want) {
 		t.Errorf("entries %v, want exactly %v", keys(got), want)
 	}
@@ -80,48 +86,120 @@ func TestImageLayout(t *testing.T) {
 // TestLayersAreShared: a kernel-only and a disk-only image reuse the combined image's layers.
 func TestLayersAreShared(t *testing.T) {
 	f := fakeFiles(t, []byte("QFI\xfb qcow2 header of any length"))
-	both, err := Image(f)
-	if err != nil {
-		t.Fatalf("qcow2 disk: %v", err)
+	digests := func(f Files) []string {
+		t.Helper()
+		img, err := Image(f, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, _ := img.Layers()
+		var ds []string
+		for _, l := range layers {
+			d, _ := l.Digest()
+			ds = append(ds, d.String())
+		}
+		return ds
 	}
-	kernelOnly, err := Image(Files{Kernel: f.Kernel, Initrd: f.Initrd})
-	if err != nil {
-		t.Fatal(err)
-	}
-	diskOnly, err := Image(Files{Disk: f.Disk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bl, _ := both.Layers()
-	kl, _ := kernelOnly.Layers()
-	dl, _ := diskOnly.Layers()
-	b0, _ := bl[0].Digest()
-	b1, _ := bl[1].Digest()
-	k0, _ := kl[0].Digest()
-	d0, _ := dl[0].Digest()
-	if b0 != k0 || b1 != d0 {
-		t.Errorf("layers not shared: both %s %s, kernel %s, disk %s", b0, b1, k0, d0)
+	both := digests(f)
+	kernelOnly := digests(Files{Kernel: f.Kernel, Initrd: f.Initrd, Copier: f.Copier})
+	diskOnly := digests(Files{Disk: f.Disk, Copier: f.Copier})
+	if len(both) != 3 || !slices.Equal(kernelOnly, both[:2]) || !slices.Equal(diskOnly, []string{both[0], both[2]}) {
+		t.Errorf("layers not shared: both %v, kernel %v, disk %v", both, kernelOnly, diskOnly)
 	}
 }
 
 func TestRejectsBadInput(t *testing.T) {
 	good := fakeFiles(t, make([]byte, 512))
+	c := good.Copier
 	for _, tc := range []struct {
 		f    Files
 		want string
 	}{
-		{Files{}, "no --kernel and no --disk"},
-		{Files{Initrd: good.Initrd, Disk: good.Disk}, "--initrd without --kernel"},
-		{Files{Kernel: good.Initrd}, "is neither an x86 bzImage nor an ELF kernel"},
-		{Files{Disk: fakeFiles(t, make([]byte, 1000)).Disk}, "not whole 512-byte sectors"},
-		{Files{Disk: fakeFiles(t, nil).Disk}, "is empty"},
-		{Files{Disk: t.TempDir()}, "is not a regular file"},
-		{Files{Kernel: "/nonexistent"}, "--kernel: open /nonexistent"},
+		{Files{Copier: c}, "no --kernel and no root disk"},
+		{Files{Initrd: good.Initrd, Disk: good.Disk, Copier: c}, "--initrd without --kernel"},
+		{Files{Kernel: good.Initrd, Copier: c}, "is neither an x86 bzImage nor an ELF kernel"},
+		{Files{Disk: fakeFiles(t, make([]byte, 1000)).Disk, Copier: c}, "not whole 512-byte sectors"},
+		{Files{Disk: fakeFiles(t, nil).Disk, Copier: c}, "is empty"},
+		{Files{Disk: t.TempDir(), Copier: c}, "is not a regular file"},
+		{Files{Kernel: "/nonexistent", Copier: c}, "--kernel: open /nonexistent"},
+		{Files{Disk: good.Disk, Rootfs: t.TempDir(), DiskSize: 1 << 20, Copier: c}, "pass only one"},
+		{Files{Rootfs: t.TempDir(), Copier: c}, "need --disk-size"},
+		{Files{Disk: good.Disk, DiskSize: 1 << 20, Copier: c}, "--disk-size only applies to --rootfs"},
+		{Files{Kernel: good.Kernel}, "no copy program for /virtpod/bin/vmcopy"},
+		{Files{Kernel: good.Kernel, Copier: "/nonexistent"}, "copy program: stat /nonexistent"},
 	} {
-		if _, err := Layers(tc.f); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Layers(tc.f, t.TempDir()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want %q", tc.f, err, tc.want)
 		}
 	}
+}
+
+// TestRootfs: a directory and a tarball become an ext4 root disk of the asked size.
+func TestRootfs(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil && !fileExists("/usr/sbin/mkfs.ext4") && !fileExists("/sbin/mkfs.ext4") {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("mkfs.ext4 not found: install e2fsprogs (CI=true: missing prerequisites fail)")
+		}
+		t.Skip("mkfs.ext4 not found: install e2fsprogs")
+	}
+	f := fakeFiles(t, nil)
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "hello"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "hello", Mode: 0o644, Size: 2})
+	_, _ = tw.Write([]byte("hi"))
+	_ = tw.Close()
+	tarball := filepath.Join(t.TempDir(), "rootfs.tar")
+	if err := os.WriteFile(tarball, tb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, files := range []Files{
+		{Rootfs: root, DiskSize: 16 << 20, Copier: f.Copier},
+		{RootfsTar: tarball, DiskSize: 16 << 20, Copier: f.Copier, Kernel: f.Kernel},
+	} {
+		work := t.TempDir()
+		img, err := Image(files, work)
+		if err != nil {
+			t.Fatal(err)
+		}
+		disk := readFile(t, img, DiskPath)
+		if len(disk) != 16<<20 || disk[0x438] != 0x53 || disk[0x439] != 0xef {
+			t.Errorf("%+v: disk of %d bytes, magic % x; want 16 MiB of ext4", files, len(disk), disk[0x438:0x43a])
+		}
+		if left, _ := filepath.Glob(filepath.Join(work, "rootfs-tar-*")); len(left) != 0 {
+			t.Errorf("the extracted tree is left in %v", left)
+		}
+	}
+	if _, err := Image(Files{Rootfs: root, DiskSize: 1000, Copier: f.Copier}, t.TempDir()); err == nil || !strings.Contains(err.Error(), "--rootfs: disk size 1000") {
+		t.Errorf("odd size: %v", err)
+	}
+}
+
+// readFile returns one file's contents from the image's flattened file system.
+func readFile(t *testing.T, img v1.Image, p string) []byte {
+	t.Helper()
+	tr := tar.NewReader(mutate.Extract(img))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s not in the image: %v", p, err)
+		}
+		if "/"+h.Name == p {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func keys(m map[string]*tar.Header) []string {

@@ -15,18 +15,19 @@ const (
 	runnerPkg     = "github.com/virtpod/virtpod/runner/cmd/runner"
 	controllerPkg = "github.com/virtpod/virtpod/controllers/cmd/virtpod-controller"
 	pausePkg      = "github.com/virtpod/virtpod/tools/imagebuild/pause"
+	vmcopyPkg     = "github.com/virtpod/virtpod/tools/imagebuild/vmcopy"
 )
 
-// goBinary returns prebuilt when set, else builds pkg as a static linux/amd64 binary into dir,
-// with the flags the Dockerfiles use.
-func goBinary(prebuilt, pkg, dir string) (string, error) {
+// goBinary returns prebuilt (given with flag) when set, else builds pkg as a static
+// linux/amd64 binary into dir, with the flags the Dockerfiles use.
+func goBinary(flag, prebuilt, pkg, dir string) (string, error) {
 	if prebuilt != "" {
 		res, err := elfdeps.Resolver{}.Resolve(prebuilt)
 		if err != nil {
-			return "", fmt.Errorf("--binary: %w", err)
+			return "", fmt.Errorf("%s: %w", flag, err)
 		}
 		if len(res.Interpreters) > 0 {
-			return "", fmt.Errorf("--binary: %s is dynamically linked, and the image has no libc for it: build it with CGO_ENABLED=0", prebuilt)
+			return "", fmt.Errorf("%s: %s is dynamically linked, and the image has no libc for it: build it with CGO_ENABLED=0", flag, prebuilt)
 		}
 		return prebuilt, nil
 	}
@@ -35,7 +36,7 @@ func goBinary(prebuilt, pkg, dir string) (string, error) {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s: %w: run imagebuild inside the virtpod repository, or pass --binary=FILE", cmd, err)
+		return "", fmt.Errorf("%s: %w: run imagebuild inside the virtpod repository, or pass %s=FILE", cmd, err, flag)
 	}
 	return out, nil
 }

@@ -162,11 +162,12 @@ func TestVMImage(t *testing.T) {
 	for _, p := range []string{podspec.KernelPath, podspec.InitrdPath, podspec.DiskPath} {
 		wantFile(t, fs, p, tar.TypeReg, 0o644, "")
 	}
+	wantFile(t, fs, podspec.CopyProgram, tar.TypeReg, 0o755, "")
 	if want, _ := os.Stat(filepath.Join(guest, "disk", "root.img")); fs[podspec.DiskPath].Size != want.Size() {
 		t.Errorf("disk is %d bytes, want %d", fs[podspec.DiskPath].Size, want.Size())
 	}
-	if layers, _ := img.Layers(); len(layers) != 2 {
-		t.Errorf("%d layers, want 2 (kernel+initrd, disk)", len(layers))
+	if layers, _ := img.Layers(); len(layers) != 3 {
+		t.Errorf("%d layers, want 3 (copy program, kernel+initrd, disk)", len(layers))
 	}
 }
 
@@ -179,7 +180,12 @@ func TestVMImageFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "no --kernel and no --disk"},
+		{nil, "no --kernel and no root disk"},
+		{[]string{"--rootfs=/tmp"}, "--rootfs and --rootfs-tar need --disk-size"},
+		{[]string{"--rootfs=/tmp", "--disk-size=lots"}, "--disk-size=lots: want a size such as 2Gi"},
+		{[]string{"--rootfs=/tmp", "--disk-size=-1Gi"}, "--disk-size=-1Gi: want a size"},
+		{[]string{"--rootfs-tar=/nonexistent.tar", "--disk-size=1Gi"}, "--rootfs-tar: open /nonexistent.tar"},
+		{[]string{"--disk=/dev/null", "--vmcopy-binary=/bin/ls"}, "--vmcopy-binary: /bin/ls is dynamically linked"},
 		{[]string{"--initrd=/etc/hostname", "--disk=/dev/null"}, "--initrd without --kernel"},
 		{[]string{"--kernel=" + notKernel}, "--kernel: " + notKernel + " is neither"},
 		{[]string{"--kernel=/nonexistent/vmlinuz"}, "--kernel: open /nonexistent/vmlinuz"},

@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
 	"github.com/virtpod/virtpod/pkg/podspec"
@@ -52,7 +53,7 @@ func runnerImage(binary string, withHypervisor bool) (v1.Image, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := goBinary(binary, runnerPkg, dir)
+	bin, err := goBinary("--binary", binary, runnerPkg, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +125,7 @@ func goImage(binary, pkg, dest, user string, withBase bool) (v1.Image, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := goBinary(binary, pkg, dir)
+	bin, err := goBinary("--binary", binary, pkg, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -204,20 +205,44 @@ func toolboxImage(busybox string) (v1.Image, error) {
 
 func newVMCommand() *cobra.Command {
 	var f vmimage.Files
+	var diskSize, copier string
 	cmd := &cobra.Command{
-		Use:   "vm",
-		Short: "A VM image: --kernel to /boot/vmlinuz, --initrd to /boot/initrd.img, --disk to /disk/root.img",
-		Args:  cobra.NoArgs,
+		Use: "vm",
+		Short: "A VM image: --kernel to /boot/vmlinuz, --initrd to /boot/initrd.img, a root disk to /disk/root.img " +
+			"(--disk, or raw ext4 made from --rootfs or --rootfs-tar with --disk-size), and the copy program /virtpod/bin/vmcopy",
+		Args: cobra.NoArgs,
 	}
 	o := addOutputFlags(cmd, "localhost/virtpod/guest:dev")
-	cmd.Flags().StringVar(&f.Kernel, "kernel", "", "guest kernel (bzImage), installed as "+vmimage.KernelPath)
-	cmd.Flags().StringVar(&f.Initrd, "initrd", "", "guest initramfs, installed as "+vmimage.InitrdPath)
-	cmd.Flags().StringVar(&f.Disk, "disk", "", "root disk, raw or qcow2, installed as "+vmimage.DiskPath)
+	fl := cmd.Flags()
+	fl.StringVar(&f.Kernel, "kernel", "", "guest kernel (bzImage), installed as "+vmimage.KernelPath)
+	fl.StringVar(&f.Initrd, "initrd", "", "guest initramfs, installed as "+vmimage.InitrdPath)
+	fl.StringVar(&f.Disk, "disk", "", "root disk, raw or qcow2, installed as "+vmimage.DiskPath)
+	fl.StringVar(&f.Rootfs, "rootfs", "", "root filesystem directory to make the root disk from (raw ext4, with --disk-size)")
+	fl.StringVar(&f.RootfsTar, "rootfs-tar", "", "root filesystem tarball, plain or gzip (e.g. from docker export), to make the root disk from (raw ext4, with --disk-size)")
+	fl.StringVar(&diskSize, "disk-size", "", "size of the disk --rootfs or --rootfs-tar makes, e.g. 2Gi or 512Mi (the file is sparse)")
+	fl.StringVar(&copier, "vmcopy-binary", "", "prebuilt static copy program (default: go build ./tools/imagebuild/vmcopy)")
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if err := o.check(); err != nil {
 			return err
 		}
-		img, err := vmimage.Image(f)
+		if diskSize != "" {
+			q, err := resource.ParseQuantity(diskSize)
+			if err != nil || q.Sign() <= 0 {
+				return fmt.Errorf("--disk-size=%s: want a size such as 2Gi, 512Mi or 1G", diskSize)
+			}
+			f.DiskSize = q.Value()
+		}
+		// Made disks, the compressed disk layer and the copy program go here until the archive
+		// is written: $TMPDIR needs room for about twice the disk's data.
+		work, err := os.MkdirTemp("", "imagebuild-vm-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		if f.Copier, err = goBinary("--vmcopy-binary", copier, vmcopyPkg, work); err != nil {
+			return err
+		}
+		img, err := vmimage.Image(f, work)
 		if err != nil {
 			return err
 		}

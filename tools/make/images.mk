@@ -5,6 +5,10 @@ GUEST_FIXTURE ?= $(VIRTPOD_CACHE)/guest
 IMAGES_DIR    ?= $(VIRTPOD_CACHE)/images
 # Extra flags for every image, e.g. --import --containerd-address=SOCK --ctr=PATH.
 IMAGEBUILD_FLAGS ?=
+# Tags of the images the dev loop rebuilds; the Tiltfile passes Tilt's $EXPECTED_REF.
+RUNNER_IMAGE     ?= localhost/virtpod/runner:dev
+GUEST_IMAGE      ?= localhost/virtpod/guest:dev
+CONTROLLER_IMAGE ?= localhost/virtpod/controller:dev
 IMAGEBUILD_BIN := $(VIRTPOD_CACHE)/bin/imagebuild
 
 # Always rebuilt: the images depend on the Go sources and the host's QEMU packages, and the
@@ -18,13 +22,13 @@ imagebuild:
 images: image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
 
 image-runner: imagebuild runner-deps
-	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --tag=localhost/virtpod/runner:dev --out=$(IMAGES_DIR)/runner.tar
+	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --tag=$(RUNNER_IMAGE) --out=$(IMAGES_DIR)/runner.tar
 
 image-runner-nohypervisor: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --without-hypervisor --tag=localhost/virtpod/runner-nohypervisor:dev --out=$(IMAGES_DIR)/runner-nohypervisor.tar
 
 image-controller: imagebuild
-	$(IMAGEBUILD_BIN) controller $(IMAGEBUILD_FLAGS) --tag=localhost/virtpod/controller:dev --out=$(IMAGES_DIR)/controller.tar
+	$(IMAGEBUILD_BIN) controller $(IMAGEBUILD_FLAGS) --tag=$(CONTROLLER_IMAGE) --out=$(IMAGES_DIR)/controller.tar
 
 image-pause: imagebuild
 	$(IMAGEBUILD_BIN) pause $(IMAGEBUILD_FLAGS) --tag=localhost/virtpod/pause:3.10 --out=$(IMAGES_DIR)/pause.tar
@@ -33,5 +37,5 @@ image-toolbox: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) toolbox $(IMAGEBUILD_FLAGS) --tag=localhost/virtpod/toolbox:dev --out=$(IMAGES_DIR)/toolbox.tar
 
 image-guest: imagebuild guest-fixture
-	$(IMAGEBUILD_BIN) vm $(IMAGEBUILD_FLAGS) --tag=localhost/virtpod/guest:dev --out=$(IMAGES_DIR)/guest.tar \
+	$(IMAGEBUILD_BIN) vm $(IMAGEBUILD_FLAGS) --tag=$(GUEST_IMAGE) --out=$(IMAGES_DIR)/guest.tar \
 		--kernel=$(GUEST_FIXTURE)/boot/vmlinuz --initrd=$(GUEST_FIXTURE)/boot/initrd.img --disk=$(GUEST_FIXTURE)/disk/root.img

@@ -1,0 +1,257 @@
+// Package devloop tests the dev loop's scripts — retag.sh, the Tilt-less image step, and
+// tilt-image-map.sh, the Tiltfile's — and its VM against a real kube-apiserver (tests/kubeapi)
+// with virtpod's CRD, and a private containerd.
+package devloop
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+// need skips when a prerequisite is missing, and fails under CI=true.
+func need(t *testing.T, what string, ok bool) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (CI=true: missing prerequisites fail)", what)
+	}
+	t.Skip(what)
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func cache() string {
+	if c := os.Getenv("VIRTPOD_CACHE"); c != "" {
+		return c
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "virtpod")
+}
+
+// startContainerd runs a private containerd (its own root, state and socket; no CRI) for the
+// test and returns its socket.
+func startContainerd(t *testing.T, bin string) string {
+	t.Helper()
+	work := t.TempDir()
+	sock := filepath.Join(work, "containerd.sock")
+	cfg := "version = 3\nroot = \"" + filepath.Join(work, "root") + "\"\nstate = \"" + filepath.Join(work, "state") +
+		"\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"" + sock + "\"\n[ttrpc]\n  address = \"" + sock + ".ttrpc\"\n"
+	if err := os.WriteFile(filepath.Join(work, "config.toml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.Create(filepath.Join(work, "containerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "containerd"), "--config", filepath.Join(work, "config.toml"))
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		log.Close()
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return sock
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log.Name())
+			t.Fatalf("containerd did not serve %s:\n%s", sock, b)
+		}
+	}
+}
+
+func TestDevLoop(t *testing.T) {
+	need(t, "containerd needs root", os.Geteuid() == 0)
+	apiserver, etcd := os.Getenv("TEST_ASSET_KUBE_APISERVER"), os.Getenv("TEST_ASSET_ETCD")
+	need(t, "kube-apiserver and etcd: set TEST_ASSET_KUBE_APISERVER and TEST_ASSET_ETCD (make test does)", exists(apiserver) && exists(etcd))
+	ctrdBin := filepath.Join(cache(), "containerd-v2.4.2")
+	need(t, "containerd and ctr in "+ctrdBin+": run make containerd", exists(filepath.Join(ctrdBin, "containerd")) && exists(filepath.Join(ctrdBin, "ctr")))
+	kubectl := os.Getenv("KUBECTL")
+	if kubectl == "" {
+		kubectl = filepath.Join(cache(), "k8s-v1.37.2", "kubectl")
+	}
+	need(t, "kubectl ("+kubectl+"): run make k8s-binaries or set KUBECTL", exists(kubectl))
+
+	env, err := kubeapi.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig, err := env.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "virtpod-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	sock := startContainerd(t, ctrdBin)
+	ctr := filepath.Join(ctrdBin, "ctr")
+
+	// An image in containerd under its :dev tag, as make cluster-up leaves the runner.
+	l := ociimage.NewLayer("file")
+	if err := l.File("/hello", 0o644, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	img, err := ociimage.Image(v1.Config{}, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "img.tar")
+	if err := ociimage.WriteArchive(archive, "localhost/virtpod/runner:dev", img); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(ctr, "-a", sock, "-n", "k8s.io", "images", "import", "--no-unpack", archive).CombinedOutput(); err != nil {
+		t.Fatalf("ctr import: %v\n%s", err, out)
+	}
+
+	// The map already holds a comment, another image's line and an older line for this one.
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "virtpod-system", Name: "virtpod-image-map"},
+		Data: map[string]string{"images": "# set by hand\n" +
+			"localhost/virtpod/guest localhost/virtpod/guest:tilt-1\n" +
+			"localhost/virtpod/runner localhost/virtpod/runner:tilt-old\n"},
+	}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+
+	script, _ := filepath.Abs("retag.sh")
+	// retag returns the script's stdout, or its stderr when it fails.
+	retag := func(args ...string) (string, error) {
+		cmd := exec.Command(script, args...)
+		cmd.Env = append(os.Environ(), "KUBECTL="+kubectl, "KUBECONFIG="+kubeconfig, "CTR="+ctr, "CONTAINERD_ADDRESS="+sock)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return stderr.String(), err
+		}
+		if stderr.Len() > 0 {
+			t.Logf("retag %q stderr: %s", args, stderr.String())
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	images := func() string {
+		out, err := exec.Command(ctr, "-a", sock, "-n", "k8s.io", "images", "ls", "-q").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ctr images ls: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	mapData := func() string {
+		var got corev1.ConfigMap
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cm), &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Data["images"]
+	}
+
+	for _, tag := range []string{"tilt-3f2a1c", "tilt-4b5c6d", "tilt-4b5c6d"} { // the last: a rerun
+		out, err := retag("localhost/virtpod/runner:dev", tag)
+		if err != nil || out != "localhost/virtpod/runner:"+tag {
+			t.Fatalf("retag %s: %v\n%s", tag, err, out)
+		}
+		if !strings.Contains(images(), "localhost/virtpod/runner:"+tag+"\n") {
+			t.Errorf("containerd has no localhost/virtpod/runner:%s:\n%s", tag, images())
+		}
+		want := "# set by hand\nlocalhost/virtpod/guest localhost/virtpod/guest:tilt-1\nlocalhost/virtpod/runner localhost/virtpod/runner:" + tag + "\n"
+		if got := mapData(); got != want {
+			t.Errorf("after retag %s the map is\n%q\nwant\n%q", tag, got, want)
+		}
+	}
+
+	// A whole reference as NEWTAG, as tests/e2e passes it.
+	if out, err := retag("localhost/virtpod/runner:dev", "localhost/virtpod/runner:e2e-1"); err != nil || out != "localhost/virtpod/runner:e2e-1" {
+		t.Fatalf("retag to a reference: %v\n%s", err, out)
+	}
+	if got := mapData(); !strings.HasSuffix(got, "localhost/virtpod/runner localhost/virtpod/runner:e2e-1\n") || strings.Count(got, "localhost/virtpod/runner ") != 1 {
+		t.Errorf("after retag to a reference the map is %q", got)
+	}
+
+	// Without the ConfigMap, retag creates it.
+	if err := env.Client.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := retag("localhost/virtpod/runner:tilt-4b5c6d", "again"); err != nil {
+		t.Fatalf("retag without a ConfigMap: %v\n%s", err, out)
+	}
+	if got := mapData(); got != "localhost/virtpod/runner localhost/virtpod/runner:again\n" {
+		t.Errorf("created map %q", got)
+	}
+
+	// The Tiltfile's step: both images' new references at once, then tilt down.
+	tiltStep, _ := filepath.Abs("tilt-image-map.sh")
+	tilt := func(env []string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(tiltStep, args...)
+		cmd.Env = append(append(os.Environ(), "KUBECTL="+kubectl, "KUBECONFIG="+kubeconfig), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("tilt-image-map.sh %q: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	out := tilt([]string{"TILT_IMAGE_0=localhost/virtpod/runner:tilt-build-1", "TILT_IMAGE_1=localhost/virtpod/guest:tilt-build-2"},
+		"apply", "localhost/virtpod/runner", "localhost/virtpod/guest")
+	if !strings.Contains(out, "kind: ConfigMap") || !strings.Contains(out, "name: virtpod-image-map") {
+		t.Errorf("apply printed no ConfigMap YAML for Tilt:\n%s", out)
+	}
+	if got, want := mapData(), "localhost/virtpod/runner localhost/virtpod/runner:tilt-build-1\nlocalhost/virtpod/guest localhost/virtpod/guest:tilt-build-2\n"; got != want {
+		t.Errorf("after Tilt's apply the map is %q, want %q", got, want)
+	}
+	tilt(nil, "delete", "localhost/virtpod/runner")
+	if got, want := mapData(), "localhost/virtpod/guest localhost/virtpod/guest:tilt-build-2\n"; got != want {
+		t.Errorf("after Tilt's delete the map is %q, want %q", got, want)
+	}
+
+	// The Tiltfile's VM is valid against the CRD (kubectl validates fields strictly).
+	if out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "vm.yaml").CombinedOutput(); err != nil {
+		t.Errorf("vm.yaml: %v\n%s", err, out)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"localhost/virtpod/runner:dev"}, "usage:"},
+		{[]string{"localhost/virtpod/missing:dev", "x"}, "is localhost/virtpod/missing:dev in containerd?"},
+		{[]string{"localhost/virtpod/runner:dev", "bad tag"}, "NEWTAG bad tag is not a tag"},
+		{[]string{"localhost/virtpod/runner:dev", "localhost/virtpod/runner"}, "has no tag"},
+		{[]string{"localhost/virtpod/runner:dev", "localhost/virtpod/runner@sha256:abc"}, "is a digest reference"},
+	} {
+		if out, err := retag(tc.args...); err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("retag %q: %v %q, want an error with %q", tc.args, err, out, tc.want)
+		}
+	}
+}
