@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/virtpod/virtpod/tests/prereq"
 )
 
 const marker = "VIRTPOD-GUEST-READY"
@@ -26,13 +28,7 @@ const marker = "VIRTPOD-GUEST-READY"
 // where a skip would hide that the suite did not run.
 func need(t *testing.T, ok bool, why string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true: failing instead of skipping; run tools/ci/install-deps.sh and make guest-fixture)", why)
-	}
-	t.Skip(why)
+	prereq.Need(t, ok, why+"; run tools/ci/install-deps.sh and make guest-fixture")
 }
 
 func haveBinary(name string) bool {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,88 +18,26 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/tests/containerdtest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
+	"github.com/virtpod/virtpod/tests/prereq"
 )
-
-// need skips when a prerequisite is missing, and fails under CI=true.
-func need(t *testing.T, what string, ok bool) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true: missing prerequisites fail)", what)
-	}
-	t.Skip(what)
-}
 
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
 
-func cache() string {
-	if c := os.Getenv("VIRTPOD_CACHE"); c != "" {
-		return c
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "virtpod")
-}
-
-// startContainerd runs a private containerd (its own root, state and socket; no CRI) for the
-// test and returns its socket.
-func startContainerd(t *testing.T, bin string) string {
-	t.Helper()
-	work := t.TempDir()
-	sock := filepath.Join(work, "containerd.sock")
-	cfg := "version = 3\nroot = \"" + filepath.Join(work, "root") + "\"\nstate = \"" + filepath.Join(work, "state") +
-		"\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"" + sock + "\"\n[ttrpc]\n  address = \"" + sock + ".ttrpc\"\n"
-	if err := os.WriteFile(filepath.Join(work, "config.toml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	log, err := os.Create(filepath.Join(work, "containerd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(bin, "containerd"), "--config", filepath.Join(work, "config.toml"))
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		log.Close()
-	})
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return sock
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(log.Name())
-			t.Fatalf("containerd did not serve %s:\n%s", sock, b)
-		}
-	}
-}
-
 func TestDevLoop(t *testing.T) {
-	need(t, "containerd needs root", os.Geteuid() == 0)
+	prereq.Need(t, os.Geteuid() == 0, "containerd needs root")
 	apiserver, etcd := os.Getenv("TEST_ASSET_KUBE_APISERVER"), os.Getenv("TEST_ASSET_ETCD")
-	need(t, "kube-apiserver and etcd: set TEST_ASSET_KUBE_APISERVER and TEST_ASSET_ETCD (make test does)", exists(apiserver) && exists(etcd))
-	ctrdBin := filepath.Join(cache(), "containerd-v2.4.2")
-	need(t, "containerd and ctr in "+ctrdBin+": run make containerd", exists(filepath.Join(ctrdBin, "containerd")) && exists(filepath.Join(ctrdBin, "ctr")))
+	prereq.Need(t, exists(apiserver) && exists(etcd), "kube-apiserver and etcd: set TEST_ASSET_KUBE_APISERVER and TEST_ASSET_ETCD (make test does)")
+	ctrdBin := containerdtest.Dir(t)
 	kubectl := os.Getenv("KUBECTL")
 	if kubectl == "" {
-		kubectl = filepath.Join(cache(), "k8s-v1.37.2", "kubectl")
+		kubectl = filepath.Join(prereq.Cache(), "k8s-v1.37.2", "kubectl")
 	}
-	need(t, "kubectl ("+kubectl+"): run make k8s-binaries or set KUBECTL", exists(kubectl))
+	prereq.Need(t, exists(kubectl), "kubectl ("+kubectl+"): run make k8s-binaries or set KUBECTL")
 
 	env, err := kubeapi.Start()
 	if err != nil {
@@ -115,7 +52,7 @@ func TestDevLoop(t *testing.T) {
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "virtpod-system"}}); err != nil {
 		t.Fatal(err)
 	}
-	sock := startContainerd(t, ctrdBin)
+	sock := containerdtest.Start(t, ctrdBin)
 	ctr := filepath.Join(ctrdBin, "ctr")
 
 	// An image in containerd under its :dev tag, as make cluster-up leaves the runner.

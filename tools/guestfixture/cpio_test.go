@@ -6,16 +6,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/virtpod/virtpod/tests/prereq"
 )
 
 // TestCpioReadByBusybox checks the newc writer against an independent reader, busybox cpio.
 func TestCpioReadByBusybox(t *testing.T) {
-	if _, err := os.Stat(busyboxPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("busybox not found (install busybox-static: tools/ci/install-deps.sh)")
-		}
-		t.Skip("busybox not found")
-	}
+	_, err := os.Stat(busyboxPath)
+	prereq.Need(t, err == nil, "busybox not found (install busybox-static: tools/ci/install-deps.sh)")
 	var buf bytes.Buffer
 	c := &cpioWriter{w: &buf}
 	c.Dir("bin")

@@ -14,6 +14,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/virtpod/virtpod/tests/prereq"
 )
 
 // build runs imagebuild with args plus --out into a temp file and reads the archive back.
@@ -132,13 +134,7 @@ func within(t *testing.T, root, p string) string {
 // needTool skips when a host prerequisite is missing, and fails under CI=true.
 func needTool(t *testing.T, what, fix string, ok bool) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s: %s (CI=true: missing prerequisites fail)", what, fix)
-	}
-	t.Skipf("%s: %s", what, fix)
+	prereq.Need(t, ok, what+": "+fix)
 }
 
 func fileExists(p string) bool {

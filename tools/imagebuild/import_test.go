@@ -7,78 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/virtpod/virtpod/tests/containerdtest"
 )
-
-// containerdDir finds the local cluster's containerd build ($VIRTPOD_CACHE/containerd-*), or
-// skips: `make test` does not build containerd, so this check runs where the cluster was built.
-func containerdDir(t *testing.T) string {
-	t.Helper()
-	cache := os.Getenv("VIRTPOD_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "virtpod")
-	}
-	dirs, _ := filepath.Glob(filepath.Join(cache, "containerd-*"))
-	for _, d := range dirs {
-		if fileExists(filepath.Join(d, "containerd")) && fileExists(filepath.Join(d, "ctr")) && fileExists(filepath.Join(d, "containerd-shim-runc-v2")) {
-			return d
-		}
-	}
-	needTool(t, "no containerd, ctr and shim in "+cache+"/containerd-*", "run `make containerd`", false)
-	return ""
-}
-
-// startContainerd runs a private containerd (its own root, state and socket; no CRI) for the
-// test's life and returns its socket.
-func startContainerd(t *testing.T, dir string) string {
-	t.Helper()
-	work := t.TempDir()
-	sock := filepath.Join(work, "containerd.sock")
-	cfg := `version = 3
-root = "` + filepath.Join(work, "root") + `"
-state = "` + filepath.Join(work, "state") + `"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "` + sock + `"
-[ttrpc]
-  address = "` + sock + `.ttrpc"
-`
-	if err := os.WriteFile(filepath.Join(work, "config.toml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	log, err := os.Create(filepath.Join(work, "containerd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(dir, "containerd"), "--config", filepath.Join(work, "config.toml"))
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH")) // the shim
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		log.Close()
-	})
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return sock
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(work, "containerd.log"))
-			t.Fatalf("containerd did not serve %s:\n%s", sock, b)
-		}
-	}
-}
 
 // TestImportIntoContainerd: --import puts the image into containerd's k8s.io namespace under its
 // tag, unpacked, with the digest the archive has, and a container runs from it.
@@ -86,8 +17,8 @@ func TestImportIntoContainerd(t *testing.T) {
 	needTool(t, "running containerd", "run the test as root", os.Geteuid() == 0)
 	needTool(t, "/bin/busybox", "install busybox-static (tools/ci/install-deps.sh)", fileExists("/bin/busybox"))
 	needTool(t, "runc", "install runc (tools/ci/install-deps.sh)", haveCommands("runc"))
-	dir := containerdDir(t)
-	sock := startContainerd(t, dir)
+	dir := containerdtest.Dir(t)
+	sock := containerdtest.Start(t, dir)
 	ctr := filepath.Join(dir, "ctr")
 	const tag = "localhost/virtpod/toolbox:import-test"
 	img, _ := build(t, "toolbox", "--tag="+tag, "--import", "--containerd-address="+sock, "--ctr="+ctr)
