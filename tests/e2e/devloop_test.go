@@ -30,7 +30,9 @@ func TestDevLoopRollsVM(t *testing.T) {
 	if err := kube.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = run("-n", "virtpod-system", "delete", "configmap", "virtpod-image-map", "--ignore-not-found") })
+	t.Cleanup(func() {
+		_, _ = run("-n", "virtpod-system", "delete", "configmap", "virtpod-image-map", "--ignore-not-found")
+	})
 	waitRunning(t, ns, "roll", 0)
 	old, err := kubeset.CoreV1().Pods(ns).Get(ctx, podspec.PodName("roll"), metav1.GetOptions{})
 	if err != nil {
