@@ -11,7 +11,7 @@ CONTROLLER_GEN := go tool controller-gen
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go types and markers.
@@ -25,7 +25,8 @@ verify-generated: generate ## Fail when generated files differ from what is comm
 	@test -z "$$(git status --porcelain -- apis config)" || { git status --porcelain -- apis config; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
 .PHONY: vet
-vet: ## go vet and a go.mod tidiness check.
+vet: ## gofmt, go vet and a go.mod tidiness check.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w on these files"; exit 1; }
 	go vet ./...
 	go mod tidy -diff
 

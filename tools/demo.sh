@@ -29,7 +29,12 @@ for _ in $(seq 1 30); do
 	k logs demo-runner 2>/dev/null | grep -q VIRTPOD-GUEST-READY && break
 	sleep 1
 done
-k logs demo-runner | grep -v '^{' | sed -n '1,12p'
+# The console without the runner's own JSON log lines: the kernel's first words, then the
+# guest's userspace up to its ready marker.
+console=$(k logs demo-runner | grep -v '^{')
+echo "$console" | sed -n '1,2p'
+echo "  [...]"
+echo "$console" | grep -v '^\[' | sed -n '1,10p'
 
 cat <<EOM
 
