@@ -1,0 +1,121 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KVMState says whether a node's KVM can run guests.
+// +kubebuilder:validation:Enum=Usable;Unusable;Absent
+type KVMState string
+
+// KVM states.
+const (
+	KVMUsable   KVMState = "Usable"   // /dev/kvm opens and runs guest code
+	KVMUnusable KVMState = "Unusable" // /dev/kvm is there but cannot run a guest; the reason says why
+	KVMAbsent   KVMState = "Absent"   // no /dev/kvm
+)
+
+// KVMStatus is what the node agent found of /dev/kvm.
+type KVMStatus struct {
+	// state is Usable, Unusable or Absent.
+	State KVMState `json:"state"`
+	// reason explains a state other than Usable, in words.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// device is the path probed.
+	// +optional
+	Device string `json:"device,omitempty"`
+}
+
+// EmulationStatus says whether software emulation (QEMU TCG) can run guests on the node.
+type EmulationStatus struct {
+	// available is true when the runner's QEMU has its TCG accelerator.
+	Available bool `json:"available"`
+	// reason explains why emulation is not available.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// ProviderStatus is one hypervisor as found on the node.
+type ProviderStatus struct {
+	// name is the provider: qemu or cloud-hypervisor.
+	Name Provider `json:"name"`
+	// binary is the path probed.
+	// +optional
+	Binary string `json:"binary,omitempty"`
+	// version the binary reports.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// available is true when the binary is present and runs.
+	Available bool `json:"available"`
+	// reason explains why the provider is not available.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// HypervisorNodeStatus is what the node agent last found on its node.
+type HypervisorNodeStatus struct {
+	// heartbeatTime is when the agent last probed; results older than a few minutes are stale.
+	// +optional
+	HeartbeatTime metav1.Time `json:"heartbeatTime,omitempty"`
+	// arch is the node's architecture, as GOARCH names it.
+	// +optional
+	Arch string `json:"arch,omitempty"`
+	// kernelVersion is the node's kernel release.
+	// +optional
+	KernelVersion string `json:"kernelVersion,omitempty"`
+	// agentVersion is the node agent's version.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// kvm is the state of /dev/kvm.
+	// +optional
+	KVM KVMStatus `json:"kvm,omitempty"`
+	// emulation says whether software emulation is available.
+	// +optional
+	Emulation EmulationStatus `json:"emulation,omitempty"`
+	// providers are the hypervisors the runner image carries, as they run on this node.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Providers []ProviderStatus `json:"providers,omitempty"`
+}
+
+// HypervisorNode is what virtpod's node agent found on one node: KVM, emulation, and each
+// hypervisor with its version or the reason it cannot run. Named after its node; written only
+// by the agent on that node.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=hvnode,categories=virtpod
+// +kubebuilder:printcolumn:name="KVM",type=string,JSONPath=`.status.kvm.state`
+// +kubebuilder:printcolumn:name="Emulation",type=boolean,JSONPath=`.status.emulation.available`
+// +kubebuilder:printcolumn:name="Arch",type=string,JSONPath=`.status.arch`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeatTime`
+// +kubebuilder:printcolumn:name="KVM-Reason",type=string,JSONPath=`.status.kvm.reason`,priority=1
+type HypervisorNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Status HypervisorNodeStatus `json:"status,omitempty"`
+}
+
+// HypervisorNodeList is a list of HypervisorNodes.
+// +kubebuilder:object:root=true
+type HypervisorNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HypervisorNode `json:"items"`
+}
+
+// Node labels the agent keeps on its node, so runner pods can require what they need.
+const (
+	// LabelKVM is "true" on nodes whose KVM can run guests, "false" elsewhere.
+	LabelKVM = "virtpod.io/kvm"
+	// LabelEmulation is "true" on nodes that can run guests under software emulation.
+	LabelEmulation = "virtpod.io/emulation"
+	// LabelProviderPrefix + provider name is "true" on nodes where that hypervisor runs.
+	LabelProviderPrefix = "provider.virtpod.io/"
+)
+
+func init() {
+	SchemeBuilder.Register(&HypervisorNode{}, &HypervisorNodeList{})
+}
