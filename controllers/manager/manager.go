@@ -21,6 +21,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	imagemapctrl "github.com/virtpod/virtpod/controllers/imagemap"
+	"github.com/virtpod/virtpod/controllers/providerclass"
 	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
@@ -113,6 +114,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := r.SetupWithManager(mgr, o.Workers, o.SecondInstance); err != nil {
 		return nil, fmt.Errorf("setting up the VirtualMachine controller: %w", err)
+	}
+	classes := &providerclass.Reconciler{Client: mgr.GetClient(), Now: o.Now}
+	if err := classes.SetupWithManager(mgr, o.SecondInstance); err != nil {
+		return nil, fmt.Errorf("setting up the ProviderClass controller: %w", err)
 	}
 	return mgr, nil
 }

@@ -162,3 +162,24 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("defaults not applied: %+v", s)
 	}
 }
+
+// TestProviderClassValidation: a class names a known hypervisor, keeps it, and is enabled by
+// default.
+func TestProviderClassValidation(t *testing.T) {
+	ctx := context.Background()
+	bad := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "fc"}, Spec: vmv1.ProviderClassSpec{Handler: "firecracker"}}
+	if err := env.Client.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "spec.handler") {
+		t.Fatalf("an unknown handler was not refused by name: %v", err)
+	}
+	pc := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "validation-qemu"}, Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU}}
+	if err := env.Client.Create(ctx, pc); err != nil {
+		t.Fatal(err)
+	}
+	if pc.Spec.Enabled == nil || !*pc.Spec.Enabled {
+		t.Fatalf("a new class is not enabled by default: %+v", pc.Spec)
+	}
+	pc.Spec.Handler = vmv1.ProviderCloudHypervisor
+	if err := env.Client.Update(ctx, pc); err == nil || !strings.Contains(err.Error(), "spec.handler is immutable") {
+		t.Fatalf("a handler change was not refused: %v", err)
+	}
+}

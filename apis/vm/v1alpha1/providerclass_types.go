@@ -1,0 +1,106 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AnnotationDefaultClass marks the ProviderClass VMs get when they name no provider.
+const AnnotationDefaultClass = "provider.virtpod.io/is-default-class"
+
+// ProviderClassSpec is how the cluster offers one hypervisor, modelled on RuntimeClass.
+type ProviderClassSpec struct {
+	// handler is the hypervisor: qemu or cloud-hypervisor. Immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.handler is immutable; create another ProviderClass"
+	Handler Provider `json:"handler"`
+
+	// enabled lets admins stop new VMs of this class from starting; running VMs keep running.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// disabledReason says why the class is disabled; it is shown on the VMs it blocks.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	DisabledReason string `json:"disabledReason,omitempty"`
+
+	// allowEmulation lets VMs of this class run under software emulation (acceleration:
+	// Emulated). Without it such VMs are refused with a reason, never started.
+	// +optional
+	AllowEmulation bool `json:"allowEmulation,omitempty"`
+
+	// scheduling restricts runner pods of this class to some nodes, as RuntimeClass does.
+	// +optional
+	Scheduling *ProviderScheduling `json:"scheduling,omitempty"`
+
+	// overhead is added to each runner pod's resource requests, for the hypervisor itself.
+	// +optional
+	Overhead corev1.ResourceList `json:"overhead,omitempty"`
+}
+
+// ProviderScheduling are node constraints merged into each runner pod of the class.
+type ProviderScheduling struct {
+	// nodeSelector is added to every required node-selector term of the runner pod.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// tolerations are appended to the runner pod's.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// ProviderClassStatus is where the class can run, from the node agents' reports.
+type ProviderClassStatus struct {
+	// readyNodes is the number of nodes with a fresh report on which this hypervisor runs.
+	ReadyNodes int32 `json:"readyNodes"`
+	// totalNodes is the number of nodes with a node agent report.
+	TotalNodes int32 `json:"totalNodes"`
+	// versions are the hypervisor versions seen on ready nodes.
+	// +optional
+	Versions []string `json:"versions,omitempty"`
+	// observedGeneration is the spec generation this status reflects.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Enabled and Available.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Condition types of a ProviderClass.
+const (
+	ConditionEnabled   = "Enabled"
+	ConditionAvailable = "Available"
+)
+
+// ProviderClass offers one hypervisor to VirtualMachines: whether it is enabled, where it may
+// run, and where it can.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=pc,categories=virtpod
+// +kubebuilder:printcolumn:name="Handler",type=string,JSONPath=`.spec.handler`
+// +kubebuilder:printcolumn:name="Enabled",type=boolean,JSONPath=`.spec.enabled`
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyNodes`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.totalNodes`
+// +kubebuilder:printcolumn:name="Emulation",type=boolean,JSONPath=`.spec.allowEmulation`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].message`,priority=1
+type ProviderClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ProviderClassSpec   `json:"spec"`
+	Status ProviderClassStatus `json:"status,omitempty"`
+}
+
+// ProviderClassList is a list of ProviderClasses.
+// +kubebuilder:object:root=true
+type ProviderClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProviderClass `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ProviderClass{}, &ProviderClassList{})
+}

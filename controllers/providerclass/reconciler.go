@@ -1,0 +1,163 @@
+package providerclass
+
+import (
+	"context"
+	"encoding/json"
+
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+)
+
+// Reasons on a ProviderClass's conditions.
+const (
+	ReasonEnabled         = "Enabled"
+	ReasonDisabledByAdmin = "DisabledByAdmin"
+	ReasonNodesReady      = "NodesReady"
+	ReasonNoNodes         = "NoNodes"
+	ReasonNoReadyNodes    = "NoReadyNodes"
+)
+
+// Reconciler keeps ProviderClass status.
+type Reconciler struct {
+	Client client.Client
+	Now    func() time.Time
+}
+
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=providerclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=providerclasses/status,verbs=get;patch
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=hypervisornodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// Reconcile computes one class's status from the node reports.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	class := &vmv1.ProviderClass{}
+	if err := r.Client.Get(ctx, req.NamespacedName, class); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	hvs := &vmv1.HypervisorNodeList{}
+	if err := r.Client.List(ctx, hvs); err != nil {
+		return reconcile.Result{}, err
+	}
+	nodes, err := r.nodes(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	now := r.now()
+	accel := vmv1.AccelerationKVM
+	if class.Spec.AllowEmulation {
+		accel = vmv1.AccelerationEmulated
+	}
+	fit := Evaluate(class, accel, hvs.Items, nodes, now)
+	next := class.DeepCopy()
+	setStatus(&next.Status, class, fit)
+	if !equality.Semantic.DeepEqual(class.Status, next.Status) {
+		// The whole status in one merge patch, zero counts included (a diff would drop them),
+		// guarded by the resourceVersion read.
+		body, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": class.ResourceVersion},
+			"status":   next.Status,
+		})
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if err := r.Client.Status().Patch(ctx, next, client.RawPatch(types.MergePatchType, body)); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{}, nil // a newer class is on its way
+			}
+			return reconcile.Result{}, err
+		}
+	}
+	// A report goes stale without any event: come back when the freshest ready node's would.
+	return reconcile.Result{RequeueAfter: untilStale(hvs.Items, now)}, nil
+}
+
+func setStatus(st *vmv1.ProviderClassStatus, class *vmv1.ProviderClass, fit Fit) {
+	st.ReadyNodes, st.TotalNodes, st.Versions = int32(fit.Ready), int32(fit.Total), fit.Versions
+	st.ObservedGeneration = class.Generation
+	enabled := metav1.Condition{Type: vmv1.ConditionEnabled, Status: metav1.ConditionTrue, Reason: ReasonEnabled,
+		Message: "new VMs of this class may start", ObservedGeneration: class.Generation}
+	avail := metav1.Condition{Type: vmv1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: ReasonNodesReady,
+		Message: fit.Summary(), ObservedGeneration: class.Generation}
+	if class.Spec.Enabled != nil && !*class.Spec.Enabled {
+		enabled.Status, enabled.Reason = metav1.ConditionFalse, ReasonDisabledByAdmin
+		enabled.Message = "disabled by an admin"
+		if class.Spec.DisabledReason != "" {
+			enabled.Message += ": " + class.Spec.DisabledReason
+		}
+		avail.Status, avail.Reason, avail.Message = metav1.ConditionFalse, ReasonDisabledByAdmin, enabled.Message+"; "+fit.Summary()
+	} else if fit.Total == 0 {
+		avail.Status, avail.Reason = metav1.ConditionFalse, ReasonNoNodes
+	} else if fit.Ready == 0 {
+		avail.Status, avail.Reason = metav1.ConditionFalse, ReasonNoReadyNodes
+	}
+	meta.SetStatusCondition(&st.Conditions, enabled)
+	meta.SetStatusCondition(&st.Conditions, avail)
+}
+
+func untilStale(hvs []vmv1.HypervisorNode, now time.Time) time.Duration {
+	var next time.Duration
+	for _, hv := range hvs {
+		left := hv.Status.HeartbeatTime.Add(StaleAfter).Sub(now)
+		if left > 0 && (next == 0 || left < next) {
+			next = left + time.Second
+		}
+	}
+	return next
+}
+
+func (r *Reconciler) nodes(ctx context.Context) (map[string]*corev1.Node, error) {
+	list := &corev1.NodeList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, err
+	}
+	m := make(map[string]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		m[list.Items[i].Name] = &list.Items[i]
+	}
+	return m, nil
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// SetupWithManager: classes, node reports and nodes drive it — nodes only when their labels
+// change (class selectors match labels), not on every kubelet status update.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, skipNameValidation bool) error {
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		list := &vmv1.ProviderClassList{}
+		if err := r.Client.List(ctx, list); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, len(list.Items))
+		for i := range list.Items {
+			reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+		}
+		return reqs
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("providerclass").
+		For(&vmv1.ProviderClass{}).
+		Watches(&vmv1.HypervisorNode{}, all).
+		Watches(&corev1.Node{}, all, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		WithOptions(controller.Options{SkipNameValidation: &skipNameValidation}).
+		Complete(r)
+}
