@@ -23,11 +23,11 @@ const (
 	notSelected    = "excluded by the class's nodeSelector"
 	lacksProvider  = "without %s"
 	noAcceleration = "without usable KVM"
-	noEmulation    = "without usable KVM or emulation"
+	noEmulation    = "without emulation"
 )
 
-// nodeFit says whether a node can run VMs of the class with the given acceleration, and if
-// not, why. A nil node object means the Node is gone.
+// nodeFit says whether a node can run VMs of the class with the given acceleration ("" for
+// any the class allows), and if not, why. A nil node object means the Node is gone.
 func nodeFit(class *vmv1.ProviderClass, accel vmv1.Acceleration, hv *vmv1.HypervisorNode, node *corev1.Node, now time.Time) (bool, string, string) {
 	if node == nil || now.Sub(hv.Status.HeartbeatTime.Time) > StaleAfter {
 		return false, notFresh, ""
@@ -46,14 +46,24 @@ func nodeFit(class *vmv1.ProviderClass, accel vmv1.Acceleration, hv *vmv1.Hyperv
 	if !found {
 		return false, fmt.Sprintf(lacksProvider, class.Spec.Handler), ""
 	}
-	if hv.Status.KVM.State == vmv1.KVMUsable {
-		return true, "", version
-	}
-	if accel == vmv1.AccelerationEmulated && class.Spec.AllowEmulation && hv.Status.Emulation.Available {
-		return true, "", version
-	}
-	if accel == vmv1.AccelerationEmulated && class.Spec.AllowEmulation {
-		return false, noEmulation, ""
+	kvm := hv.Status.KVM.State == vmv1.KVMUsable
+	emulation := class.Spec.AllowEmulation && hv.Status.Emulation.Available
+	switch accel {
+	case vmv1.AccelerationKVM:
+		if kvm {
+			return true, "", version
+		}
+	case vmv1.AccelerationEmulated:
+		if emulation {
+			return true, "", version
+		}
+		if class.Spec.AllowEmulation {
+			return false, noEmulation, ""
+		}
+	default: // any way the class allows
+		if kvm || emulation {
+			return true, "", version
+		}
 	}
 	return false, noAcceleration, ""
 }

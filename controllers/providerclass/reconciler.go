@@ -58,11 +58,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	now := r.now()
-	accel := vmv1.AccelerationKVM
-	if class.Spec.AllowEmulation {
-		accel = vmv1.AccelerationEmulated
-	}
-	fit := Evaluate(class, accel, hvs.Items, nodes, now)
+	fit := Evaluate(class, "", hvs.Items, nodes, now)
 	next := class.DeepCopy()
 	setStatus(&next.Status, class, fit)
 	if !equality.Semantic.DeepEqual(class.Status, next.Status) {

@@ -47,6 +47,14 @@ func (w *mainWithController) Run() int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The cluster's default class, as config/providers ships it (with emulation, as
+	// config/local allows it).
+	qemu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
+		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+	if err := env.Client.Create(ctx, qemu); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	opts := manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", Now: clock.Now, ImageMap: imageMapKey}
 	mgr, err := manager.New(env.Config, opts)
 	if err != nil {

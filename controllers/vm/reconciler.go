@@ -38,7 +38,7 @@ type Reconciler struct {
 	Now func() time.Time
 }
 
-// +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -52,6 +52,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if vm.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil // the garbage collector deletes the pod; its grace period stops the guest
 	}
+	var (
+		prov verdict
+		err  error
+	)
+	if vm.Spec.Provider == "" {
+		var patched bool
+		if patched, prov, err = r.defaultProvider(ctx, vm); err != nil || patched {
+			return reconcile.Result{}, err // the VM's update event brings us back
+		}
+	} else if prov, err = r.provider(ctx, vm); err != nil {
+		return reconcile.Result{}, err
+	}
 	pod, err := r.runnerPod(ctx, vm)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -60,6 +72,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, r.fail("image-map", err)
 	}
+	opts.Class = prov.class
 	images := podspec.Images(vm, opts)
 
 	next := vm.DeepCopy()
@@ -83,6 +96,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.podVanished(ctx, vm, next); err != nil {
 			return reconcile.Result{}, err
 		}
+	case pod == nil && prov.blocked:
+		// No new start: ProviderAvailable says why.
 	case pod == nil:
 		if result, pod, err = r.startPod(ctx, vm, next, opts); err != nil {
 			return reconcile.Result{}, err
@@ -103,6 +118,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	observe(&next.Status, vm.Generation, pod)
 	imagesCurrent(&next.Status, vm, pod, images)
+	setConditions(&next.Status, prov.cond, emulationCondition(vm))
+	if pod == nil && prov.blocked {
+		for _, t := range []string{vmv1.ConditionScheduled, vmv1.ConditionReady} {
+			meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionFalse,
+				Reason: prov.cond.Reason, Message: prov.cond.Message, ObservedGeneration: vm.Generation})
+		}
+	}
+	if err := r.whyNot(ctx, &next.Status, vm, prov.class); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
 	} else if err != nil {

@@ -4,10 +4,13 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -31,17 +34,46 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameVal
 				return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
 			})))
 	}
+	// A class's change (enabled, emulation, selector) concerns the VMs that name it, and those
+	// that name none while it is the default.
+	b = b.Watches(&vmv1.ProviderClass{}, handler.EnqueueRequestsFromMapFunc(r.vmsOfClass))
+	// A node report's change can change why a waiting VM does not fit; heartbeats alone cannot.
+	b = b.Watches(&vmv1.HypervisorNode{}, handler.EnqueueRequestsFromMapFunc(r.waitingVMs),
+		builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*vmv1.HypervisorNode), e.ObjectNew.(*vmv1.HypervisorNode)
+			a, c := o.Status, n.Status
+			a.HeartbeatTime, c.HeartbeatTime = metav1.Time{}, metav1.Time{}
+			return !equality.Semantic.DeepEqual(a, c)
+		}}))
 	return b.Complete(r)
 }
 
+func (r *Reconciler) vmsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.selectVMs(ctx, func(vm *vmv1.VirtualMachine) bool {
+		return string(vm.Spec.Provider) == o.GetName() || vm.Spec.Provider == ""
+	})
+}
+
+func (r *Reconciler) waitingVMs(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.selectVMs(ctx, func(vm *vmv1.VirtualMachine) bool {
+		return vm.Status.Phase == vmv1.PhaseScheduling || vm.Status.Phase == vmv1.PhasePending
+	})
+}
+
 func (r *Reconciler) allVMs(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.selectVMs(ctx, func(*vmv1.VirtualMachine) bool { return true })
+}
+
+func (r *Reconciler) selectVMs(ctx context.Context, keep func(*vmv1.VirtualMachine) bool) []reconcile.Request {
 	list := &vmv1.VirtualMachineList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, vm := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&vm)})
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if keep(&list.Items[i]) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
 	}
 	return reqs
 }

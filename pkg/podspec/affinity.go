@@ -1,16 +1,41 @@
 package podspec
 
 import (
+	"sort"
+
 	corev1 "k8s.io/api/core/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
-// nodeRequirements are what every runner pod needs of its node: the runner image is built for
-// linux/amd64.
-func nodeRequirements() []corev1.NodeSelectorRequirement {
-	return []corev1.NodeSelectorRequirement{
-		{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}},
-		{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
+// nodeRequirements are what a runner pod needs of its node: linux/amd64 (the runner image), the
+// hypervisor it asked for and a working KVM — or emulation, when it asked for that — as the
+// node agent labels them, and the class's node selector. A VM lands only where all of it is.
+func nodeRequirements(vm *vmv1.VirtualMachine, class *vmv1.ProviderClass) []corev1.NodeSelectorRequirement {
+	in := func(key, value string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}
 	}
+	reqs := []corev1.NodeSelectorRequirement{
+		in(corev1.LabelOSStable, "linux"),
+		in(corev1.LabelArchStable, "amd64"),
+		in(vmv1.LabelProviderPrefix+string(vm.Spec.Provider), "true"),
+	}
+	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
+		reqs = append(reqs, in(vmv1.LabelEmulation, "true"))
+	} else {
+		reqs = append(reqs, in(vmv1.LabelKVM, "true"))
+	}
+	if class != nil && class.Spec.Scheduling != nil {
+		keys := make([]string, 0, len(class.Spec.Scheduling.NodeSelector))
+		for k := range class.Spec.Scheduling.NodeSelector {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			reqs = append(reqs, in(k, class.Spec.Scheduling.NodeSelector[k]))
+		}
+	}
+	return reqs
 }
 
 // affinity returns the user's affinity with reqs added to every required node-selector term.

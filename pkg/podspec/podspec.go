@@ -63,6 +63,8 @@ type Options struct {
 	// images into emptyDirs, for clusters without image volumes. The images must carry
 	// virtpod's copy program (images made by `imagebuild vm` do).
 	CopyImages bool
+	// Class is the VM's ProviderClass: its node selector, tolerations and overhead shape the pod.
+	Class *vmv1.ProviderClass
 }
 
 // DefaultOptions are the settings the manager starts with.
@@ -189,8 +191,8 @@ func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			NodeSelector:                  maps.Clone(vm.Spec.NodeSelector),
-			Affinity:                      affinity(vm.Spec.Affinity, nodeRequirements()),
-			Tolerations:                   vm.Spec.Tolerations,
+			Affinity:                      affinity(vm.Spec.Affinity, nodeRequirements(vm, opts.Class)),
+			Tolerations:                   tolerations(vm, opts.Class),
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
@@ -308,6 +310,15 @@ func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirement
 	cpu.Add(opts.OverheadCPU)
 	mem := vm.Spec.Guest.Memory.DeepCopy()
 	mem.Add(opts.OverheadMemory)
+	if opts.Class != nil {
+		// The class's overhead is the hypervisor's own, added as RuntimeClass's is.
+		if q, ok := opts.Class.Spec.Overhead[corev1.ResourceCPU]; ok {
+			cpu.Add(q)
+		}
+		if q, ok := opts.Class.Spec.Overhead[corev1.ResourceMemory]; ok {
+			mem.Add(q)
+		}
+	}
 	// No CPU limit: CFS quota throttles the hypervisor's I/O threads. Memory is capped at what
 	// was asked for so a guest cannot take the node's memory.
 	r := corev1.ResourceRequirements{
@@ -331,6 +342,13 @@ func addKVM(vm *vmv1.VirtualMachine, r *corev1.ResourceRequirements) {
 	}
 	r.Requests[ResourceKVM] = one
 	r.Limits[ResourceKVM] = one
+}
+
+func tolerations(vm *vmv1.VirtualMachine, class *vmv1.ProviderClass) []corev1.Toleration {
+	if class == nil || class.Spec.Scheduling == nil || len(class.Spec.Scheduling.Tolerations) == 0 {
+		return vm.Spec.Tolerations
+	}
+	return append(append([]corev1.Toleration(nil), vm.Spec.Tolerations...), class.Spec.Scheduling.Tolerations...)
 }
 
 func gracePeriod(vm *vmv1.VirtualMachine) int64 {

@@ -50,6 +50,13 @@ func TestGolden(t *testing.T) {
 			vm.Spec.Guest.Ports = []vmv1.Port{{Name: "ssh", Port: 22, Protocol: corev1.ProtocolTCP}, {Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}
 			vm.Spec.RunnerImage = "localhost/virtpod/runner:dev"
 		},
+		"class-scheduling-and-overhead": func(vm *vmv1.VirtualMachine, o *podspec.Options) {
+			vm.Spec.Tolerations = []corev1.Toleration{{Key: "user", Operator: corev1.TolerationOpExists}}
+			o.Class = &vmv1.ProviderClass{Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU,
+				Scheduling: &vmv1.ProviderScheduling{NodeSelector: map[string]string{"pool": "vms", "disk": "ssd"},
+					Tolerations: []corev1.Toleration{{Key: "vms-only", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}},
+				Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")}}}
+		},
 		"user-affinity-and-resources": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.NodeSelector = map[string]string{"pool": "vms"}
 			vm.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}
@@ -97,7 +104,7 @@ func TestAffinityTightensEveryTerm(t *testing.T) {
 	if len(terms) != 3 {
 		t.Fatalf("%d terms, want the user's 3", len(terms))
 	}
-	for i, want := range []int{3, 2, 0} {
+	for i, want := range []int{5, 4, 0} {
 		if got := len(terms[i].MatchExpressions); got != want {
 			t.Errorf("term %d has %d expressions, want %d: %+v", i, got, want, terms[i])
 		}

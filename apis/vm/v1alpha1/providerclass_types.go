@@ -74,7 +74,7 @@ const (
 )
 
 // ProviderClass offers one hypervisor to VirtualMachines: whether it is enabled, where it may
-// run, and where it can.
+// run, and where it can. A class is named after its handler; a VM's spec.provider names it.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=pc,categories=virtpod
@@ -85,6 +85,7 @@ const (
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.totalNodes`
 // +kubebuilder:printcolumn:name="Emulation",type=boolean,JSONPath=`.spec.allowEmulation`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].message`,priority=1
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.handler",message="metadata.name: a ProviderClass is named after its handler (qemu or cloud-hypervisor)"
 type ProviderClass struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

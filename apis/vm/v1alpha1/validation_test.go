@@ -95,6 +95,7 @@ func TestRejectsBadSpecs(t *testing.T) {
 func TestRejectsImmutableChanges(t *testing.T) {
 	ctx := context.Background()
 	base := kubeapi.SampleVM("default", "immutable")
+	base.Spec.Provider = vmv1.ProviderQEMU
 	base.Spec.Guest.RootDisk.Size = q("1Gi")
 	if err := env.Client.Create(ctx, base); err != nil {
 		t.Fatal(err)
@@ -157,7 +158,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := vm.Spec
-	if s.Provider != vmv1.ProviderQEMU || s.Acceleration != vmv1.AccelerationKVM || s.RestartPolicy != vmv1.RestartAlways ||
+	if s.Provider != "" || s.Acceleration != vmv1.AccelerationKVM || s.RestartPolicy != vmv1.RestartAlways ||
 		s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != 30 || s.Guest.Ports[0].Protocol != corev1.ProtocolTCP {
 		t.Fatalf("defaults not applied: %+v", s)
 	}
@@ -171,7 +172,11 @@ func TestProviderClassValidation(t *testing.T) {
 	if err := env.Client.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "spec.handler") {
 		t.Fatalf("an unknown handler was not refused by name: %v", err)
 	}
-	pc := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "validation-qemu"}, Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU}}
+	misnamed := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU}}
+	if err := env.Client.Create(ctx, misnamed); err == nil || !strings.Contains(err.Error(), "named after its handler") {
+		t.Fatalf("a class not named after its handler was not refused: %v", err)
+	}
+	pc := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu"}, Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU}}
 	if err := env.Client.Create(ctx, pc); err != nil {
 		t.Fatal(err)
 	}

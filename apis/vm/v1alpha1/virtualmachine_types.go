@@ -40,11 +40,12 @@ const (
 )
 
 // VirtualMachineSpec is the desired virtual machine.
-// +kubebuilder:validation:XValidation:rule="self.provider != 'cloud-hypervisor' || self.acceleration == 'KVM'",message="spec.acceleration: cloud-hypervisor has no software emulation; use acceleration KVM or provider qemu"
+// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'cloud-hypervisor' || self.acceleration == 'KVM'",message="spec.acceleration: cloud-hypervisor has no software emulation; use acceleration KVM or provider qemu"
 type VirtualMachineSpec struct {
-	// provider is the hypervisor that runs the guest: qemu or cloud-hypervisor. A VM gets the
-	// provider it asks for or a clear failure, never another one. Immutable.
-	// +kubebuilder:default=qemu
+	// provider is the hypervisor that runs the guest: qemu or cloud-hypervisor, offered by the
+	// ProviderClass of that name. A VM gets the provider it asks for or a clear failure, never
+	// another one. Left empty, the controller writes in the default class's provider once, so a
+	// later change of the default never moves the VM. Immutable once set.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider is immutable; create a new VirtualMachine to change the hypervisor"
 	// +optional
 	Provider Provider `json:"provider,omitempty"`
@@ -226,6 +227,11 @@ const (
 	ConditionReady = "Ready"
 	// ConditionImagesCurrent is True while the runner pod uses the VM's effective images.
 	ConditionImagesCurrent = "ImagesCurrent"
+	// ConditionProviderAvailable is True when the VM's ProviderClass exists, is enabled and
+	// allows what the VM asks for.
+	ConditionProviderAvailable = "ProviderAvailable"
+	// ConditionSoftwareEmulation is True when the guest runs under software emulation.
+	ConditionSoftwareEmulation = "SoftwareEmulation"
 )
 
 // Termination records how a runner pod ended.
@@ -273,7 +279,7 @@ type VirtualMachineStatus struct {
 	// observedGeneration is the spec generation this status reflects.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Scheduled, Ready and ImagesCurrent.
+	// conditions: ProviderAvailable, Scheduled, Ready, ImagesCurrent and SoftwareEmulation.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
