@@ -6,6 +6,7 @@ include tools/make/k8sbins.mk
 include tools/make/runner.mk
 include tools/make/images.mk
 include tools/make/cluster.mk
+include tools/make/agent.mk
 
 CONTROLLER_GEN := go tool controller-gen
 

@@ -8,7 +8,11 @@ cd "$(dirname "$0")/.."
 k() { "$KUBECTL" "$@"; }
 
 echo "== installing virtpod (kubectl apply -k config/local)"
-k apply -k config/local >/dev/null
+# The first pass creates the CRDs; the ProviderClasses in it need them established.
+if ! k apply -k config/local >/dev/null 2>&1; then
+	k wait --for=condition=Established crd --all --timeout=60s >/dev/null
+	k apply -k config/local >/dev/null
+fi
 k wait --for=condition=Established crd/virtualmachines.vm.virtpod.io --timeout=60s >/dev/null
 k -n virtpod-system rollout status deployment/virtpod-controller --timeout=180s
 

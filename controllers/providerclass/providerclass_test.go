@@ -152,12 +152,11 @@ func TestClassStatusFromNodeReports(t *testing.T) {
 	})
 
 	// Emulation allowed: the node without usable KVM counts; a selector leaves out web-node.
-	emu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu-emulated"}, Spec: vmv1.ProviderClassSpec{
-		Handler: vmv1.ProviderQEMU, AllowEmulation: true, Scheduling: &vmv1.ProviderScheduling{NodeSelector: map[string]string{"pool": "vms"}}}}
-	if err := env.Client.Create(ctx, emu); err != nil {
-		t.Fatal(err)
-	}
-	classStatus(t, "qemu-emulated", func(pc *vmv1.ProviderClass) error {
+	editSpec(t, "qemu", func(s *vmv1.ProviderClassSpec) {
+		s.AllowEmulation = true
+		s.Scheduling = &vmv1.ProviderScheduling{NodeSelector: map[string]string{"pool": "vms"}}
+	})
+	classStatus(t, "qemu", func(pc *vmv1.ProviderClass) error {
 		if pc.Status.ReadyNodes != 2 || strings.Join(pc.Status.Versions, ",") != "7.2.22,8.2.0" {
 			return fmt.Errorf("counts")
 		}
@@ -195,18 +194,23 @@ func TestClassStatusFromNodeReports(t *testing.T) {
 	})
 }
 
-// setEnabled changes a class as an admin does, retrying on a conflict with the status writer.
-func setEnabled(t *testing.T, name string, enabled bool, reason string) {
+// editSpec changes a class as an admin does, retrying on a conflict with the status writer.
+func editSpec(t *testing.T, name string, edit func(*vmv1.ProviderClassSpec)) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pc := &vmv1.ProviderClass{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, pc); err != nil {
 			return err
 		}
-		pc.Spec.Enabled, pc.Spec.DisabledReason = ptr.To(enabled), reason
+		edit(&pc.Spec)
 		return env.Client.Update(context.Background(), pc)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+func setEnabled(t *testing.T, name string, enabled bool, reason string) {
+	t.Helper()
+	editSpec(t, name, func(s *vmv1.ProviderClassSpec) { s.Enabled, s.DisabledReason = ptr.To(enabled), reason })
 }

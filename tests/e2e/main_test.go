@@ -60,8 +60,14 @@ func setup() error {
 	if _, err := kubeset.Discovery().ServerVersion(); err != nil {
 		return fmt.Errorf("cluster unreachable: %w", err)
 	}
-	if out, err := run("apply", "-k", kubeapi.Root()+"/config/local"); err != nil {
-		return fmt.Errorf("kubectl apply -k config/local: %v\n%s", err, out)
+	// The first pass creates the CRDs; the ProviderClasses in it need them established.
+	if _, err := run("apply", "-k", kubeapi.Root()+"/config/local"); err != nil {
+		if out, err := run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
+			return fmt.Errorf("CRDs not established: %v\n%s", err, out)
+		}
+		if out, err := run("apply", "-k", kubeapi.Root()+"/config/local"); err != nil {
+			return fmt.Errorf("kubectl apply -k config/local: %v\n%s", err, out)
+		}
 	}
 	if out, err := run("wait", "--for=condition=Established", "crd/virtualmachines.vm.virtpod.io", "--timeout=60s"); err != nil {
 		return fmt.Errorf("%v\n%s", err, out)

@@ -13,6 +13,7 @@ import (
 // Go packages built into images, by import path so the build works from anywhere in the module.
 const (
 	runnerPkg     = "github.com/virtpod/virtpod/runner/cmd/runner"
+	agentPkg      = "github.com/virtpod/virtpod/runner/cmd/virtpod-agent"
 	controllerPkg = "github.com/virtpod/virtpod/controllers/cmd/virtpod-controller"
 	pausePkg      = "github.com/virtpod/virtpod/tools/imagebuild/pause"
 	vmcopyPkg     = "github.com/virtpod/virtpod/tools/imagebuild/vmcopy"

@@ -20,25 +20,28 @@ import (
 const (
 	controllerBinary = "/usr/local/bin/virtpod-controller"
 	pauseBinary      = "/pause"
-	busyboxBinary    = "/bin/busybox"
+	// agentBinary is the node agent, in the runner image so it probes the runner's QEMU.
+	agentBinary   = "/usr/local/bin/virtpod-agent"
+	busyboxBinary = "/bin/busybox"
 )
 
 func newRunnerCommand() *cobra.Command {
-	var binary string
+	var binary, agent string
 	var withoutHypervisor bool
 	cmd := &cobra.Command{
 		Use:   "runner",
-		Short: "The runner image: virtpod-runner, qemu-system-x86_64 and qemu-img from this machine with their libraries and firmware",
+		Short: "The runner image: virtpod-runner, virtpod-agent, qemu-system-x86_64 and qemu-img from this machine with their libraries and firmware",
 		Args:  cobra.NoArgs,
 	}
 	o := addOutputFlags(cmd, "localhost/virtpod/runner:dev")
 	cmd.Flags().StringVar(&binary, "binary", "", "prebuilt static runner binary (default: go build ./runner/cmd/runner)")
+	cmd.Flags().StringVar(&agent, "agent-binary", "", "prebuilt static node agent binary (default: go build ./runner/cmd/virtpod-agent)")
 	cmd.Flags().BoolVar(&withoutHypervisor, "without-hypervisor", false, "leave out qemu-system-x86_64, its modules and firmware (tests the runner's \"provider binary not found\")")
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if err := o.check(); err != nil {
 			return err
 		}
-		img, err := runnerImage(binary, !withoutHypervisor)
+		img, err := runnerImage(binary, agent, !withoutHypervisor)
 		if err != nil {
 			return err
 		}
@@ -47,13 +50,17 @@ func newRunnerCommand() *cobra.Command {
 	return cmd
 }
 
-func runnerImage(binary string, withHypervisor bool) (v1.Image, error) {
+func runnerImage(binary, agent string, withHypervisor bool) (v1.Image, error) {
 	dir, err := os.MkdirTemp("", "imagebuild-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	bin, err := goBinary("--binary", binary, runnerPkg, dir)
+	if err != nil {
+		return nil, err
+	}
+	agentBin, err := goBinary("--agent-binary", agent, agentPkg, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -65,12 +72,16 @@ func runnerImage(binary string, withHypervisor bool) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The runner changes most often, so it is the top layer and the rest is reused.
+	// The Go binaries change most often, so they are the top layers and the rest is reused.
 	runner, err := binaryLayer("virtpod-runner", podspec.RunnerBinary, bin)
 	if err != nil {
 		return nil, err
 	}
-	return ociimage.Image(v1.Config{Entrypoint: []string{podspec.RunnerBinary}}, base, qemu, runner)
+	agentLayer, err := binaryLayer("virtpod-agent", agentBinary, agentBin)
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.Image(v1.Config{Entrypoint: []string{podspec.RunnerBinary}}, base, qemu, runner, agentLayer)
 }
 
 func newControllerCommand() *cobra.Command {

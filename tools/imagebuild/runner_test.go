@@ -50,6 +50,7 @@ func TestRunnerImage(t *testing.T) {
 	}
 	files := files(t, img)
 	wantFile(t, files, podspec.RunnerBinary, tar.TypeReg, 0o755, "")
+	wantFile(t, files, agentBinary, tar.TypeReg, 0o755, "")
 	wantFile(t, files, qemuSystem, tar.TypeReg, 0o755, "")
 	wantFile(t, files, qemuImg, tar.TypeReg, 0o755, "")
 	wantFile(t, files, "/tmp", tar.TypeDir, 0o1777, "")

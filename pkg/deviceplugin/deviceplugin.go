@@ -1,0 +1,275 @@
+// Package deviceplugin serves /dev/kvm to pods as the extended resource devices.virtpod.io/kvm
+// through the kubelet's device-plugin API, so runner pods get the device without privileges.
+//
+// /dev/kvm can be shared by any number of VMs, so the plugin advertises Count identical devices.
+// They are Healthy only while the node's KVM can run guests: on a node where it cannot, the
+// kubelet reports them in capacity but allocates none, and a VM that needs KVM stays Pending
+// with "Insufficient devices.virtpod.io/kvm" instead of starting a guest that would hang.
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Defaults.
+const (
+	ResourceName  = "devices.virtpod.io/kvm"
+	DefaultDir    = pluginapi.DevicePluginPath
+	DefaultSocket = "virtpod-kvm.sock"
+	DefaultCount  = 64
+	DefaultDevice = "/dev/kvm"
+	// kubeletSocketName is the kubelet's registration socket in the plugin directory.
+	kubeletSocketName = "kubelet.sock"
+)
+
+// Options configure a Plugin; zero values take the defaults above.
+type Options struct {
+	Dir          string // the kubelet's device-plugin directory
+	Socket       string // this plugin's socket name in Dir
+	ResourceName string
+	Count        int
+	Device       string // device node handed to containers, same path inside and out
+	// Poll is how often the plugin checks that the kubelet and its own socket are still there.
+	Poll time.Duration
+	Log  *zap.Logger
+}
+
+// Plugin is the device plugin. Use New, then Run; SetHealthy at any time.
+type Plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	o Options
+
+	mu      sync.Mutex
+	healthy bool
+	changed chan struct{} // closed and replaced on every health change
+	reg     int           // successful registrations, for tests and logs
+}
+
+// New makes a plugin that starts unhealthy: nothing is advertised as usable before a probe says so.
+func New(o Options) *Plugin {
+	if o.Dir == "" {
+		o.Dir = DefaultDir
+	}
+	if o.Socket == "" {
+		o.Socket = DefaultSocket
+	}
+	if o.ResourceName == "" {
+		o.ResourceName = ResourceName
+	}
+	if o.Count <= 0 {
+		o.Count = DefaultCount
+	}
+	if o.Device == "" {
+		o.Device = DefaultDevice
+	}
+	if o.Poll <= 0 {
+		o.Poll = 2 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	return &Plugin{o: o, changed: make(chan struct{})}
+}
+
+// SetHealthy marks every device healthy or not; open ListAndWatch streams get the new list.
+func (p *Plugin) SetHealthy(h bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h == p.healthy {
+		return
+	}
+	p.healthy = h
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// Registrations counts successful registrations with a kubelet.
+func (p *Plugin) Registrations() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reg
+}
+
+func (p *Plugin) devices() ([]*pluginapi.Device, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	health := pluginapi.Unhealthy
+	if p.healthy {
+		health = pluginapi.Healthy
+	}
+	devs := make([]*pluginapi.Device, p.o.Count)
+	for i := range devs {
+		devs[i] = &pluginapi.Device{ID: "kvm" + strconv.Itoa(i), Health: health}
+	}
+	return devs, p.changed
+}
+
+// GetDevicePluginOptions: no pre-start hook and no preferred allocation; the devices are alike.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch sends the device list now and again on every health change.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		devs, changed := p.devices()
+		if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-s.Context().Done():
+			return nil
+		}
+	}
+}
+
+// Allocate hands each container the KVM device read-write; the container stays unprivileged.
+func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for range req.ContainerRequests {
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
+			Devices: []*pluginapi.DeviceSpec{{ContainerPath: p.o.Device, HostPath: p.o.Device, Permissions: "rw"}},
+		})
+	}
+	return resp, nil
+}
+
+// PreStartContainer is not requested (GetDevicePluginOptions), but answers if called.
+func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// Run serves the plugin and registers it until ctx ends. A kubelet that restarts deletes every
+// plugin socket and makes a new kubelet.sock; Run notices either and serves and registers again.
+// Registration failures (no kubelet yet) are retried every Poll.
+func (p *Plugin) Run(ctx context.Context) error {
+	kubelet := filepath.Join(p.o.Dir, kubeletSocketName)
+	for {
+		srv, err := p.serve()
+		if err != nil {
+			return err
+		}
+		kubeletID, registered := p.registerLoop(ctx, kubelet)
+		if registered {
+			p.watch(ctx, kubelet, kubeletID)
+		}
+		srv.Stop()
+		if ctx.Err() != nil {
+			_ = os.Remove(p.socketPath())
+			return nil
+		}
+		p.o.Log.Info("kubelet restarted or plugin socket removed; registering again")
+	}
+}
+
+func (p *Plugin) socketPath() string { return filepath.Join(p.o.Dir, p.o.Socket) }
+
+func (p *Plugin) serve() (*grpc.Server, error) {
+	path := p.socketPath()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale plugin socket: %w", err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("device plugin socket (is %s the kubelet's device-plugin directory, mounted?): %w", p.o.Dir, err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, p)
+	go func() { _ = srv.Serve(l) }()
+	return srv, nil
+}
+
+// registerLoop registers with the kubelet, retrying until it succeeds or ctx ends. It returns
+// the identity of the kubelet socket it registered with.
+func (p *Plugin) registerLoop(ctx context.Context, kubelet string) (fileID, bool) {
+	for {
+		id, err := statID(kubelet)
+		if err == nil {
+			if err = p.register(ctx, kubelet); err == nil {
+				p.mu.Lock()
+				p.reg++
+				p.mu.Unlock()
+				p.o.Log.Info("registered with the kubelet", zap.String("resource", p.o.ResourceName), zap.String("socket", p.socketPath()))
+				return id, true
+			}
+		}
+		p.o.Log.Warn("device plugin not registered yet; retrying", zap.String("kubeletSocket", kubelet), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return fileID{}, false
+		case <-time.After(p.o.Poll):
+		}
+		if _, err := os.Stat(p.socketPath()); err != nil {
+			return fileID{}, false // our socket was removed meanwhile: serve again first
+		}
+	}
+}
+
+func (p *Plugin) register(ctx context.Context, kubelet string) error {
+	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     p.o.Socket,
+		ResourceName: p.o.ResourceName,
+		Options:      &pluginapi.DevicePluginOptions{},
+	})
+	return err
+}
+
+// watch returns when ctx ends, our socket disappears, or kubelet.sock is a different file.
+func (p *Plugin) watch(ctx context.Context, kubelet string, id fileID) {
+	t := time.NewTicker(p.o.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := os.Stat(p.socketPath()); err != nil {
+			return
+		}
+		if now, err := statID(kubelet); err == nil && now != id {
+			return
+		}
+	}
+}
+
+// fileID tells a re-created socket from the old one (same path, new inode or ctime).
+type fileID struct {
+	dev, ino uint64
+	ctime    int64
+}
+
+func statID(path string) (fileID, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, fmt.Errorf("%s: no stat", path)
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}, nil
+}
