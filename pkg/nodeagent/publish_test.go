@@ -1,5 +1,9 @@
 package nodeagent
 
+// These tests run against a real kube-apiserver (tests/kubeapi): labels are merge-patched,
+// the HypervisorNode is created with its owner and its status written through the status
+// subresource, all as the API server decides.
+
 import (
 	"context"
 	"testing"
@@ -7,13 +11,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/tests/kubeapi"
 )
+
+var env *kubeapi.Env
+
+func TestMain(m *testing.M) { kubeapi.Main(m, &env) }
 
 func status(kvm vmv1.KVMState, qemu bool, at time.Time) vmv1.HypervisorNodeStatus {
 	return vmv1.HypervisorNodeStatus{
@@ -29,13 +35,13 @@ func status(kvm vmv1.KVMState, qemu bool, at time.Time) vmv1.HypervisorNodeStatu
 }
 
 func TestPublish(t *testing.T) {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = vmv1.AddToScheme(s)
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-1", Labels: map[string]string{"other": "x", vmv1.LabelKVM: "true"}}}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(node).WithStatusSubresource(&vmv1.HypervisorNode{}).Build()
-	p := &Publisher{Client: c, Node: "n1"}
 	ctx := context.Background()
+	c := env.Client
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"other": "x", vmv1.LabelKVM: "true"}}}
+	if err := c.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	p := &Publisher{Client: c, Node: "n1"}
 	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 
 	res, err := p.Publish(ctx, status(vmv1.KVMUnusable, true, t0))
@@ -61,7 +67,7 @@ func TestPublish(t *testing.T) {
 	if hn.Status.KVM.State != vmv1.KVMUnusable || len(hn.Status.Providers) != 2 || !hn.Status.HeartbeatTime.Time.Equal(t0) {
 		t.Errorf("status %+v", hn.Status)
 	}
-	if len(hn.OwnerReferences) != 1 || hn.OwnerReferences[0].UID != "uid-1" {
+	if len(hn.OwnerReferences) != 1 || hn.OwnerReferences[0].UID != node.UID {
 		t.Errorf("owner references %+v", hn.OwnerReferences)
 	}
 
@@ -92,10 +98,7 @@ func TestPublish(t *testing.T) {
 }
 
 func TestPublishNoNode(t *testing.T) {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = vmv1.AddToScheme(s)
-	p := &Publisher{Client: fake.NewClientBuilder().WithScheme(s).Build(), Node: "missing"}
+	p := &Publisher{Client: env.Client, Node: "missing"}
 	if _, err := p.Publish(context.Background(), status(vmv1.KVMAbsent, true, time.Now())); err == nil {
 		t.Error("no error for a missing node")
 	}
