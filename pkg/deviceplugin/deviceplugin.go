@@ -1,10 +1,15 @@
-// Package deviceplugin serves /dev/kvm to pods as the extended resource devices.virtpod.io/kvm
-// through the kubelet's device-plugin API, so runner pods get the device without privileges.
+// Package deviceplugin serves /dev/kvm to pods as extended resources through the kubelet's
+// device-plugin API, so pods get the device without privileges. One Plugin serves one resource
+// (its own socket and registration); `virtpod-agent device-plugin` runs two:
 //
-// /dev/kvm can be shared by any number of VMs, so the plugin advertises Count identical devices.
-// They are Healthy only while the node's KVM can run guests: on a node where it cannot, the
-// kubelet reports them in capacity but allocates none, and a VM that needs KVM stays Pending
-// with "Insufficient devices.virtpod.io/kvm" instead of starting a guest that would hang.
+//   - devices.virtpod.io/kvm-probe: one device, always Healthy, for the node agent's probe. Its
+//     Allocate hands over /dev/kvm only when the node has one (CheckPath), so the agent starts
+//     on every node and finds KVM Absent where there is none.
+//   - devices.virtpod.io/kvm: Count identical devices (/dev/kvm can be shared by any number of
+//     VMs), Healthy only while the node's HypervisorNode says KVM is Usable (Options.Healthy).
+//     On a node where it is not, the kubelet reports them in capacity but allocates none, and a
+//     VM that needs KVM stays Pending with "Insufficient devices.virtpod.io/kvm" instead of
+//     starting a guest that would hang.
 package deviceplugin
 
 import (
@@ -32,6 +37,9 @@ const (
 	DefaultSocket = "virtpod-kvm.sock"
 	DefaultCount  = 64
 	DefaultDevice = "/dev/kvm"
+	// ProbeResourceName is the node agent's own resource: one device, always healthy.
+	ProbeResourceName = "devices.virtpod.io/kvm-probe"
+	ProbeSocket       = "virtpod-kvm-probe.sock"
 	// kubeletSocketName is the kubelet's registration socket in the plugin directory.
 	kubeletSocketName = "kubelet.sock"
 )
@@ -43,6 +51,15 @@ type Options struct {
 	ResourceName string
 	Count        int
 	Device       string // device node handed to containers, same path inside and out
+	// IDPrefix names the devices: IDPrefix0, IDPrefix1, ... (default "kvm").
+	IDPrefix string
+	// CheckPath, when set, is where the plugin sees the node's Device (the host's /dev mounted
+	// read-only elsewhere): Allocate hands over Device only while CheckPath exists.
+	CheckPath string
+	// Healthy, when set, is asked every HealthPoll (default Poll) while Run runs; its answer is
+	// passed to SetHealthy.
+	Healthy    func() bool
+	HealthPoll time.Duration
 	// Poll is how often the plugin checks that the kubelet and its own socket are still there.
 	Poll time.Duration
 	Log  *zap.Logger
@@ -76,8 +93,14 @@ func New(o Options) *Plugin {
 	if o.Device == "" {
 		o.Device = DefaultDevice
 	}
+	if o.IDPrefix == "" {
+		o.IDPrefix = "kvm"
+	}
 	if o.Poll <= 0 {
 		o.Poll = 2 * time.Second
+	}
+	if o.HealthPoll <= 0 {
+		o.HealthPoll = o.Poll
 	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -113,7 +136,7 @@ func (p *Plugin) devices() ([]*pluginapi.Device, <-chan struct{}) {
 	}
 	devs := make([]*pluginapi.Device, p.o.Count)
 	for i := range devs {
-		devs[i] = &pluginapi.Device{ID: "kvm" + strconv.Itoa(i), Health: health}
+		devs[i] = &pluginapi.Device{ID: p.o.IDPrefix + strconv.Itoa(i), Health: health}
 	}
 	return devs, p.changed
 }
@@ -139,12 +162,21 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[p
 }
 
 // Allocate hands each container the KVM device read-write; the container stays unprivileged.
+// With CheckPath set and missing (a node without KVM) the containers get no device.
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	present := true
+	if p.o.CheckPath != "" {
+		if _, err := os.Stat(p.o.CheckPath); err != nil {
+			present = false
+		}
+	}
 	resp := &pluginapi.AllocateResponse{}
 	for range req.ContainerRequests {
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Devices: []*pluginapi.DeviceSpec{{ContainerPath: p.o.Device, HostPath: p.o.Device, Permissions: "rw"}},
-		})
+		cr := &pluginapi.ContainerAllocateResponse{}
+		if present {
+			cr.Devices = []*pluginapi.DeviceSpec{{ContainerPath: p.o.Device, HostPath: p.o.Device, Permissions: "rw"}}
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
 	}
 	return resp, nil
 }
@@ -159,6 +191,9 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 // Registration failures (no kubelet yet) are retried every Poll.
 func (p *Plugin) Run(ctx context.Context) error {
 	kubelet := filepath.Join(p.o.Dir, kubeletSocketName)
+	if p.o.Healthy != nil {
+		go p.followHealth(ctx)
+	}
 	for {
 		srv, err := p.serve()
 		if err != nil {
@@ -174,6 +209,20 @@ func (p *Plugin) Run(ctx context.Context) error {
 			return nil
 		}
 		p.o.Log.Info("kubelet restarted or plugin socket removed; registering again")
+	}
+}
+
+// followHealth asks Options.Healthy now and every HealthPoll until ctx ends.
+func (p *Plugin) followHealth(ctx context.Context) {
+	t := time.NewTicker(p.o.HealthPoll)
+	defer t.Stop()
+	for {
+		p.SetHealthy(p.o.Healthy())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,5 +184,92 @@ func TestPluginWaitsForKubelet(t *testing.T) {
 	kubelet := startKubelet(t, dir)
 	if req := kubelet.registered(t); req.ResourceName != ResourceName {
 		t.Fatalf("%+v", req)
+	}
+}
+
+// TestProbeAndKVMResources: the two resources `virtpod-agent device-plugin` serves, side by side
+// with one kubelet. kvm-probe: one device, always healthy, /dev/kvm allocated only while the
+// host's device (a temp file here) exists. kvm: health follows the value fed to Healthy (what
+// the node's HypervisorNode says).
+func TestProbeAndKVMResources(t *testing.T) {
+	dir, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	hostDev := filepath.Join(dir, "host-kvm")
+	if err := os.WriteFile(hostDev, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := startKubelet(t, dir)
+
+	var usable atomic.Bool
+	probe := New(Options{Dir: dir, Socket: ProbeSocket, ResourceName: ProbeResourceName, Count: 1, IDPrefix: "kvm-probe",
+		CheckPath: hostDev, Healthy: func() bool { return true }, Poll: 50 * time.Millisecond})
+	kvm := New(Options{Dir: dir, Count: 4, CheckPath: hostDev, Healthy: usable.Load, Poll: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = probe.Run(ctx) }()
+	go func() { _ = kvm.Run(ctx) }()
+
+	endpoints := map[string]string{}
+	for range 2 {
+		r := kubelet.registered(t)
+		endpoints[r.ResourceName] = r.Endpoint
+	}
+	if endpoints[ProbeResourceName] != ProbeSocket || endpoints[ResourceName] != DefaultSocket {
+		t.Fatalf("registrations %v", endpoints)
+	}
+
+	pc := dialPlugin(t, dir, ProbeSocket)
+	lw, err := pc.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Healthy is asked as Run starts; the first list may come just before.
+	n, h := recvDevices(t, lw)
+	if n == 1 && h[pluginapi.Unhealthy] == 1 {
+		n, h = recvDevices(t, lw)
+	}
+	if n != 1 || h[pluginapi.Healthy] != 1 {
+		t.Fatalf("kvm-probe: %d devices, health %v; want 1 healthy", n, h)
+	}
+
+	allocate := func(c pluginapi.DevicePluginClient, id string) []*pluginapi.DeviceSpec {
+		t.Helper()
+		resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{id}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.ContainerResponses) != 1 {
+			t.Fatalf("allocate: %+v", resp)
+		}
+		return resp.ContainerResponses[0].Devices
+	}
+	if d := allocate(pc, "kvm-probe0"); len(d) != 1 || d[0].HostPath != "/dev/kvm" || d[0].ContainerPath != "/dev/kvm" || d[0].Permissions != "rw" {
+		t.Errorf("kvm-probe allocate with the host device present: %+v", d)
+	}
+	if err := os.Remove(hostDev); err != nil {
+		t.Fatal(err)
+	}
+	if d := allocate(pc, "kvm-probe0"); len(d) != 0 {
+		t.Errorf("kvm-probe allocate without a host device: %+v, want none", d)
+	}
+
+	kc := dialPlugin(t, dir, DefaultSocket)
+	lw2, err := kc.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, h := recvDevices(t, lw2); n != 4 || h[pluginapi.Unhealthy] != 4 {
+		t.Fatalf("kvm: %d devices, health %v; want 4 unhealthy", n, h)
+	}
+	usable.Store(true)
+	if n, h := recvDevices(t, lw2); n != 4 || h[pluginapi.Healthy] != 4 {
+		t.Fatalf("kvm after the HypervisorNode says Usable: %d devices, health %v", n, h)
+	}
+	usable.Store(false)
+	if _, h := recvDevices(t, lw2); h[pluginapi.Unhealthy] != 4 {
+		t.Fatalf("kvm after the HypervisorNode says not Usable: health %v", h)
 	}
 }

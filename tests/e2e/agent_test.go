@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,20 +13,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/nodeprobe"
 )
 
-const kvmResource = corev1.ResourceName("devices.virtpod.io/kvm")
+const (
+	kvmResource      = corev1.ResourceName("devices.virtpod.io/kvm")
+	kvmProbeResource = corev1.ResourceName("devices.virtpod.io/kvm-probe")
+)
 
-// TestNodeAgent: the agent DaemonSet from config/default runs unprivileged on the node, labels
-// it with what the probe finds here (kvm-pvm, so KVM unusable; QEMU 7.2 with TCG; no
-// cloud-hypervisor), publishes a fresh HypervisorNode, and registers devices.virtpod.io/kvm
-// with none allocatable.
-func TestNodeAgent(t *testing.T) {
-	ctx := context.Background()
+// runningPod waits for a Running pod of the DaemonSet labelled name in virtpod-system.
+func runningPod(t *testing.T, ctx context.Context, name string) corev1.Pod {
+	t.Helper()
 	var pod corev1.Pod
-	eventually(t, "virtpod-agent pod Running", 3*time.Minute, func() error {
+	eventually(t, name+" pod Running", 3*time.Minute, func() error {
 		pods := &corev1.PodList{}
-		if err := kube.List(ctx, pods, client.InNamespace("virtpod-system"), client.MatchingLabels{"app.kubernetes.io/name": "virtpod-agent"}); err != nil {
+		if err := kube.List(ctx, pods, client.InNamespace("virtpod-system"), client.MatchingLabels{"app.kubernetes.io/name": name}); err != nil {
 			return err
 		}
 		for _, p := range pods.Items {
@@ -33,10 +36,23 @@ func TestNodeAgent(t *testing.T) {
 				return nil
 			}
 		}
-		return fmt.Errorf("%d agent pods, none Running", len(pods.Items))
+		return fmt.Errorf("%d %s pods, none Running", len(pods.Items), name)
 	})
+	return pod
+}
+
+// TestNodeAgent: the device-plugin and agent DaemonSets from config/default run unprivileged
+// on the node; the agent gets /dev/kvm through devices.virtpod.io/kvm-probe and so reports the
+// host's own KVM verdict (kvm_pvm here, so KVM unusable, the reason `virtpod-agent probe` gives
+// on the host; QEMU 7.2 with TCG; no cloud-hypervisor), labels the node, publishes a fresh
+// HypervisorNode, and devices.virtpod.io/kvm is registered with none allocatable.
+func TestNodeAgent(t *testing.T) {
+	ctx := context.Background()
+	dpPod := runningPod(t, ctx, "virtpod-device-plugin")
+	pod := runningPod(t, ctx, "virtpod-agent")
 	t.Cleanup(func() {
 		if t.Failed() {
+			t.Logf("device plugin logs:\n%s", podLogs(dpPod.Namespace, dpPod.Name))
 			t.Logf("agent logs:\n%s", podLogs(pod.Namespace, pod.Name))
 			out, _ := run("get", "hypervisornodes", "-o", "yaml")
 			t.Logf("hypervisornodes:\n%s", out)
@@ -44,8 +60,11 @@ func TestNodeAgent(t *testing.T) {
 	})
 	nodeName := pod.Spec.NodeName
 
+	// The host's own verdict, as `virtpod-agent probe` gives it here (kvm_pvm: Unusable).
+	host := nodeprobe.KVM(ctx, nodeprobe.Options{})
+	t.Logf("this host's KVM: %+v", host)
 	wantLabels := map[string]string{
-		vmv1.LabelKVM:                          "false",
+		vmv1.LabelKVM:                          strconv.FormatBool(host.State == vmv1.KVMUsable),
 		vmv1.LabelEmulation:                    "true",
 		"provider.virtpod.io/qemu":             "true",
 		"provider.virtpod.io/cloud-hypervisor": "false",
@@ -75,8 +94,12 @@ func TestNodeAgent(t *testing.T) {
 	})
 	st := hn.Status
 	t.Logf("HypervisorNode %s: kvm %+v emulation %+v providers %+v arch %s kernel %s", hn.Name, st.KVM, st.Emulation, st.Providers, st.Arch, st.KernelVersion)
-	if st.KVM.State != vmv1.KVMUnusable || st.KVM.Reason == "" {
-		t.Errorf("kvm %+v, want Unusable with a reason", st.KVM)
+	// Not the container's "operation not permitted" of an agent without the device.
+	if st.KVM.State != host.State || st.KVM.Reason != host.Reason {
+		t.Errorf("kvm %+v, want the host's %s: %s", st.KVM, host.State, host.Reason)
+	}
+	if strings.Contains(st.KVM.Reason, "operation not permitted") {
+		t.Errorf("kvm reason %q: the agent could not open /dev/kvm", st.KVM.Reason)
 	}
 	if !st.Emulation.Available {
 		t.Errorf("emulation %+v, want available", st.Emulation)
@@ -101,18 +124,23 @@ func TestNodeAgent(t *testing.T) {
 
 	// The kubelet publishes a registered plugin's resource in capacity; unhealthy devices are
 	// not allocatable.
-	eventually(t, "devices.virtpod.io/kvm in the node's capacity", time.Minute, func() error {
+	// kvm-probe: 1, always allocatable (the agent holds it). kvm: 64, none allocatable here.
+	eventually(t, "kvm-probe 1 and kvm 64 (0 allocatable) in the node's capacity", time.Minute, func() error {
 		node := &corev1.Node{}
 		if err := kube.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
 			return err
 		}
-		c, ok := node.Status.Capacity[kvmResource]
-		if !ok {
-			return fmt.Errorf("capacity %v", node.Status.Capacity)
+		if c := node.Status.Capacity[kvmProbeResource]; c.Value() != 1 {
+			return fmt.Errorf("capacity %s = %s, want 1 (capacity %v)", kvmProbeResource, c.String(), node.Status.Capacity)
 		}
-		a := node.Status.Allocatable[kvmResource]
-		if !a.IsZero() {
-			return fmt.Errorf("allocatable %s = %s, want 0 (capacity %s)", kvmResource, a.String(), c.String())
+		if a := node.Status.Allocatable[kvmProbeResource]; a.Value() != 1 {
+			return fmt.Errorf("allocatable %s = %s, want 1", kvmProbeResource, a.String())
+		}
+		if c := node.Status.Capacity[kvmResource]; c.Value() != 64 {
+			return fmt.Errorf("capacity %s = %s, want 64 (capacity %v)", kvmResource, c.String(), node.Status.Capacity)
+		}
+		if a := node.Status.Allocatable[kvmResource]; !a.IsZero() {
+			return fmt.Errorf("allocatable %s = %s, want 0", kvmResource, a.String())
 		}
 		return nil
 	})

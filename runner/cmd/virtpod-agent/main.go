@@ -1,7 +1,9 @@
 // Command virtpod-agent is virtpod's node agent, run by a DaemonSet from the runner image so it
 // probes exactly the binaries the runner will use. Every --interval it probes the node
 // (pkg/nodeprobe), keeps the node's virtpod labels and its HypervisorNode up to date
-// (pkg/nodeagent), and serves devices.virtpod.io/kvm to the kubelet (pkg/deviceplugin).
+// (pkg/nodeagent). It opens /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe.
+// `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe and
+// devices.virtpod.io/kvm to the kubelet (pkg/deviceplugin).
 // `virtpod-agent probe` prints one probe as JSON and exits.
 package main
 
@@ -40,12 +42,19 @@ func envOr(key, def string) string {
 }
 
 type options struct {
-	probe          nodeprobe.Options
-	nodeName       string
-	kubeconfig     string
-	interval       time.Duration
-	plugin         deviceplugin.Options
-	noDevicePlugin bool
+	probe      nodeprobe.Options
+	nodeName   string
+	kubeconfig string
+	interval   time.Duration
+}
+
+type pluginOptions struct {
+	dir         string
+	device      string // the node's KVM device, handed to pods at the same path
+	hostDevice  string // where this container sees the node's KVM device
+	count       int
+	staleAfter  time.Duration
+	healthEvery time.Duration
 }
 
 func main() {
@@ -59,7 +68,7 @@ func newCommand() *cobra.Command {
 	var o options
 	root := &cobra.Command{
 		Use:           "virtpod-agent",
-		Short:         "Probe this node for KVM, emulation and hypervisors; label it, publish its HypervisorNode, serve devices.virtpod.io/kvm",
+		Short:         "Probe this node for KVM, emulation and hypervisors; label it and publish its HypervisorNode",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -67,7 +76,7 @@ func newCommand() *cobra.Command {
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
-	pf.StringVar(&o.probe.KVMDevice, "kvm-device", deviceplugin.DefaultDevice, "KVM device node to probe (in the agent's pod: the host's /dev mounted elsewhere)")
+	pf.StringVar(&o.probe.KVMDevice, "kvm-device", deviceplugin.DefaultDevice, "KVM device node to probe (in the agent's pod: the one devices.virtpod.io/kvm-probe injected)")
 	pf.DurationVar(&o.probe.KVMTimeout, "kvm-timeout", 2*time.Second, "how long the tiny KVM guest may take")
 	pf.StringVar(&o.probe.QEMUBinary, "qemu-binary", envOr("VIRTPOD_QEMU_BINARY", nodeprobe.DefaultQEMUBinary), "qemu-system-x86_64 as the runner uses it (env VIRTPOD_QEMU_BINARY)")
 	pf.StringVar(&o.probe.QEMUImgBinary, "qemu-img-binary", envOr("VIRTPOD_QEMU_IMG_BINARY", nodeprobe.DefaultQEMUImgBinary), "qemu-img (env VIRTPOD_QEMU_IMG_BINARY)")
@@ -75,14 +84,25 @@ func newCommand() *cobra.Command {
 	pf.StringVar(&o.probe.QEMUModuleDir, "qemu-module-dir", nodeprobe.DefaultQEMUModuleDir, "QEMU's module directory, where the TCG module lives")
 	pf.DurationVar(&o.probe.CommandTimeout, "command-timeout", nodeprobe.DefaultCommandTimeout, "timeout of each hypervisor `--version`")
 
-	f := root.Flags()
-	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (env NODE_NAME, from the downward API's spec.nodeName)")
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
-	f.DurationVar(&o.interval, "interval", 30*time.Second, "how often to probe and write the heartbeat")
-	f.StringVar(&o.plugin.Dir, "device-plugin-dir", deviceplugin.DefaultDir, "the kubelet's device-plugin directory (host path mounted into the pod)")
-	f.StringVar(&o.plugin.Device, "kvm-host-device", deviceplugin.DefaultDevice, "the node's KVM device, handed to pods at the same path")
-	f.IntVar(&o.plugin.Count, "kvm-devices", deviceplugin.DefaultCount, "how many devices.virtpod.io/kvm to advertise: how many KVM VMs the node may run at once")
-	f.BoolVar(&o.noDevicePlugin, "no-device-plugin", false, "do not serve the device plugin")
+	pf.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (env NODE_NAME, from the downward API's spec.nodeName)")
+	pf.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
+	root.Flags().DurationVar(&o.interval, "interval", 30*time.Second, "how often to probe and write the heartbeat")
+
+	var po pluginOptions
+	dp := &cobra.Command{
+		Use:   "device-plugin",
+		Short: "Serve devices.virtpod.io/kvm-probe (for the agent) and devices.virtpod.io/kvm (healthy while the node's HypervisorNode says KVM Usable)",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return runDevicePlugin(o, po) },
+	}
+	f := dp.Flags()
+	f.StringVar(&po.dir, "device-plugin-dir", deviceplugin.DefaultDir, "the kubelet's device-plugin directory (host path mounted into the pod)")
+	f.StringVar(&po.device, "kvm-host-device", deviceplugin.DefaultDevice, "the node's KVM device, handed to pods at the same path")
+	f.StringVar(&po.hostDevice, "kvm-check-path", "/host/dev/kvm", "where this container sees the node's KVM device (the host's /dev mounted read-only); no device is handed out while it is missing")
+	f.IntVar(&po.count, "kvm-devices", deviceplugin.DefaultCount, "how many devices.virtpod.io/kvm to advertise: how many KVM VMs the node may run at once")
+	f.DurationVar(&po.staleAfter, "stale-after", 2*time.Minute, "a HypervisorNode heartbeat older than this counts as KVM not usable")
+	f.DurationVar(&po.healthEvery, "health-interval", 10*time.Second, "how often to read the node's HypervisorNode")
+	root.AddCommand(dp)
 
 	root.AddCommand(&cobra.Command{
 		Use:   "probe",
@@ -106,59 +126,108 @@ func run(o options) error {
 	if o.interval < time.Second {
 		return fmt.Errorf("--interval %v is too short (at least 1s)", o.interval)
 	}
-	zc := zap.NewProductionConfig()
-	zc.Sampling = nil
-	log, err := zc.Build()
+	log, kube, err := setup(o)
 	if err != nil {
-		return fmt.Errorf("logger: %w", err)
+		return err
 	}
 	defer log.Sync() //nolint:errcheck
-	log = log.With(zap.String("node", o.nodeName))
-
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := vmv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	kube, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	o.probe.AgentVersion = version
-	o.plugin.Log = log.Named("deviceplugin")
-	plugin := deviceplugin.New(o.plugin)
-	errc := make(chan error, 1)
-	if !o.noDevicePlugin {
-		go func() { errc <- plugin.Run(ctx) }()
-	}
-	loopDone := make(chan struct{})
-	go func() {
-		defer close(loopDone)
-		nodeagent.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return nodeprobe.Probe(ctx, o.probe) },
-			plugin.SetHealthy, &nodeagent.Publisher{Client: kube, Node: o.nodeName}, log)
-	}()
 	log.Info("virtpod-agent started", zap.String("version", version), zap.Duration("interval", o.interval))
-	select {
-	case err := <-errc:
-		stop()
-		<-loopDone
-		if err != nil {
-			return fmt.Errorf("device plugin: %w", err)
-		}
-	case <-loopDone:
-	}
+	// The device plugin runs apart (virtpod-agent device-plugin) and follows the HypervisorNode.
+	nodeagent.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return nodeprobe.Probe(ctx, o.probe) },
+		func(bool) {}, &nodeagent.Publisher{Client: kube, Node: o.nodeName}, log)
 	log.Info("virtpod-agent stopped")
 	return nil
+}
+
+// runDevicePlugin serves both resources until SIGTERM: kvm-probe always healthy with /dev/kvm
+// allocated where the node has one; kvm healthy while the node's HypervisorNode says KVM is
+// Usable with a heartbeat younger than --stale-after.
+func runDevicePlugin(o options, po pluginOptions) error {
+	if o.nodeName == "" {
+		return errors.New("node name unknown: set NODE_NAME from the downward API (fieldRef spec.nodeName) or pass --node-name")
+	}
+	log, kube, err := setup(o)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	plog := log.Named("deviceplugin")
+	var lastUsable *bool
+	usable := func() bool {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		hn := &vmv1.HypervisorNode{}
+		ok, why := false, ""
+		if err := kube.Get(ctx, client.ObjectKey{Name: o.nodeName}, hn); err != nil {
+			why = "reading the HypervisorNode: " + err.Error()
+		} else if hn.Status.KVM.State != vmv1.KVMUsable {
+			why = fmt.Sprintf("KVM %s: %s", hn.Status.KVM.State, hn.Status.KVM.Reason)
+		} else if age := time.Since(hn.Status.HeartbeatTime.Time); age > po.staleAfter {
+			why = fmt.Sprintf("heartbeat %v old", age.Round(time.Second))
+		} else {
+			ok = true
+		}
+		if lastUsable == nil || *lastUsable != ok {
+			plog.Info("devices.virtpod.io/kvm health", zap.Bool("healthy", ok), zap.String("reason", why))
+			lastUsable = &ok
+		}
+		return ok
+	}
+	probe := deviceplugin.New(deviceplugin.Options{Dir: po.dir, Socket: deviceplugin.ProbeSocket, ResourceName: deviceplugin.ProbeResourceName,
+		Count: 1, IDPrefix: "kvm-probe", Device: po.device, CheckPath: po.hostDevice, Log: plog})
+	probe.SetHealthy(true)
+	kvm := deviceplugin.New(deviceplugin.Options{Dir: po.dir, Count: po.count, Device: po.device, CheckPath: po.hostDevice,
+		Healthy: usable, HealthPoll: po.healthEvery, Log: plog})
+	log.Info("virtpod-agent device-plugin started", zap.String("version", version))
+	errc := make(chan error, 2)
+	go func() { errc <- probe.Run(ctx) }()
+	go func() { errc <- kvm.Run(ctx) }()
+	var first error
+	for range 2 {
+		if err := <-errc; err != nil && first == nil {
+			first = fmt.Errorf("device plugin: %w", err)
+			stop()
+		}
+	}
+	log.Info("virtpod-agent device-plugin stopped")
+	return first
+}
+
+// setup makes the logger (with the node's name) and the API client.
+func setup(o options) (*zap.Logger, client.Client, error) {
+	zc := zap.NewProductionConfig()
+	zc.Sampling = nil
+	log, err := zc.Build()
+	if err != nil {
+		return nil, nil, fmt.Errorf("logger: %w", err)
+	}
+	log = log.With(zap.String("node", o.nodeName))
+
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	if err := vmv1.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	kube, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+
+	return log, kube, nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
