@@ -465,3 +465,27 @@ func TestTwoControllersMakeOnePodPerVM(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedPodUnderNeverFails: under restartPolicy Never a runner pod deleted from under the
+// guest leaves the VM Failed, says why once, and starts nothing.
+func TestDeletedPodUnderNeverFails(t *testing.T) {
+	vm := kubeapi.SampleVM(namespace(t), "gone")
+	vm.Spec.RestartPolicy = vmv1.RestartNever
+	create(t, vm)
+	pod := waitPod(t, vm, "")
+	condition(t, vm, vmv1.PhaseScheduling, vmv1.ConditionScheduled, metav1.ConditionFalse, "WaitingForScheduler")
+	if err := env.Client.Delete(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	got := condition(t, vm, vmv1.PhaseFailed, vmv1.ConditionReady, metav1.ConditionFalse, "RunnerFailed")
+	if got.Status.RestartCount != 0 || got.Status.LastTermination == nil || got.Status.LastTermination.Reason != "RunnerPodDeleted" {
+		t.Fatalf("status %+v", got.Status)
+	}
+	ev := waitEvent(t, vm, "Warning Failed: Guest failed and restartPolicy is Never")
+	if strings.Count(ev, "Warning Failed") != 1 {
+		t.Fatalf("want exactly one Failed event:\n%s", ev)
+	}
+	if _, err := runnerPod(vm); !apierrors.IsNotFound(err) {
+		t.Fatalf("a pod was started under restartPolicy Never: %v", err)
+	}
+}

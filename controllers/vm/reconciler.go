@@ -133,6 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	} else if err != nil {
 		return reconcile.Result{}, r.fail("patch-status", err)
 	}
+	r.announceEnd(vm, next, pod)
 	r.Metrics.observe(vm, next, r.now())
 	return result, nil
 }
@@ -251,15 +252,7 @@ func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine
 	failed := pod.Status.Phase == corev1.PodFailed
 	next.Status.LastTermination = term
 	if !restarts(vm.Spec.RestartPolicy, failed) {
-		if terminal(vm.Status.Phase) {
-			return nil // recorded already
-		}
-		if failed {
-			r.Recorder.Eventf(vm, pod, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and restartPolicy is %s: %s", vm.Spec.RestartPolicy, describe(term))
-		} else {
-			r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and restartPolicy is %s", vm.Spec.RestartPolicy)
-		}
-		return nil
+		return nil // the Stopped or Failed event follows the status write (announceEnd)
 	}
 	return r.restart(ctx, vm, next, pod, describe(term))
 }
@@ -274,6 +267,23 @@ func (r *Reconciler) podGone(ctx context.Context, vm *vmv1.VirtualMachine) (bool
 	return false, r.fail("get-pod", err) // nil when it exists: wait for the cache to see it
 }
 
+// announceEnd tells of a guest that stopped for good, once: only the reconcile whose
+// resourceVersion-guarded status write recorded the end gets here with the transition.
+func (r *Reconciler) announceEnd(vm, next *vmv1.VirtualMachine, pod *corev1.Pod) {
+	if terminal(vm.Status.Phase) || !terminal(next.Status.Phase) {
+		return
+	}
+	var related runtime.Object // a nil *Pod in the interface would panic in the recorder
+	if pod != nil {
+		related = pod
+	}
+	if next.Status.Phase == vmv1.PhaseFailed {
+		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and restartPolicy is %s: %s", vm.Spec.RestartPolicy, describe(next.Status.LastTermination))
+		return
+	}
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and restartPolicy is %s", vm.Spec.RestartPolicy)
+}
+
 // podVanished treats a pod that disappeared while running as a failure.
 func (r *Reconciler) podVanished(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
 	if stopped(vm) {
@@ -286,9 +296,8 @@ func (r *Reconciler) podVanished(ctx context.Context, vm, next *vmv1.VirtualMach
 	}
 	if !restarts(vm.Spec.RestartPolicy, true) {
 		next.Status.PodUID = ""
-		next.Status.Phase = vmv1.PhaseFailed
-		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, "Failed", "Stop", "Runner pod was deleted and restartPolicy is Never")
-		return r.fail("patch-status", r.patchStatus(ctx, vm, next))
+		next.Status.Phase = vmv1.PhaseFailed // written, and announced, by Reconcile
+		return nil
 	}
 	return r.restart(ctx, vm, next, nil, next.Status.LastTermination.Message)
 }
