@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,20 +26,8 @@ import (
 
 var (
 	env   *kubeapi.Env
-	clock = &manualClock{t: time.Now()}
+	clock = kubeapi.NewClock()
 )
-
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 type withManager struct{ m interface{ Run() int } }
 
@@ -61,15 +48,7 @@ func TestMain(m *testing.M) { kubeapi.Main(withManager{m}, &env) }
 
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, err)
+	kubeapi.Eventually(t, what, 20*time.Second, check)
 }
 
 // report creates a Node and the node agent's report for it.

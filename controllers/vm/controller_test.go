@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 
 var (
 	env   *kubeapi.Env
-	clock = &manualClock{t: time.Now()}
+	clock = kubeapi.NewClock()
 )
 
 func TestMain(m *testing.M) {
@@ -69,18 +68,6 @@ func (w *mainWithController) Run() int {
 	return w.m.Run()
 }
 
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func namespace(t *testing.T) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "vmtest-"}}
@@ -94,15 +81,7 @@ func namespace(t *testing.T) string {
 // for the controller, never a sleep.
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, err)
+	kubeapi.Eventually(t, what, 20*time.Second, check)
 }
 
 func getVM(t *testing.T, vm *vmv1.VirtualMachine) *vmv1.VirtualMachine {

@@ -102,15 +102,7 @@ func namespace(t *testing.T) string {
 // eventually polls check until it passes or timeout; the cluster works at its own pace.
 func eventually(t *testing.T, what string, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s: %v", what, timeout, err)
+	kubeapi.Eventually(t, what, timeout, check)
 }
 
 func podLogs(ns, pod string) string {
