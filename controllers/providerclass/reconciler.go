@@ -39,7 +39,7 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=vm.virtpod.io,resources=providerclasses,verbs=get;list;watch
-// +kubebuilder:rbac:groups=vm.virtpod.io,resources=providerclasses/status,verbs=get;patch
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=providerclasses/status,verbs=patch
 // +kubebuilder:rbac:groups=vm.virtpod.io,resources=hypervisornodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 

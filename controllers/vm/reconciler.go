@@ -39,7 +39,7 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

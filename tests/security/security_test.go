@@ -1,0 +1,184 @@
+// Package security checks what virtpod ships against what was reviewed: every RBAC rule of its
+// components, and that no container it deploys or renders is privileged or can escalate. A
+// change that grows a role or a privilege fails here until docs/security.md and the reviewed
+// list are updated with it.
+package security
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/tests/golden"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+// documents reads every YAML document under config/ with its kind.
+func documents(t *testing.T) map[string][][]byte {
+	t.Helper()
+	byKind := map[string][][]byte{}
+	err := filepath.WalkDir(filepath.Join(kubeapi.Root(), "config"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") || strings.Contains(p, "/crd/") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+		for {
+			doc, err := r.Read()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			var meta struct{ Kind string }
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+			byKind[meta.Kind] = append(byKind[meta.Kind], doc)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return byKind
+}
+
+// TestRBACIsTheReviewedList: one line per (role, group, resource, verb); the file is the review.
+func TestRBACIsTheReviewedList(t *testing.T) {
+	docs := documents(t)
+	var lines []string
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		for _, doc := range docs[kind] {
+			var role rbacv1.ClusterRole // a Role has the same shape
+			if err := yaml.Unmarshal(doc, &role); err != nil {
+				t.Fatal(err)
+			}
+			for _, rule := range role.Rules {
+				for _, g := range rule.APIGroups {
+					for _, r := range rule.Resources {
+						for _, v := range rule.Verbs {
+							if g == "" {
+								g = "core"
+							}
+							lines = append(lines, fmt.Sprintf("%s %s %s %s %s", kind, role.Name, g, r, v))
+						}
+					}
+				}
+				if len(rule.NonResourceURLs) > 0 || len(rule.ResourceNames) > 0 {
+					lines = append(lines, fmt.Sprintf("%s %s nonResource=%v names=%v", kind, role.Name, rule.NonResourceURLs, rule.ResourceNames))
+				}
+			}
+		}
+	}
+	sort.Strings(lines)
+	for _, l := range lines {
+		for _, wild := range []string{" * ", " *\n"} {
+			if strings.Contains(l+"\n", wild) {
+				t.Errorf("wildcard in a role: %s", l)
+			}
+		}
+	}
+	golden.Check(t, "reviewed-rbac.txt", []byte(strings.Join(lines, "\n")+"\n"))
+}
+
+// TestNothingPrivileged: no shipped or rendered container is privileged, escalates, or adds a
+// capability beyond the reviewed ones; hostPath volumes are only the reviewed ones.
+func TestNothingPrivileged(t *testing.T) {
+	type pod struct {
+		name string
+		spec corev1.PodSpec
+	}
+	var pods []pod
+	docs := documents(t)
+	for _, kind := range []string{"Deployment", "DaemonSet"} {
+		for _, doc := range docs[kind] {
+			var d struct {
+				Metadata struct{ Name string }
+				Spec     struct{ Template corev1.PodTemplateSpec }
+			}
+			if err := yaml.Unmarshal(doc, &d); err != nil {
+				t.Fatal(err)
+			}
+			pods = append(pods, pod{kind + "/" + d.Metadata.Name, d.Spec.Template.Spec})
+		}
+	}
+	for _, emulated := range []bool{false, true} {
+		vm := kubeapi.SampleVM("default", "security")
+		vm.Spec.Provider = vmv1.ProviderQEMU
+		if !emulated {
+			vm.Spec.Acceleration = vmv1.AccelerationKVM
+		}
+		opts := podspec.DefaultOptions()
+		opts.CopyImages = emulated // the copy fallback's init containers too
+		pods = append(pods, pod{fmt.Sprintf("runner pod (emulated=%v)", emulated), podspec.Build(vm, opts).Spec})
+	}
+	allowedCaps := map[string]bool{"NET_ADMIN": true, "MKNOD": true} // the runner's bridge, tap and /dev/net/tun
+	allowedHostPaths := map[string]bool{"/var/lib/kubelet/device-plugins": true, "/dev": true}
+	var report bytes.Buffer
+	for _, p := range pods {
+		if p.spec.HostNetwork || p.spec.HostPID || p.spec.HostIPC {
+			t.Errorf("%s shares a host namespace", p.name)
+		}
+		for _, v := range p.spec.Volumes {
+			if v.HostPath != nil {
+				if !allowedHostPaths[v.HostPath.Path] {
+					t.Errorf("%s mounts hostPath %s, not a reviewed one", p.name, v.HostPath.Path)
+				}
+				fmt.Fprintf(&report, "%s hostPath %s\n", p.name, v.HostPath.Path)
+			}
+		}
+		for _, c := range append(append([]corev1.Container{}, p.spec.InitContainers...), p.spec.Containers...) {
+			sc := c.SecurityContext
+			if sc == nil || sc.Privileged == nil && sc.AllowPrivilegeEscalation == nil {
+				t.Errorf("%s/%s has no securityContext saying it is unprivileged", p.name, c.Name)
+				continue
+			}
+			if sc.Privileged != nil && *sc.Privileged {
+				t.Errorf("%s/%s is privileged", p.name, c.Name)
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("%s/%s may escalate privileges", p.name, c.Name)
+			}
+			if sc.Capabilities == nil || !contains(sc.Capabilities.Drop, "ALL") {
+				t.Errorf("%s/%s does not drop all capabilities", p.name, c.Name)
+			}
+			if sc.Capabilities != nil {
+				for _, add := range sc.Capabilities.Add {
+					if !allowedCaps[string(add)] {
+						t.Errorf("%s/%s adds capability %s", p.name, c.Name, add)
+					}
+				}
+			}
+		}
+	}
+	if len(pods) < 5 {
+		t.Fatalf("found only %d pod specs to check; the manifests moved?", len(pods))
+	}
+	t.Logf("checked %d pod specs\n%s", len(pods), report.String())
+}
+
+func contains(caps []corev1.Capability, want string) bool {
+	for _, c := range caps {
+		if string(c) == want {
+			return true
+		}
+	}
+	return false
+}
