@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/tests/loopback"
+
 	"github.com/virtpod/virtpod/pkg/kvmprobe"
 	"github.com/virtpod/virtpod/runner"
 )
@@ -85,7 +87,7 @@ func TestGuestIgnoringPowerButtonIsStoppedAfterGrace(t *testing.T) {
 			args[i] = "--grace-period-seconds=3"
 		}
 	}
-	r := startRunner(t, "", append(args, "--network=none", "--http-addr="+freeLoopbackAddr(t))...)
+	r := startRunner(t, "", append(args, "--network=none", "--http-addr="+loopback.FreeAddr(t))...)
 	r.waitMarker(t, bootTimeout)
 	start := time.Now()
 	r.signal(t, syscall.SIGTERM)
@@ -103,7 +105,7 @@ func TestGuestIgnoringPowerButtonIsStoppedAfterGrace(t *testing.T) {
 // exit code and the termination message.
 func TestQEMUKilledIsReported(t *testing.T) {
 	guest := needGuestHost(t)
-	r := startRunner(t, "", append(baseArgs(t, guest, "vm-kill"), "--network=none", "--http-addr="+freeLoopbackAddr(t))...)
+	r := startRunner(t, "", append(baseArgs(t, guest, "vm-kill"), "--network=none", "--http-addr="+loopback.FreeAddr(t))...)
 	r.waitMarker(t, bootTimeout)
 	pid := r.qemuPID(t)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -158,7 +160,7 @@ func TestKVMFailsFast(t *testing.T) {
 	args := baseArgs(t, guest, "vm-kvm")
 	args[1] = "--accel=kvm"
 	start := time.Now()
-	r := startRunner(t, "", append(args, "--network=none", "--http-addr="+freeLoopbackAddr(t))...)
+	r := startRunner(t, "", append(args, "--network=none", "--http-addr="+loopback.FreeAddr(t))...)
 	if probe.Usable {
 		r.waitMarker(t, bootTimeout)
 		r.signal(t, syscall.SIGTERM)
@@ -204,7 +206,7 @@ func TestKVMWithoutProbe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := baseArgs(t, guest, "vm-kvm-"+tc.name)
 			args[1] = "--accel=kvm"
-			args = append(args, "--network=none", "--http-addr="+freeLoopbackAddr(t), "--skip-kvm-probe")
+			args = append(args, "--network=none", "--http-addr="+loopback.FreeAddr(t), "--skip-kvm-probe")
 			start := time.Now()
 			r := startRunner(t, "", append(args, tc.extra...)...)
 			code, msg := r.waitExit(t, 40*time.Second)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -308,16 +307,6 @@ func (r *runnerProc) qemuPID(t *testing.T) int {
 func readFile(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
-}
-
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // httpGet fetches url with a bounded wait, retrying while the guest's server comes up.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/virtpod/virtpod/tests/loopback"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,7 @@ func benchCreate(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	metricsAddr := freeAddr(b)
+	metricsAddr := loopback.FreeAddr(b)
 	ctrlCmd := exec.Command(bin, "--leader-elect=false", "--metrics-bind-address="+metricsAddr,
 		"--health-probe-bind-address=0", "--workers=8", "--kube-api-qps=1000", "--kube-api-burst=2000", "--zap-log-level=error")
 	ctrlCmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
@@ -187,15 +188,6 @@ func procStats(b *testing.B, pid int) (cpuSeconds, peakMiB float64) {
 		}
 	}
 	return (utime + stime) / 100, peakMiB // clock ticks are 1/100 s on Linux
-}
-
-func freeAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func waitFor(b *testing.B, what string, timeout time.Duration, ok func() bool) {

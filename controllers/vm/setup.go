@@ -4,8 +4,6 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,9 +39,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameVal
 	b = b.Watches(&vmv1.HypervisorNode{}, handler.EnqueueRequestsFromMapFunc(r.waitingVMs),
 		builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*vmv1.HypervisorNode), e.ObjectNew.(*vmv1.HypervisorNode)
-			a, c := o.Status, n.Status
-			a.HeartbeatTime, c.HeartbeatTime = metav1.Time{}, metav1.Time{}
-			return !equality.Semantic.DeepEqual(a, c)
+			return !o.Status.SameReport(&n.Status)
 		}}))
 	return b.Complete(r)
 }

@@ -5,24 +5,21 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/api/equality"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
-// Loop probes every interval (first at once), tells the device plugin whether KVM is usable,
-// and publishes. A failed publish is logged and retried at the next interval: the API server
+// Loop probes every interval (first at once) and publishes. A failed publish is logged and retried at the next interval: the API server
 // may be briefly away, and the heartbeat going stale is the signal others watch.
 func Loop(ctx context.Context, interval time.Duration, probe func(context.Context) vmv1.HypervisorNodeStatus,
-	setKVMUsable func(bool), pub *Publisher, log *zap.Logger) {
+	pub *Publisher, log *zap.Logger) {
 	var last vmv1.HypervisorNodeStatus
 	first := true
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		st := probe(ctx)
-		setKVMUsable(st.KVM.State == vmv1.KVMUsable)
-		if first || changed(last, st) {
+		if first || !last.SameReport(&st) {
 			log.Info("probed", zap.Any("kvm", st.KVM), zap.Any("emulation", st.Emulation), zap.Any("providers", st.Providers),
 				zap.String("arch", st.Arch), zap.String("kernel", st.KernelVersion))
 		}
@@ -41,10 +38,4 @@ func Loop(ctx context.Context, interval time.Duration, probe func(context.Contex
 		case <-t.C:
 		}
 	}
-}
-
-// changed ignores the heartbeat.
-func changed(a, b vmv1.HypervisorNodeStatus) bool {
-	a.HeartbeatTime = b.HeartbeatTime
-	return !equality.Semantic.DeepEqual(a, b)
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/tests/loopback"
+
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -120,7 +122,7 @@ func TestRunnerImage(t *testing.T) {
 		cmd := inContainer(t, root, podspec.RunnerBinary, "--name=imagetest", "--accel=tcg", "--cpus=1", "--memory-mib=256",
 			"--kernel=/virtpod/images/kernel"+podspec.KernelPath, "--initrd=/virtpod/images/kernel"+podspec.InitrdPath,
 			"--root-disk=/virtpod/images/disk"+podspec.DiskPath, "--disk-size-mib=128", "--kernel-args=rw",
-			"--grace-period-seconds=20", "--network=none", "--http-addr="+freeLoopbackAddr(t),
+			"--grace-period-seconds=20", "--network=none", "--http-addr="+loopback.FreeAddr(t),
 			"--state-dir=/var/run/virtpod", "--termination-log=/tmp/termination-log")
 		out := startWatched(t, cmd, "VIRTPOD-GUEST-READY")
 		select {

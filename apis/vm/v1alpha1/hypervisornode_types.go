@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -78,6 +79,14 @@ type HypervisorNodeStatus struct {
 	// +listMapKey=name
 	// +optional
 	Providers []ProviderStatus `json:"providers,omitempty"`
+}
+
+// SameReport says whether two reports say the same of the node, heartbeat aside: the heartbeat
+// changes every probe, the findings rarely.
+func (s *HypervisorNodeStatus) SameReport(o *HypervisorNodeStatus) bool {
+	a, b := *s, *o
+	a.HeartbeatTime, b.HeartbeatTime = metav1.Time{}, metav1.Time{}
+	return equality.Semantic.DeepEqual(a, b)
 }
 
 // HypervisorNode is what virtpod's node agent found on one node: KVM, emulation, and each

@@ -120,9 +120,6 @@ func newCommand() *cobra.Command {
 }
 
 func run(o options) error {
-	if o.nodeName == "" {
-		return errors.New("node name unknown: set NODE_NAME from the downward API (fieldRef spec.nodeName) or pass --node-name")
-	}
 	if o.interval < time.Second {
 		return fmt.Errorf("--interval %v is too short (at least 1s)", o.interval)
 	}
@@ -139,7 +136,7 @@ func run(o options) error {
 	log.Info("virtpod-agent started", zap.String("version", version), zap.Duration("interval", o.interval))
 	// The device plugin runs apart (virtpod-agent device-plugin) and follows the HypervisorNode.
 	nodeagent.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return nodeprobe.Probe(ctx, o.probe) },
-		func(bool) {}, &nodeagent.Publisher{Client: kube, Node: o.nodeName}, log)
+		&nodeagent.Publisher{Client: kube, Node: o.nodeName}, log)
 	log.Info("virtpod-agent stopped")
 	return nil
 }
@@ -148,9 +145,6 @@ func run(o options) error {
 // allocated where the node has one; kvm healthy while the node's HypervisorNode says KVM is
 // Usable with a heartbeat younger than --stale-after.
 func runDevicePlugin(o options, po pluginOptions) error {
-	if o.nodeName == "" {
-		return errors.New("node name unknown: set NODE_NAME from the downward API (fieldRef spec.nodeName) or pass --node-name")
-	}
 	log, kube, err := setup(o)
 	if err != nil {
 		return err
@@ -201,8 +195,11 @@ func runDevicePlugin(o options, po pluginOptions) error {
 	return first
 }
 
-// setup makes the logger (with the node's name) and the API client.
+// setup checks the node's name and makes the logger (with that name) and the API client.
 func setup(o options) (*zap.Logger, client.Client, error) {
+	if o.nodeName == "" {
+		return nil, nil, errors.New("node name unknown: set NODE_NAME from the downward API (fieldRef spec.nodeName) or pass --node-name")
+	}
 	zc := zap.NewProductionConfig()
 	zc.Sampling = nil
 	log, err := zc.Build()
