@@ -7,6 +7,7 @@ include tools/make/runner.mk
 include tools/make/images.mk
 include tools/make/cluster.mk
 include tools/make/agent.mk
+include tools/make/capi.mk
 
 CONTROLLER_GEN := go tool controller-gen
 
@@ -17,8 +18,10 @@ help: ## List the targets.
 .PHONY: generate
 generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go types and markers.
 	$(CONTROLLER_GEN) object paths=./apis/...
-	$(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./apis/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=virtpod-controller paths=./controllers/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./apis/vm/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./apis/infrastructure/... output:crd:artifacts:config=config/capi/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=virtpod-controller paths="./controllers/vm/...;./controllers/providerclass/...;./controllers/imagemap/..." output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=virtpod-capi-controller paths="./controllers/virtpodcluster/...;./controllers/virtpodmachine/..." output:rbac:artifacts:config=config/capi/rbac
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail when generated files differ from what is committed.
@@ -38,10 +41,10 @@ test-controller: control-plane ## Controller and API tests against a real kube-a
 	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/podspec/... ./pkg/runnerconfig/...
 
 .PHONY: test
-test: verify-generated vet control-plane guest-fixture ## Everything CI runs: every package, a real API server, real guests, the local cluster.
+test: verify-generated vet control-plane k8s-binaries capi guest-fixture ## Everything CI runs: every package, a real API server, real guests, the local cluster.
 	@was_up=no; $(LOCALCLUSTER) status --quiet 2>/dev/null && was_up=yes; \
 	$(MAKE) --no-print-directory cluster-up || exit 1; \
-	$(ENVTEST_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) \
+	$(ENVTEST_ENV) $(CAPI_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) \
 		go test -count=1 -timeout 30m ./...; rc=$$?; \
 	if [ $$was_up = no ]; then $(LOCALCLUSTER) down || rc=1; fi; \
 	exit $$rc

@@ -19,9 +19,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	imagemapctrl "github.com/virtpod/virtpod/controllers/imagemap"
 	"github.com/virtpod/virtpod/controllers/providerclass"
+	"github.com/virtpod/virtpod/controllers/virtpodcluster"
+	"github.com/virtpod/virtpod/controllers/virtpodmachine"
 	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
@@ -39,6 +44,9 @@ type Options struct {
 	Now func() time.Time
 	// ImageMap names the image-map ConfigMap; empty leaves images as the VMs give them.
 	ImageMap types.NamespacedName
+	// ClusterAPI runs the Cluster API infrastructure provider's controllers (VirtPodCluster,
+	// VirtPodMachine); Cluster API's CRDs must be installed.
+	ClusterAPI bool
 	// SecondInstance lets tests run a second manager in one process, as a racing replica.
 	SecondInstance bool
 }
@@ -49,8 +57,10 @@ func Scheme() *runtime.Scheme {
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		panic(err)
 	}
-	if err := vmv1.AddToScheme(s); err != nil {
-		panic(err)
+	for _, add := range []func(*runtime.Scheme) error{vmv1.AddToScheme, infrav1.AddToScheme, clusterv1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
 	}
 	return s
 }
@@ -60,6 +70,8 @@ func Scheme() *runtime.Scheme {
 func cacheOptions(imageMap types.NamespacedName) cache.Options {
 	byObject := map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
+		// Only the control-plane Services virtpod made.
+		&corev1.Service{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
 	}
 	if imageMap.Name != "" {
 		byObject[&corev1.ConfigMap{}] = cache.ByObject{
@@ -119,5 +131,24 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := classes.SetupWithManager(mgr, o.SecondInstance); err != nil {
 		return nil, fmt.Errorf("setting up the ProviderClass controller: %w", err)
 	}
+	if o.ClusterAPI {
+		if err := setupClusterAPI(mgr, o); err != nil {
+			return nil, err
+		}
+	}
 	return mgr, nil
+}
+
+// setupClusterAPI registers the Cluster API infrastructure provider's controllers.
+func setupClusterAPI(mgr ctrl.Manager, o Options) error {
+	rec := mgr.GetEventRecorder("virtpod-capi")
+	clusters := &virtpodcluster.Reconciler{Client: mgr.GetClient(), Recorder: rec}
+	if err := clusters.SetupWithManager(mgr, o.SecondInstance); err != nil {
+		return fmt.Errorf("setting up the VirtPodCluster controller: %w", err)
+	}
+	machines := &virtpodmachine.Reconciler{Client: mgr.GetClient(), Recorder: rec}
+	if err := machines.SetupWithManager(mgr, o.Workers, o.SecondInstance); err != nil {
+		return fmt.Errorf("setting up the VirtPodMachine controller: %w", err)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@
 package kubeapi
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ type Env struct {
 	Config *rest.Config
 	Client client.Client
 	env    *envtest.Environment
+	dir    string // etcd's data and the API server's certificates, kept across Restart
 }
 
 // Root is the repository's top folder.
@@ -57,14 +59,33 @@ func Main(m interface{ Run() int }, env **Env) {
 	os.Exit(code)
 }
 
-// Start starts kube-apiserver and etcd with virtpod's CRDs, plus any extra CRD folders.
+// Start starts kube-apiserver and etcd with virtpod's CRDs (its Cluster API kinds included), plus
+// any extra CRD folders.
 func Start(extraCRDs ...string) (*Env, error) {
+	// Our own folders: envtest deletes the ones it makes at every stop, which would make a
+	// restart lose etcd's data and change the API server's serving certificate.
+	dir, err := os.MkdirTemp("", "virtpod-kubeapi-")
+	if err != nil {
+		return nil, err
+	}
+	etcdDir, certDir := filepath.Join(dir, "etcd"), filepath.Join(dir, "apiserver")
+	for _, d := range []string{etcdDir, certDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
 	te := &envtest.Environment{
-		CRDDirectoryPaths:     append([]string{filepath.Join(Root(), "config", "crd", "bases")}, extraCRDs...),
+		CRDDirectoryPaths: append([]string{filepath.Join(Root(), "config", "crd", "bases"),
+			filepath.Join(Root(), "config", "capi", "crd", "bases")}, extraCRDs...),
 		ErrorIfCRDPathMissing: true,
+		ControlPlane: envtest.ControlPlane{
+			Etcd:      &envtest.Etcd{DataDir: etcdDir},
+			APIServer: &envtest.APIServer{CertDir: certDir},
+		},
 	}
 	cfg, err := te.Start()
 	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "kube-apiserver started at %s\n", cfg.Host)
@@ -72,13 +93,44 @@ func Start(extraCRDs ...string) (*Env, error) {
 	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		_ = te.Stop()
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	return &Env{Config: cfg, Client: c, env: te}, nil
+	return &Env{Config: cfg, Client: c, env: te, dir: dir}, nil
 }
 
-// Stop stops the control plane.
-func (e *Env) Stop() error { return e.env.Stop() }
+// Stop stops the control plane and removes its data.
+func (e *Env) Stop() error {
+	err := e.env.Stop()
+	return errors.Join(err, os.RemoveAll(e.dir))
+}
+
+// Restart stops kube-apiserver and etcd, runs down (if not nil) while they are stopped, and
+// starts them again with the same data, ports and certificates, as a control-plane upgrade or
+// crash would: clients keep their configuration and must reconnect by themselves.
+func (e *Env) Restart(down func()) error {
+	cp := &e.env.ControlPlane
+	apiURL, etcdURL := cp.APIServer.SecureServing.URL("https", "").String(), cp.Etcd.URL.String()
+	if err := cp.APIServer.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	if err := cp.Etcd.Stop(); err != nil {
+		return fmt.Errorf("stopping etcd: %w", err)
+	}
+	if down != nil {
+		down()
+	}
+	if err := cp.Etcd.Start(); err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	if err := cp.APIServer.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver: %w", err)
+	}
+	if a, b := cp.APIServer.SecureServing.URL("https", "").String(), cp.Etcd.URL.String(); a != apiURL || b != etcdURL {
+		return fmt.Errorf("the control plane moved: kube-apiserver %s → %s, etcd %s → %s", apiURL, a, etcdURL, b)
+	}
+	return nil
+}
 
 func exists(p string) bool {
 	if p == "" {

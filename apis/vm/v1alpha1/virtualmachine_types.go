@@ -145,6 +145,49 @@ type GuestSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Ports []Port `json:"ports,omitempty"`
+
+	// cloudInit gives the guest a cloud-init NoCloud seed disk built from a Secret, so bootstrap
+	// data (such as a Cluster API Machine's) reaches the guest without appearing in any spec,
+	// argument or environment variable. A change applies at the guest's next start.
+	// +optional
+	CloudInit *CloudInit `json:"cloudInit,omitempty"`
+}
+
+// CloudInit is a cloud-init NoCloud seed taken from a Secret in the VM's namespace. The runner
+// attaches it to the guest as a read-only disk labelled cidata, after the root disk, with
+// user-data, meta-data (instance-id: the VM's UID, local-hostname: the VM's name) and, when
+// networkDataKey is set, network-config.
+// +kubebuilder:validation:XValidation:rule="!has(self.networkDataKey) || self.networkDataKey != (has(self.userDataKey) ? self.userDataKey : 'value')",message="spec.guest.cloudInit.networkDataKey must name a different Secret key than userDataKey",fieldPath=".networkDataKey"
+type CloudInit struct {
+	// secretRef names the Secret, in the VM's namespace, that holds the data. virtpod never reads
+	// it: the kubelet mounts it into the runner pod, and a missing Secret or key keeps the pod
+	// from starting (the pod's FailedMount event names it).
+	SecretRef SecretReference `json:"secretRef"`
+
+	// userDataKey is the Secret key holding the user-data. The default, value, is the key
+	// Cluster API bootstrap Secrets use.
+	// +kubebuilder:default=value
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$') && self != '.' && !self.startsWith('..')",message="spec.guest.cloudInit.userDataKey must be a Secret key such as value: letters, digits, '-', '_' and '.', not starting with '..'"
+	// +optional
+	UserDataKey string `json:"userDataKey,omitempty"`
+
+	// networkDataKey is the Secret key holding a cloud-init network configuration, written to
+	// the seed as network-config. Empty: no network-config, the guest keeps its own (virtpod
+	// passes the pod IP on the kernel command line).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$') && self != '.' && !self.startsWith('..')",message="spec.guest.cloudInit.networkDataKey must be a Secret key such as network-config: letters, digits, '-', '_' and '.', not starting with '..'"
+	// +optional
+	NetworkDataKey string `json:"networkDataKey,omitempty"`
+}
+
+// SecretReference names a Secret in the same namespace.
+type SecretReference struct {
+	// name of the Secret: a DNS subdomain, such as bootstrap-data.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.guest.cloudInit.secretRef.name must be a Secret name (a DNS subdomain) such as bootstrap-data: lower-case letters, digits, '-' and '.'"
+	Name string `json:"name"`
 }
 
 // RootDisk is the guest's root disk: a read-only base image with a writable overlay.

@@ -27,6 +27,7 @@ func main() {
 	flag.StringVar(&overheadMem, "runner-overhead-memory", o.Pod.OverheadMemory.String(), "memory added to each runner pod's request and limit for the runner and hypervisor")
 	flag.StringVar(&imageMap, "image-map", "", "NAMESPACE/NAME of a ConfigMap that rewrites image names (for development loops); empty: off")
 	flag.BoolVar(&o.Pod.CopyImages, "copy-images", false, "deliver kernel and disk by init containers that copy them into emptyDirs, for clusters without image volumes")
+	flag.BoolVar(&o.ClusterAPI, "cluster-api", false, "run the Cluster API infrastructure provider (VirtPodCluster, VirtPodMachine); needs Cluster API's CRDs")
 	flag.IntVar(&o.Workers, "workers", 4, "VirtualMachines reconciled in parallel")
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address; 0 disables it")
 	flag.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
@@ -72,7 +73,7 @@ func main() {
 		log.Error(err, "ready check")
 		os.Exit(1)
 	}
-	log.Info("starting", "runnerImage", o.Pod.RunnerImage, "workers", o.Workers, "imageMap", imageMap, "copyImages", o.Pod.CopyImages)
+	log.Info("starting", "runnerImage", o.Pod.RunnerImage, "workers", o.Workers, "imageMap", imageMap, "copyImages", o.Pod.CopyImages, "clusterAPI", o.ClusterAPI)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)

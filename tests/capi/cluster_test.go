@@ -1,0 +1,297 @@
+package capi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlplaneservice"
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+const timeout = 60 * time.Second
+
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	kubeapi.Eventually(t, what, timeout, check)
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "capi-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// newCluster creates a VirtPodCluster and the Cluster API Cluster that references it; Cluster
+// API's own controller makes the Cluster its owner.
+func newCluster(t *testing.T, ns, name string, annotations map[string]string, mutate func(*infrav1.VirtPodCluster)) (*clusterv1.Cluster, *infrav1.VirtPodCluster) {
+	t.Helper()
+	ctx := context.Background()
+	vc := &infrav1.VirtPodCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations}}
+	if mutate != nil {
+		mutate(vc)
+	}
+	if err := env.Client.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "VirtPodCluster", Name: name}}}
+	if err := env.Client.Create(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	return cl, vc
+}
+
+func get[T client.Object](t *testing.T, obj T) T {
+	t.Helper()
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+func condition(conds []metav1.Condition, typ string) string {
+	c := meta.FindStatusCondition(conds, typ)
+	if c == nil {
+		return typ + " unset"
+	}
+	return fmt.Sprintf("%s=%s/%s: %s", typ, c.Status, c.Reason, c.Message)
+}
+
+// provisionedCluster waits until Cluster API's own controller reports the Cluster's
+// infrastructure provisioned with endpoint want, and the Cluster in phase Provisioned.
+func provisionedCluster(t *testing.T, cl *clusterv1.Cluster, want clusterv1.APIEndpoint) {
+	t.Helper()
+	eventually(t, "Cluster "+cl.Name+" provisioned by Cluster API", func() error {
+		c := get(t, cl)
+		if c.Status.Initialization.InfrastructureProvisioned == nil || !*c.Status.Initialization.InfrastructureProvisioned {
+			return fmt.Errorf("status.initialization.infrastructureProvisioned not true; phase %q", c.Status.Phase)
+		}
+		if c.Spec.ControlPlaneEndpoint != want {
+			return fmt.Errorf("Cluster endpoint %v, want %v", c.Spec.ControlPlaneEndpoint, want)
+		}
+		if c.Status.Phase != string(clusterv1.ClusterPhaseProvisioned) {
+			return fmt.Errorf("phase %q", c.Status.Phase)
+		}
+		return nil
+	})
+}
+
+func TestClusterServiceAndEndpoint(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	cl, vc := newCluster(t, ns, "alpha", nil, nil)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplaneservice.Name(vc.Name)}}
+	eventually(t, "control-plane Service created", func() error {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc)
+	})
+	wantSelector := map[string]string{podspec.LabelManagedBy: podspec.ManagedBy,
+		infrav1.ClusterNameLabel: "alpha", infrav1.ControlPlaneLabel: ""}
+	if fmt.Sprint(svc.Spec.Selector) != fmt.Sprint(wantSelector) {
+		t.Errorf("selector %v, want %v", svc.Spec.Selector, wantSelector)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 6443 || svc.Spec.Ports[0].TargetPort.IntVal != 6443 {
+		t.Errorf("ports %+v, want 6443 -> 6443", svc.Spec.Ports)
+	}
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP || !metav1.IsControlledBy(svc, get(t, vc)) {
+		t.Errorf("type %s, owner %v: want a ClusterIP Service controlled by the VirtPodCluster", svc.Spec.Type, svc.OwnerReferences)
+	}
+	want := clusterv1.APIEndpoint{Host: svc.Spec.ClusterIP, Port: 6443}
+	eventually(t, "endpoint and provisioned", func() error {
+		vc := get(t, vc)
+		if vc.Spec.ControlPlaneEndpoint != want {
+			return fmt.Errorf("spec.controlPlaneEndpoint %v, want %v", vc.Spec.ControlPlaneEndpoint, want)
+		}
+		if vc.Status.Initialization.Provisioned == nil || !*vc.Status.Initialization.Provisioned || !vc.Status.Ready {
+			return fmt.Errorf("not provisioned: %s", condition(vc.Status.Conditions, infrav1.ReadyCondition))
+		}
+		return nil
+	})
+	provisionedCluster(t, cl, want)
+
+	// Deleted: re-created at the same address, so the endpoint the Cluster holds stays true.
+	if err := env.Client.Delete(ctx, svc, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Service re-created", func() error {
+		s := &corev1.Service{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(svc), s); err != nil {
+			return err
+		}
+		if s.UID == svc.UID {
+			return fmt.Errorf("still the old Service")
+		}
+		if s.Spec.ClusterIP != svc.Spec.ClusterIP {
+			t.Fatalf("re-created at %s, want the published %s", s.Spec.ClusterIP, svc.Spec.ClusterIP)
+		}
+		return nil
+	})
+
+	// Template change: type, labels and annotations applied; a dropped label is dropped.
+	patchVC(t, vc, func(v *infrav1.VirtPodCluster) {
+		v.Spec.ControlPlaneService = infrav1.ControlPlaneService{Type: corev1.ServiceTypeNodePort,
+			Labels: map[string]string{"team": "infra"}, Annotations: map[string]string{"example.com/lb": "internal"}}
+	})
+	eventually(t, "template applied", func() error {
+		s := get(t, svc.DeepCopy())
+		if s.Spec.Type != corev1.ServiceTypeNodePort || s.Labels["team"] != "infra" || s.Annotations["example.com/lb"] != "internal" {
+			return fmt.Errorf("type %s labels %v annotations %v", s.Spec.Type, s.Labels, s.Annotations)
+		}
+		return nil
+	})
+	patchVC(t, vc, func(v *infrav1.VirtPodCluster) { v.Spec.ControlPlaneService.Labels = nil })
+	eventually(t, "dropped label removed", func() error {
+		if s := get(t, svc.DeepCopy()); s.Labels["team"] != "" {
+			return fmt.Errorf("labels %v", s.Labels)
+		}
+		return nil
+	})
+	if got := get(t, vc).Spec.ControlPlaneEndpoint; got != want {
+		t.Errorf("endpoint moved to %v after template changes, want %v", got, want)
+	}
+}
+
+func patchVC(t *testing.T, vc *infrav1.VirtPodCluster, mutate func(*infrav1.VirtPodCluster)) {
+	t.Helper()
+	eventually(t, "VirtPodCluster updated", func() error {
+		v := get(t, vc.DeepCopy())
+		mutate(v)
+		return env.Client.Update(context.Background(), v)
+	})
+}
+
+func TestClusterKeepsPresetEndpoint(t *testing.T) {
+	ns := namespace(t)
+	preset := clusterv1.APIEndpoint{Host: "api.example.com", Port: 443}
+	cl, vc := newCluster(t, ns, "beta", nil, func(v *infrav1.VirtPodCluster) { v.Spec.ControlPlaneEndpoint = preset })
+	eventually(t, "provisioned with the preset endpoint", func() error {
+		v := get(t, vc)
+		if v.Status.Initialization.Provisioned == nil || !*v.Status.Initialization.Provisioned {
+			return fmt.Errorf("not provisioned: %s", condition(v.Status.Conditions, infrav1.ReadyCondition))
+		}
+		if c := meta.FindStatusCondition(v.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition); c == nil || c.Reason != "EndpointSetExternally" {
+			return fmt.Errorf("%s", condition(v.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition))
+		}
+		if v.Status.ControlPlaneServiceName == "" {
+			return fmt.Errorf("no Service yet")
+		}
+		return nil
+	})
+	provisionedCluster(t, cl, preset)
+	if got := get(t, vc).Spec.ControlPlaneEndpoint; got != preset {
+		t.Fatalf("preset endpoint overwritten with %v", got)
+	}
+}
+
+// TestManagedByKamaji plays Kamaji: no Service at any point, the endpoint untouched until the
+// managing controller patches only spec.controlPlaneEndpoint, then provisioned.
+func TestManagedByKamaji(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	cl, vc := newCluster(t, ns, "kamaji", map[string]string{infrav1.ManagedByAnnotation: "kamaji"}, nil)
+	noService := func() {
+		t.Helper()
+		list := &corev1.ServiceList{}
+		if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 0 {
+			t.Fatalf("a managed cluster got a Service: %s", list.Items[0].Name)
+		}
+	}
+	eventually(t, "waiting for the external endpoint", func() error {
+		v := get(t, vc)
+		if c := meta.FindStatusCondition(v.Status.Conditions, infrav1.ReadyCondition); c == nil || c.Reason != "WaitingForExternalEndpoint" {
+			return fmt.Errorf("%s", condition(v.Status.Conditions, infrav1.ReadyCondition))
+		}
+		return nil
+	})
+	noService()
+	v := get(t, vc)
+	if !v.Spec.ControlPlaneEndpoint.IsZero() || (v.Status.Initialization.Provisioned != nil && *v.Status.Initialization.Provisioned) {
+		t.Fatalf("endpoint %v, provisioned %v before Kamaji set anything", v.Spec.ControlPlaneEndpoint, v.Status.Initialization.Provisioned)
+	}
+	// Kamaji's DynamicInfrastructureClusterPatch: a merge patch of only this field.
+	patch := []byte(`{"spec":{"controlPlaneEndpoint":{"host":"10.0.0.50","port":6443}}}`)
+	if err := env.Client.Patch(ctx, v, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	kamaji := clusterv1.APIEndpoint{Host: "10.0.0.50", Port: 6443}
+	eventually(t, "provisioned after Kamaji's patch", func() error {
+		v := get(t, vc)
+		if v.Status.Initialization.Provisioned == nil || !*v.Status.Initialization.Provisioned {
+			return fmt.Errorf("%s", condition(v.Status.Conditions, infrav1.ReadyCondition))
+		}
+		return nil
+	})
+	provisionedCluster(t, cl, kamaji)
+	noService()
+	if got := get(t, vc).Spec.ControlPlaneEndpoint; got != kamaji {
+		t.Fatalf("endpoint changed to %v", got)
+	}
+
+	// Removing the annotation later: virtpod creates its Service but never takes over the
+	// endpoint Kamaji set.
+	v = get(t, vc)
+	delete(v.Annotations, infrav1.ManagedByAnnotation)
+	if err := env.Client.Update(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Service after the annotation is removed", func() error {
+		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: controlplaneservice.Name(vc.Name)}, &corev1.Service{})
+	})
+	eventually(t, "endpoint reported as set externally", func() error {
+		v := get(t, vc)
+		if c := meta.FindStatusCondition(v.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition); c == nil || c.Reason != "EndpointSetExternally" {
+			return fmt.Errorf("%s", condition(v.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition))
+		}
+		return nil
+	})
+	if got := get(t, vc).Spec.ControlPlaneEndpoint; got != kamaji {
+		t.Fatalf("endpoint changed to %v after the annotation was removed", got)
+	}
+}
+
+func TestPausedClusterIsLeftAlone(t *testing.T) {
+	ns := namespace(t)
+	_, vc := newCluster(t, ns, "paused", map[string]string{infrav1.PausedAnnotation: ""}, nil)
+	eventually(t, "Paused condition", func() error {
+		v := get(t, vc)
+		if !strings.Contains(condition(v.Status.Conditions, infrav1.PausedCondition), "Paused=True") {
+			return fmt.Errorf("%s", condition(v.Status.Conditions, infrav1.PausedCondition))
+		}
+		return nil
+	})
+	err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controlplaneservice.Name(vc.Name)}, &corev1.Service{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("a paused cluster got a Service (err %v)", err)
+	}
+	v := get(t, vc)
+	delete(v.Annotations, infrav1.PausedAnnotation)
+	if err := env.Client.Update(context.Background(), v); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "provisioned after unpausing", func() error {
+		v := get(t, vc)
+		if v.Status.Initialization.Provisioned == nil || !*v.Status.Initialization.Provisioned {
+			return fmt.Errorf("%s", condition(v.Status.Conditions, infrav1.ReadyCondition))
+		}
+		return nil
+	})
+}

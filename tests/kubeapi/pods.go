@@ -1,0 +1,48 @@
+package kubeapi
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// Bind binds pod to node through the binding subresource, as the scheduler does.
+func (e *Env) Bind(t testing.TB, pod *corev1.Pod, node string) {
+	t.Helper()
+	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+	if err := e.Client.SubResource("binding").Create(context.Background(), pod, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Kubelet writes the pod's status as a kubelet would, retrying on conflicts.
+func (e *Env) Kubelet(t testing.TB, pod *corev1.Pod, mutate func(*corev1.PodStatus)) {
+	t.Helper()
+	Eventually(t, "pod status written", 30*time.Second, func() error {
+		p := &corev1.Pod{}
+		if err := e.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
+			return err
+		}
+		mutate(&p.Status)
+		return e.Client.Status().Update(context.Background(), p)
+	})
+}
+
+// RunnerRunning returns a status mutation: the runner container runs and is ready at ip.
+func RunnerRunning(ip string) func(*corev1.PodStatus) {
+	return func(s *corev1.PodStatus) {
+		s.Phase = corev1.PodRunning
+		s.PodIP = ip
+		s.PodIPs = []corev1.PodIP{{IP: ip}}
+		s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	}
+}
