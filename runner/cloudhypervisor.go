@@ -17,6 +17,7 @@ import (
 
 type cloudHypervisorInputs struct {
 	initrd, cmdline, serial, apiSocket string
+	seed                               string // cloud-init seed image; "" for none
 	overlay                            diskimage.Overlay
 	direct                             bool
 	plumbing                           *guestnet.Plumbing
@@ -63,6 +64,7 @@ func (c *chVM) Start(ctx context.Context) error {
 	spec := cloudhypervisor.Spec{
 		CPUs: c.cfg.CPUs, MemoryMiB: c.cfg.MemoryMiB, Kernel: c.cfg.Kernel, Initrd: c.in.initrd, Cmdline: c.in.cmdline,
 		DiskPath: c.in.overlay.Path, DiskFormat: c.in.overlay.Format, DirectIO: c.in.direct, SerialSocket: c.in.serial,
+		SeedPath: c.in.seed,
 	}
 	if p := c.in.plumbing; p != nil {
 		spec.TapName, spec.MAC, spec.MTU = p.Tap, p.GuestMAC, p.Pod.MTU

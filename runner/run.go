@@ -116,6 +116,15 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	}
 	log.Info("root disk", zap.String("overlay", overlay.Path), zap.String("base", overlay.Base), zap.String("baseFormat", overlay.BaseFormat), zap.Int64("sizeBytes", overlay.SizeBytes), zap.Bool("reused", overlay.Reused))
 	direct := diskimage.SupportsDirectIO(cfg.StateDir)
+	seed, err := writeSeed(cfg)
+	if err != nil {
+		return failf(ExitError, "cloud-init seed: %v", err)
+	}
+	if seed != "" {
+		// The image holds the Secret's data on the node's disk: gone when the guest is.
+		defer os.Remove(seed)
+		log.Info("cloud-init seed", zap.String("image", seed), zap.String("instanceID", cfg.InstanceID), zap.Bool("networkConfig", cfg.CloudInitNetworkData != ""))
+	}
 
 	var plumbing *guestnet.Plumbing
 	ipArg := ""
@@ -147,7 +156,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		spec := qemu.Spec{
 			Name: cfg.Name, Acceleration: cfg.Acceleration, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
 			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
-			DiskPath: overlay.Path, DiskFormat: overlay.Format, DiskCache: cache,
+			DiskPath: overlay.Path, DiskFormat: overlay.Format, DiskCache: cache, SeedPath: seed,
 			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),
 		}
 		var tap *os.File
@@ -157,7 +166,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		hv = newQEMU(binary, spec, tap, log)
 	case runnerconfig.ProviderCloudHypervisor:
 		hv = newCloudHypervisor(binary, cfg, cloudHypervisorInputs{
-			initrd: initrd, cmdline: cmdline, overlay: overlay, direct: direct, serial: serial,
+			initrd: initrd, cmdline: cmdline, overlay: overlay, direct: direct, serial: serial, seed: seed,
 			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
 		}, log)
 	}

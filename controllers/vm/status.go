@@ -157,12 +157,33 @@ func startingReason(pod *corev1.Pod) (string, string) {
 			return ReasonGuestBooting, "the runner is up and the guest is booting"
 		}
 	}
+	msg := fmt.Sprintf("runner pod is starting on node %s", pod.Spec.NodeName)
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionFalse && c.Message != "" {
-			return ReasonStarting, c.Message
+			msg = c.Message
 		}
 	}
-	return ReasonStarting, fmt.Sprintf("runner pod is starting on node %s", pod.Spec.NodeName)
+	if s := cloudInitSecret(pod); s != nil {
+		// A Secret or key that is not there leaves the pod here (ContainerCreating, "no pod
+		// sandbox exists") with nothing more in its status: only the kubelet's FailedMount event
+		// says why, and virtpod reads neither events nor Secrets. So name what the pod waits for.
+		keys := make([]string, len(s.Items))
+		for i, it := range s.Items {
+			keys[i] = it.Key
+		}
+		msg += fmt.Sprintf("; the pod mounts cloud-init Secret %q (keys %s): if that Secret or a key is missing, the pod's FailedMount event says so",
+			s.SecretName, strings.Join(keys, ", "))
+	}
+	return ReasonStarting, msg
+}
+
+func cloudInitSecret(pod *corev1.Pod) *corev1.SecretVolumeSource {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == podspec.CloudInitVolume && v.Secret != nil {
+			return v.Secret
+		}
+	}
+	return nil
 }
 
 func stoppedReason(st *vmv1.VirtualMachineStatus) string {

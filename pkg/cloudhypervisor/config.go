@@ -6,8 +6,10 @@ package cloudhypervisor
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
+	"unicode/utf8"
 )
 
 // VMConfig is the subset of the API's VmConfig the runner sets.
@@ -71,6 +73,7 @@ type Spec struct {
 	DiskPath   string
 	DiskFormat string // qcow2 or raw
 	DirectIO   bool   // O_DIRECT, as QEMU's cache=none
+	SeedPath   string // cloud-init NoCloud seed image (raw), attached read-only after the root disk; "" for none
 
 	TapName string // "" for no network
 	MAC     net.HardwareAddr
@@ -103,6 +106,16 @@ func Build(s Spec) (VMConfig, error) {
 	if strings.ContainsAny(s.Cmdline, "\x00\n\r") {
 		errs = append(errs, errors.New("kernel command line contains a NUL or newline"))
 	}
+	if s.MemoryMiB > math.MaxInt64>>20 {
+		errs = append(errs, fmt.Errorf("memory %d MiB: too large to count in bytes", s.MemoryMiB))
+	}
+	// JSON strings are Unicode: encoding/json would turn invalid UTF-8 into U+FFFD, naming
+	// another file or changing the command line without a word.
+	for _, v := range []string{s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.TapName, s.SerialSocket} {
+		if !utf8.ValidString(v) {
+			errs = append(errs, fmt.Errorf("%q is not UTF-8, which cloud-hypervisor's JSON API cannot carry", v))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return VMConfig{}, err
 	}
@@ -118,6 +131,9 @@ func Build(s Spec) (VMConfig, error) {
 		Console: &ConsoleConfig{Mode: "Off"},
 		Pvpanic: true,
 	}
+	if s.SeedPath != "" {
+		c.Disks = append(c.Disks, DiskConfig{ID: "cidata", Path: s.SeedPath, Readonly: true, Direct: s.DirectIO, ImageType: "Raw"})
+	}
 	if s.TapName != "" {
 		c.Net = []NetConfig{{ID: "net0", Tap: s.TapName, MAC: s.MAC.String(), MTU: s.MTU}}
 	}
@@ -125,7 +141,13 @@ func Build(s Spec) (VMConfig, error) {
 }
 
 // Args is the cloud-hypervisor command line: only the API socket, everything else goes through
-// vm.create so that user strings never reach cloud-hypervisor's own option parser.
+// vm.create so that user strings never reach cloud-hypervisor's own option parser. The socket
+// is a bare path: cloud-hypervisor reads --api-socket as path=/fd= options and, when that
+// fails, takes the whole value as the path. A value starting with '/' or "./" always fails, so
+// the path arrives verbatim, where "path=" + a path with a comma could add an fd= option.
 func Args(apiSocket string) []string {
-	return []string{"--api-socket", "path=" + apiSocket}
+	if !strings.HasPrefix(apiSocket, "/") {
+		apiSocket = "./" + apiSocket
+	}
+	return []string{"--api-socket", apiSocket}
 }

@@ -39,7 +39,9 @@ func TestGolden(t *testing.T) {
 	noNet.TapName, noNet.MAC, noNet.Initrd, noNet.DiskFormat, noNet.DirectIO = "", nil, "", "raw", false
 	hostile := baseSpec()
 	hostile.Cmdline = `console=ttyS0 "},"disks":[{"path":"/etc/shadow"}],"x":{"`
-	for name, s := range map[string]Spec{"pod-network": baseSpec(), "no-network-raw": noNet, "hostile-cmdline": hostile} {
+	seed := baseSpec()
+	seed.SeedPath = "/var/run/virtpod/cidata.iso"
+	for name, s := range map[string]Spec{"pod-network": baseSpec(), "no-network-raw": noNet, "hostile-cmdline": hostile, "cloud-init-seed": seed} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Build(s)
 			if err != nil {
@@ -84,7 +86,7 @@ func TestBuildRejects(t *testing.T) {
 }
 
 func TestArgs(t *testing.T) {
-	if got := strings.Join(Args("/run/ch.sock"), " "); got != "--api-socket path=/run/ch.sock" {
+	if got := strings.Join(Args("/run/ch.sock"), " "); got != "--api-socket /run/ch.sock" {
 		t.Fatalf("Args = %q", got)
 	}
 }

@@ -39,6 +39,15 @@ const (
 	kernelMount = "/virtpod/images/kernel"
 	diskMount   = "/virtpod/images/disk"
 
+	// CloudInitVolume is the Secret volume of a VM's cloud-init data; the kubelet mounts only
+	// the keys the VM names, as these files, and the runner builds the seed disk from them.
+	CloudInitVolume      = "cloud-init"
+	cloudInitMount       = "/virtpod/cloud-init"
+	cloudInitUserData    = "user-data"
+	cloudInitNetworkData = "network-config"
+	// DefaultUserDataKey is the Secret key Cluster API bootstrap Secrets keep their data in.
+	DefaultUserDataKey = "value"
+
 	// KernelPath, InitrdPath and DiskPath are where a VM image keeps its files.
 	KernelPath = "/boot/vmlinuz"
 	InitrdPath = "/boot/initrd.img"
@@ -114,6 +123,15 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	}
 	if g.RootDisk.Size != nil {
 		c.DiskSizeMiB = ceilMiB(*g.RootDisk.Size)
+	}
+	if ci := g.CloudInit; ci != nil {
+		// The UID is the instance-id: stable across the VM's restarts, new for a new VM of the
+		// same name, so cloud-init runs its once-per-instance steps exactly once per VM.
+		c.InstanceID = string(vm.UID)
+		c.CloudInitUserData = cloudInitMount + "/" + cloudInitUserData
+		if ci.NetworkDataKey != "" {
+			c.CloudInitNetworkData = cloudInitMount + "/" + cloudInitNetworkData
+		}
 	}
 	for _, p := range g.Ports {
 		c.Ports = append(c.Ports, runnerconfig.Port{Name: p.Name, Port: p.Port, Protocol: string(protocol(p.Protocol))})
@@ -261,6 +279,9 @@ func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Containe
 			{Name: diskVolume, MountPath: diskMount, ReadOnly: true},
 		},
 	}
+	if vm.Spec.Guest.CloudInit != nil {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: CloudInitVolume, MountPath: cloudInitMount, ReadOnly: true})
+	}
 	for _, p := range vm.Spec.Guest.Ports {
 		c.Ports = append(c.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: protocol(p.Protocol)})
 	}
@@ -281,11 +302,29 @@ func volumes(vm *vmv1.VirtualMachine, images vmv1.Images, copyImages bool) []cor
 		}
 		return corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: ref, PullPolicy: pullPolicy(ref)}}
 	}
-	return []corev1.Volume{
+	vols := []corev1.Volume{
 		{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: state}},
 		{Name: kernelVolume, VolumeSource: image(images.Kernel)},
 		{Name: diskVolume, VolumeSource: image(images.RootDisk)},
 	}
+	if ci := vm.Spec.Guest.CloudInit; ci != nil {
+		vols = append(vols, corev1.Volume{Name: CloudInitVolume, VolumeSource: corev1.VolumeSource{Secret: cloudInitSecret(ci)}})
+	}
+	return vols
+}
+
+// cloudInitSecret mounts only the keys the VM names, under fixed file names, readable by the
+// runner alone. A missing Secret or key is the kubelet's FailedMount: virtpod never reads it.
+func cloudInitSecret(ci *vmv1.CloudInit) *corev1.SecretVolumeSource {
+	key := ci.UserDataKey
+	if key == "" {
+		key = DefaultUserDataKey
+	}
+	items := []corev1.KeyToPath{{Key: key, Path: cloudInitUserData}}
+	if ci.NetworkDataKey != "" {
+		items = append(items, corev1.KeyToPath{Key: ci.NetworkDataKey, Path: cloudInitNetworkData})
+	}
+	return &corev1.SecretVolumeSource{SecretName: ci.SecretRef.Name, Items: items, DefaultMode: ptr.To[int32](0o400)}
 }
 
 // pullPolicy follows the Kubernetes default for containers: Always for :latest or no tag.

@@ -57,6 +57,9 @@ func TestGolden(t *testing.T) {
 					Tolerations: []corev1.Toleration{{Key: "vms-only", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}},
 				Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")}}}
 		},
+		"cloud-init-seed": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
+			vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "web-bootstrap"}, UserDataKey: "value", NetworkDataKey: "network"}
+		},
 		"user-affinity-and-resources": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.NodeSelector = map[string]string{"pool": "vms"}
 			vm.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}
@@ -156,5 +159,26 @@ func TestRunnerConfigRoundTrip(t *testing.T) {
 	}
 	if got.KernelArgs != want.KernelArgs || len(got.Ports) != 1 || got.MemoryMiB != 1024 || got.Acceleration != "kvm" {
 		t.Fatalf("round trip changed the config:\n got %+v\nwant %+v", got, want)
+	}
+
+	// A cloud-init seed: the runner is told the VM's UID and the mounted files' paths.
+	vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "boot"}}
+	pod := podspec.Build(vm, podspec.DefaultOptions())
+	got, err = runnerconfig.Parse(pod.Spec.Containers[0].Args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.InstanceID != string(vm.UID) || got.CloudInitUserData != "/virtpod/cloud-init/user-data" || got.CloudInitNetworkData != "" {
+		t.Fatalf("seed flags: %+v", got)
+	}
+	var secret *corev1.SecretVolumeSource
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == podspec.CloudInitVolume {
+			secret = v.Secret
+		}
+	}
+	if secret == nil || secret.SecretName != "boot" || len(secret.Items) != 1 || secret.Items[0].Key != podspec.DefaultUserDataKey ||
+		secret.Items[0].Path != "user-data" || *secret.DefaultMode != 0o400 {
+		t.Fatalf("cloud-init secret volume: %+v", secret)
 	}
 }

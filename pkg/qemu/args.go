@@ -38,6 +38,10 @@ type Spec struct {
 	DiskFormat string // qcow2 or raw
 	DiskCache  string // CacheNone or CacheWriteback
 
+	// SeedPath is a cloud-init NoCloud seed image (raw ISO 9660), attached read-only as the
+	// second virtio disk; "" for none.
+	SeedPath string
+
 	// TapFD is the file descriptor number, in QEMU's process, of an open tap device;
 	// 0 means the guest has no network.
 	TapFD int
@@ -65,7 +69,7 @@ func Args(s Spec) ([]string, error) {
 		cpu = "host"
 	}
 	if cpu != "" {
-		args = append(args, "-cpu", optValue(cpu))
+		args = append(args, "-cpu", cpu) // validate refuses commas: -cpu has no escape for them
 	}
 	args = append(args,
 		"-smp", strconv.Itoa(int(s.CPUs)),
@@ -91,6 +95,14 @@ func Args(s Spec) ([]string, error) {
 		"-drive", "if=none,id=root,format="+s.DiskFormat+",file.driver=file,file.filename="+optValue(s.DiskPath)+",cache="+s.DiskCache+",aio=threads,discard=unmap",
 		"-device", "virtio-blk-pci,drive=root",
 	)
+	if s.SeedPath != "" {
+		// After the root disk, so the root stays /dev/vda and the seed is /dev/vdb. Read-only:
+		// the guest cannot change what the next start is given.
+		args = append(args,
+			"-drive", "if=none,id=cidata,format=raw,read-only=on,file.driver=file,file.filename="+optValue(s.SeedPath)+",cache="+s.DiskCache+",aio=threads",
+			"-device", "virtio-blk-pci,drive=cidata",
+		)
+	}
 	if s.TapFD > 0 {
 		args = append(args,
 			"-netdev", "tap,id=net0,fd="+strconv.Itoa(s.TapFD)+",vhost=off",
@@ -136,6 +148,10 @@ func (s Spec) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("disk cache %q: use %s or %s (never unsafe: it drops the guest's flushes)", s.DiskCache, CacheNone, CacheWriteback))
 	}
+	// QEMU splits -cpu at its first comma into model and features, and ",," is no escape there.
+	if strings.Contains(s.CPUModel, ",") {
+		errs = append(errs, fmt.Errorf("cpu model %q: a CPU model name has no comma", s.CPUModel))
+	}
 	if s.TapFD > 0 && len(s.MAC) != 6 {
 		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))
 	}
@@ -143,8 +159,8 @@ func (s Spec) validate() error {
 		name, value string
 		required    bool
 	}{
-		{"name", s.Name, false}, {"kernel", s.Kernel, true}, {"initrd", s.Initrd, false},
-		{"kernel command line", s.Cmdline, false}, {"disk path", s.DiskPath, true},
+		{"name", s.Name, false}, {"cpu model", s.CPUModel, false}, {"kernel", s.Kernel, true}, {"initrd", s.Initrd, false},
+		{"kernel command line", s.Cmdline, false}, {"disk path", s.DiskPath, true}, {"seed path", s.SeedPath, false},
 		{"serial socket", s.SerialSocket, true}, {"QMP socket", s.QMPSocket, true},
 	} {
 		if f.required && f.value == "" {

@@ -45,7 +45,10 @@ func TestGolden(t *testing.T) {
 	hostile.Cmdline = "console=ttyS0 -drive file=/etc/shadow,if=virtio -append foo"
 	hostile.DiskPath = "/var/run/vp,file=/etc/shadow/root.qcow2"
 	hostile.SerialSocket = "/tmp/a,server=off/serial.sock"
-	for name, s := range map[string]Spec{"kvm-pod-network": baseSpec(), "tcg-no-network": tcg, "hostile-strings": hostile} {
+	hostile.SeedPath = "/var/run/vp,read-only=off/cidata.iso"
+	seed := baseSpec()
+	seed.SeedPath = "/var/run/virtpod/cidata.iso"
+	for name, s := range map[string]Spec{"kvm-pod-network": baseSpec(), "tcg-no-network": tcg, "hostile-strings": hostile, "cloud-init-seed": seed} {
 		t.Run(name, func(t *testing.T) {
 			args, err := Args(s)
 			if err != nil {
@@ -123,6 +126,7 @@ func TestRejects(t *testing.T) {
 		"missing kernel":    func(s *Spec) { s.Kernel = "" },
 		"unknown format":    func(s *Spec) { s.DiskFormat = "vmdk" },
 		"too little memory": func(s *Spec) { s.MemoryMiB = 8 },
+		"newline seed path": func(s *Spec) { s.SeedPath = "/s\n-drive" },
 	} {
 		s := baseSpec()
 		mutate(&s)

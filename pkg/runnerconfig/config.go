@@ -49,6 +49,12 @@ type Config struct {
 	HTTPAddr           string // address of the runner's HTTP endpoint
 	GracePeriodSeconds int64  // how long a guest gets to power off before QEMU is stopped
 	Network            string // "pod": take over the pod's interface; "none": no guest network
+
+	// A cloud-init NoCloud seed disk, attached when CloudInitUserData is set. The data are
+	// files the kubelet mounted from a Secret; only their paths are flags.
+	InstanceID           string // the seed's instance-id: the VM's UID
+	CloudInitUserData    string // path of the user-data file
+	CloudInitNetworkData string // optional path of a network-config file
 }
 
 // Defaults fills what the caller left empty.
@@ -103,10 +109,20 @@ func (c *Config) Validate() error {
 	if c.RootDisk == "" {
 		errs = append(errs, errors.New("--root-disk: the path of the root-disk image is required"))
 	}
+	if c.DiskSizeMiB < 0 {
+		errs = append(errs, fmt.Errorf("--disk-size-mib: must not be negative, got %d (0 keeps the image size)", c.DiskSizeMiB))
+	}
 	switch c.Network {
 	case "pod", "none":
 	default:
 		errs = append(errs, fmt.Errorf("--network: %q is not a network mode; use pod or none", c.Network))
+	}
+	if c.CloudInitUserData == "" {
+		if c.CloudInitNetworkData != "" {
+			errs = append(errs, errors.New("--cloud-init-network-data: needs --cloud-init-user-data, the seed's user-data file"))
+		}
+	} else if c.InstanceID == "" {
+		errs = append(errs, errors.New("--instance-id: required with --cloud-init-user-data (the seed's instance-id; the controller passes the VM's UID)"))
 	}
 	for _, p := range c.Ports {
 		if p.Port < 1 || p.Port > 65535 || (p.Protocol != "TCP" && p.Protocol != "UDP") || p.Name == "" {
@@ -118,12 +134,14 @@ func (c *Config) Validate() error {
 
 func (p Port) String() string { return fmt.Sprintf("%s:%d/%s", p.Name, p.Port, p.Protocol) }
 
-// ParsePort reads NAME:PORT/PROTOCOL.
+// ParsePort reads NAME:PORT/PROTOCOL. It cuts at the last ':', since PORT/PROTOCOL has none,
+// so every name String writes reads back as it was.
 func ParsePort(s string) (Port, error) {
-	name, rest, ok := strings.Cut(s, ":")
-	if !ok {
+	i := strings.LastIndex(s, ":")
+	if i < 0 {
 		return Port{}, fmt.Errorf("port %q: want NAME:PORT/PROTOCOL", s)
 	}
+	name, rest := s[:i], s[i+1:]
 	num, proto, _ := strings.Cut(rest, "/")
 	n, err := strconv.ParseInt(num, 10, 32)
 	if err != nil {
@@ -166,6 +184,15 @@ func (c Config) Args() []string {
 		"--grace-period-seconds="+strconv.FormatInt(c.GracePeriodSeconds, 10),
 		"--network="+c.Network,
 	)
+	if c.InstanceID != "" {
+		args = append(args, "--instance-id="+c.InstanceID)
+	}
+	if c.CloudInitUserData != "" {
+		args = append(args, "--cloud-init-user-data="+c.CloudInitUserData)
+	}
+	if c.CloudInitNetworkData != "" {
+		args = append(args, "--cloud-init-network-data="+c.CloudInitNetworkData)
+	}
 	return args
 }
 
@@ -209,6 +236,9 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address of the runner's HTTP endpoint")
 	fs.Int64Var(&c.GracePeriodSeconds, "grace-period-seconds", 30, "seconds a guest gets to power off after SIGTERM")
 	fs.StringVar(&c.Network, "network", "pod", "pod: the guest takes over the pod's interface and IP; none: no network")
+	fs.StringVar(&c.InstanceID, "instance-id", "", "the cloud-init seed's instance-id (the VM's UID)")
+	fs.StringVar(&c.CloudInitUserData, "cloud-init-user-data", "", "path of a user-data file: attach a cloud-init NoCloud seed disk (label cidata) built from it")
+	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")
 }
 
 // Parse reads runner flags into a Config, applies defaults and validates it.

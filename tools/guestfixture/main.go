@@ -1,7 +1,8 @@
 // Command guestfixture builds the small Linux guest that the runner tests and the boot benchmark
 // boot: Debian's cloud kernel, a busybox initramfs that loads the virtio modules, and an ext4
 // root disk whose init configures the network from ip=, serves HTTP on port 80, powers off on
-// the ACPI power button and prints VIRTPOD-GUEST-READY on the console.
+// the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one,
+// and prints VIRTPOD-GUEST-READY on the console.
 //
 // The output is laid out like a VM image (boot/vmlinuz, boot/initrd.img, disk/root.img) and is
 // cached outside git, in $VIRTPOD_CACHE/guest (default ~/.cache/virtpod/guest).
@@ -28,8 +29,9 @@ var files embed.FS
 const Marker = "VIRTPOD-GUEST-READY"
 
 // wantedModules are the modules the cloud kernel does not build in but the guest needs: disk,
-// network, and the ACPI power button (button) delivered through an input device (evdev).
-var wantedModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "button", "evdev"}
+// network, the ACPI power button (button) delivered through an input device (evdev), and ISO
+// 9660 (isofs) to read a cloud-init seed disk.
+var wantedModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "button", "evdev", "isofs"}
 
 const (
 	metaPackage = "linux-image-cloud-amd64"
@@ -38,7 +40,7 @@ const (
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 2
+const fixtureVersion = 3
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {

@@ -64,6 +64,22 @@ func TestRejectsBadSpecs(t *testing.T) {
 		{"tiny root disk", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Size = q("1Mi") }, "spec.guest.rootDisk.size", "between 64Mi and 64Ti"},
 		{"name too long for a pod", func(v *vmv1.VirtualMachine) { v.Name = strings.Repeat("a", 57) }, "metadata.name", "at most 56 characters"},
 		{"name not a DNS label", func(v *vmv1.VirtualMachine) { v.Name = "web.1" }, "metadata.name", "DNS label"},
+		{"cloud-init secret without a name", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CloudInit = &vmv1.CloudInit{} }, "spec.guest.cloudInit.secretRef.name", "at least 1"},
+		{"cloud-init secret name not a DNS subdomain", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "Bootstrap_Data"}}
+		}, "spec.guest.cloudInit.secretRef.name", "DNS subdomain"},
+		{"cloud-init secret name too long", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: strings.Repeat("a", 254)}}
+		}, "spec.guest.cloudInit.secretRef.name", "may not be more than 253"},
+		{"cloud-init user-data key with a slash", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "boot"}, UserDataKey: "../etc/shadow"}
+		}, "spec.guest.cloudInit.userDataKey", "must be a Secret key such as value"},
+		{"cloud-init network-data key is dot-dot", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "boot"}, NetworkDataKey: ".."}
+		}, "spec.guest.cloudInit.networkDataKey", "must be a Secret key such as network-config"},
+		{"cloud-init network data from the user-data key", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "boot"}, NetworkDataKey: "value"}
+		}, "spec.guest.cloudInit.networkDataKey", "different Secret key than userDataKey"},
 		{"too many ports", func(v *vmv1.VirtualMachine) {
 			for i := range 33 {
 				v.Spec.Guest.Ports = append(v.Spec.Guest.Ports, vmv1.Port{Name: fmt.Sprintf("p%d", i), Port: int32(1000 + i)})
@@ -158,9 +174,30 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := vm.Spec
+	if s.Guest.CloudInit != nil {
+		t.Fatalf("cloudInit defaulted into a VM without it: %+v", s.Guest.CloudInit)
+	}
 	if s.Provider != "" || s.Acceleration != vmv1.AccelerationKVM || s.RestartPolicy != vmv1.RestartAlways ||
 		s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != 30 || s.Guest.Ports[0].Protocol != corev1.ProtocolTCP {
 		t.Fatalf("defaults not applied: %+v", s)
+	}
+}
+
+// TestCloudInitDefaults: a cloud-init seed reads the key Cluster API bootstrap Secrets use unless
+// told otherwise, and any valid Secret name and keys are accepted.
+func TestCloudInitDefaults(t *testing.T) {
+	ctx := context.Background()
+	vm := kubeapi.SampleVM("default", "cloud-init")
+	vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "web-1.bootstrap"}}
+	if err := env.Client.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	if got := vm.Spec.Guest.CloudInit.UserDataKey; got != "value" {
+		t.Fatalf("userDataKey defaulted to %q, want value", got)
+	}
+	vm.Spec.Guest.CloudInit.UserDataKey, vm.Spec.Guest.CloudInit.NetworkDataKey = "user_data.yaml", "network-config"
+	if err := env.Client.Update(ctx, vm); err != nil {
+		t.Fatalf("valid keys refused (they apply at the next start): %v", err)
 	}
 }
 
