@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -106,9 +105,9 @@ func (r *Reconciler) service(ctx context.Context, vc, next *infrav1.VirtPodClust
 			Reason: ReasonExternallyManaged, Message: fmt.Sprintf("%s=%q: that controller runs the control plane; virtpod creates no Service", infrav1.ManagedByAnnotation, by)})
 		return clusterv1.APIEndpoint{}, "", nil
 	}
-	apply, err := r.applyService(ctx, vc, cluster)
+	created, err := r.applyService(ctx, vc, cluster)
 	if err != nil {
-		msg := fmt.Sprintf("cannot apply Service %s: %v", *apply.Name, err)
+		msg := fmt.Sprintf("cannot apply Service %s: %v", controlplaneservice.Name(vc.Name), err)
 		setCondition(next, metav1.Condition{Type: infrav1.ControlPlaneServiceReadyCondition, Status: metav1.ConditionFalse,
 			Reason: ReasonServiceNotReady, Message: msg})
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, ReasonServiceNotReady, "ApplyService", "%s", msg)
@@ -118,10 +117,10 @@ func (r *Reconciler) service(ctx context.Context, vc, next *infrav1.VirtPodClust
 		return clusterv1.APIEndpoint{}, "", err
 	}
 	svc := &corev1.Service{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: *apply.Name}, svc); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: controlplaneservice.Name(vc.Name)}, svc); err != nil {
 		return clusterv1.APIEndpoint{}, "", client.IgnoreNotFound(err) // the cache catches up and its event brings us back
 	}
-	if next.Status.ControlPlaneServiceName == "" {
+	if created {
 		r.Recorder.Eventf(vc, svc, corev1.EventTypeNormal, "ServiceCreated", "ApplyService", "control-plane Service %s selects the control-plane VMs of Cluster %s", svc.Name, cluster.Name)
 	}
 	next.Status.ControlPlaneServiceName = svc.Name
@@ -135,22 +134,27 @@ func (r *Reconciler) service(ctx context.Context, vc, next *infrav1.VirtPodClust
 	return offered, why, nil
 }
 
-// applyService applies the Service; one that is missing is re-created at the published cluster
+// applyService applies the Service and says whether it created it; one that is missing is re-created at the published cluster
 // IP, or at a new one when that IP cannot be had.
-func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluster, cluster *clusterv1.Cluster) (*corev1ac.ServiceApplyConfiguration, error) {
+func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluster, cluster *clusterv1.Cluster) (created bool, err error) {
 	name := controlplaneservice.Name(vc.Name)
 	pin := ""
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: name}, &corev1.Service{}); apierrors.IsNotFound(err) {
+	err = r.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: name}, &corev1.Service{})
+	missing := apierrors.IsNotFound(err)
+	if err != nil && !missing {
+		return false, err
+	}
+	if missing {
 		pin = controlplaneservice.PublishedClusterIP(vc)
 	}
 	apply := controlplaneservice.Build(vc, cluster.Name, pin)
-	err := r.Client.Apply(ctx, apply, client.FieldOwner(clusterapi.FieldOwner), client.ForceOwnership)
+	err = r.Client.Apply(ctx, apply, client.FieldOwner(clusterapi.FieldOwner), client.ForceOwnership)
 	if pin != "" && apierrors.IsInvalid(err) {
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "ClusterIPLost", "ApplyService", "cannot re-create Service %s at %s (%v); it gets a new address", name, pin, err)
 		apply = controlplaneservice.Build(vc, cluster.Name, "")
 		err = r.Client.Apply(ctx, apply, client.FieldOwner(clusterapi.FieldOwner), client.ForceOwnership)
 	}
-	return apply, err
+	return missing && err == nil, err
 }
 
 // endpoint writes the Service's endpoint into spec.controlPlaneEndpoint when the field is empty
