@@ -295,3 +295,53 @@ func TestPausedClusterIsLeftAlone(t *testing.T) {
 		return nil
 	})
 }
+
+func TestFailureDomains(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	zones := func(vc *infrav1.VirtPodCluster) string {
+		var names []string
+		for _, fd := range get(t, vc).Status.FailureDomains {
+			names = append(names, fd.Name)
+		}
+		return strings.Join(names, ",")
+	}
+	// The nodes' zones, when the cluster lists none; a node in a new zone adds it.
+	for _, z := range []string{"zone-b", "zone-a"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{GenerateName: "fd-", Labels: map[string]string{corev1.LabelTopologyZone: z}}}
+		if err := env.Client.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, n) })
+	}
+	_, discovered := newCluster(t, ns, "zones", nil, nil)
+	eventually(t, "zones from the nodes", func() error {
+		if got := zones(discovered); !strings.Contains(got, "zone-a,zone-b") {
+			return fmt.Errorf("failure domains %q", got)
+		}
+		return nil
+	})
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{GenerateName: "fd-", Labels: map[string]string{corev1.LabelTopologyZone: "zone-zz"}}}
+	if err := env.Client.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, n) })
+	eventually(t, "a new node's zone", func() error {
+		if got := zones(discovered); !strings.Contains(got, "zone-zz") {
+			return fmt.Errorf("failure domains %q", got)
+		}
+		return nil
+	})
+	// An explicit list wins over the nodes.
+	no := false
+	_, explicit := newCluster(t, ns, "listed", nil, func(v *infrav1.VirtPodCluster) {
+		v.Spec.FailureDomains = []infrav1.FailureDomain{{Name: "rack-1"}, {Name: "rack-2", ControlPlane: &no}}
+	})
+	eventually(t, "the listed failure domains", func() error {
+		fds := get(t, explicit).Status.FailureDomains
+		if len(fds) != 2 || fds[0].Name != "rack-1" || *fds[0].ControlPlane != true || fds[1].Name != "rack-2" || *fds[1].ControlPlane != false {
+			return fmt.Errorf("failure domains %+v", fds)
+		}
+		return nil
+	})
+}

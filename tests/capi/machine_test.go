@@ -209,3 +209,46 @@ func TestMachineWaitsForBootstrapData(t *testing.T) {
 		t.Fatalf("VM created without bootstrap data (err %v)", err)
 	}
 }
+
+func TestPausedMachineIsLeftAlone(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	cl, vc := newCluster(t, ns, "zeta", nil, nil)
+	eventually(t, "cluster provisioned", func() error {
+		if !get(t, vc).Status.Ready {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	bootstrapSecret(t, ns, "zeta-md-0-bootstrap")
+	name := "zeta-md-0-bootstrap"
+	vpm := &infrav1.VirtPodMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "zeta-md-0",
+		Annotations: map[string]string{infrav1.PausedAnnotation: ""}},
+		Spec: infrav1.VirtPodMachineSpec{VirtualMachine: infrav1.VirtualMachineTemplate{Spec: kubeapi.SampleVM(ns, "zeta-md-0").Spec}}}
+	if err := env.Client.Create(ctx, vpm); err != nil {
+		t.Fatal(err)
+	}
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "zeta-md-0"},
+		Spec: clusterv1.MachineSpec{ClusterName: cl.Name, Bootstrap: clusterv1.Bootstrap{DataSecretName: &name},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "VirtPodMachine", Name: vpm.Name}}}
+	if err := env.Client.Create(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Paused condition", func() error {
+		v := get(t, vpm)
+		if !strings.Contains(condition(v.Status.Conditions, infrav1.PausedCondition), "Paused=True") || len(v.OwnerReferences) == 0 {
+			return fmt.Errorf("%s, owners %v", condition(v.Status.Conditions, infrav1.PausedCondition), v.OwnerReferences)
+		}
+		return nil
+	})
+	vm := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vpm.Name}}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(vm), vm); !apierrors.IsNotFound(err) {
+		t.Fatalf("a paused machine got a VM (err %v)", err)
+	}
+	eventually(t, "unpaused", func() error {
+		v := get(t, vpm.DeepCopy())
+		delete(v.Annotations, infrav1.PausedAnnotation)
+		return env.Client.Update(ctx, v)
+	})
+	eventually(t, "VM after unpausing", func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(vm), vm) })
+}
