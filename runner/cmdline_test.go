@@ -63,3 +63,34 @@ func TestStatusEndpoints(t *testing.T) {
 		t.Fatal("stopping: want /readyz 503")
 	}
 }
+
+// TestStatusEndpointIsReadOnly: the runner's HTTP endpoint offers views and nothing else: every
+// other method is refused and no other path exists (no debug or control handlers).
+func TestStatusEndpointIsReadOnly(t *testing.T) {
+	b := &statusBoard{s: Status{State: StateRunning}}
+	srv := httptest.NewServer(b.handler())
+	defer srv.Close()
+	for _, path := range []string{"/healthz", "/readyz", "/status"} {
+		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			req, _ := http.NewRequest(method, srv.URL+path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("%s %s: %d, want 405", method, path, resp.StatusCode)
+			}
+		}
+	}
+	for _, path := range []string{"/", "/debug/pprof/", "/stop", "/qmp", "/console"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
+		}
+	}
+}

@@ -137,3 +137,41 @@ func TestRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestControlOnlyOnUnixSockets: QMP and the serial console are unix sockets the runner names, and
+// nothing else reaches the hypervisor: no monitor, no VNC/SPICE display, no gdb stub, no TCP,
+// UDP or telnet character device, whatever the spec.
+func TestControlOnlyOnUnixSockets(t *testing.T) {
+	tcg := baseSpec()
+	tcg.Acceleration, tcg.TapFD, tcg.MAC = "tcg", 0, nil
+	for _, s := range []Spec{baseSpec(), tcg} {
+		args, err := Args(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range args {
+			switch a {
+			case "-monitor", "-vnc", "-spice", "-gdb", "-s", "-incoming", "-display":
+				if a == "-display" && i+1 < len(args) && args[i+1] == "none" {
+					continue
+				}
+				t.Errorf("argv has %s %s", a, args[i+1])
+			case "-qmp", "-serial":
+				t.Errorf("argv has %s %s: control channels go through -chardev socket", a, args[i+1])
+			case "-chardev":
+				if !strings.HasPrefix(args[i+1], "socket,") || !strings.Contains(args[i+1], ",path=") || strings.Contains(args[i+1], "host=") {
+					t.Errorf("-chardev %s is not a unix socket", args[i+1])
+				}
+			}
+			for _, bad := range []string{"tcp:", "udp:", "telnet", "websocket"} {
+				if strings.Contains(a, bad) {
+					t.Errorf("argument %q reaches the network (%s)", a, bad)
+				}
+			}
+		}
+		if !slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "path="+s.QMPSocket) }) ||
+			!slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "path="+s.SerialSocket) }) {
+			t.Errorf("QMP or console socket missing from %q", args)
+		}
+	}
+}
