@@ -47,6 +47,14 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("guest did not get the pod IP from ip=: %s", tail(r.stdout.String(), 5))
 	}
 
+	// QEMU runs with no capabilities and cannot regain any, though the runner keeps NET_ADMIN.
+	status := childStatus(t, r.cmd.Process.Pid, "qemu-system")
+	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("QEMU's /proc status lacks %q:\n%s", want, status)
+		}
+	}
+
 	// The kubelet's exec probe, run inside the pod's namespace like the kubelet would.
 	bin := runnerBinary(t)
 	if out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe").CombinedOutput(); err != nil {

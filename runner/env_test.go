@@ -332,3 +332,30 @@ func httpGet(ctx context.Context, url string) (string, error) {
 	}
 	return "", lastErr
 }
+
+// childStatus returns /proc/<pid>/status of the child of parent whose command name starts with
+// name.
+func childStatus(t *testing.T, parent int, name string) string {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		fields := strings.Fields(s[end+1:])
+		if open < 0 || end < open || len(fields) < 2 || fields[1] != strconv.Itoa(parent) || !strings.HasPrefix(s[open+1:end], name) {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join(filepath.Dir(f), "status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(st)
+	}
+	t.Fatalf("no child %s* of process %d", name, parent)
+	return ""
+}

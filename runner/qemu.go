@@ -17,10 +17,11 @@ import (
 
 // qemuVM runs a guest under qemu-system-x86_64 and drives it over QMP on a unix socket.
 type qemuVM struct {
-	binary string
-	spec   qemu.Spec
-	tap    *os.File // handed to QEMU as fd 3
-	log    *zap.Logger
+	binary   string
+	launcher []string // argv prefix that drops capabilities; empty: exec QEMU directly
+	spec     qemu.Spec
+	tap      *os.File // handed to QEMU as fd 3
+	log      *zap.Logger
 
 	proc    process
 	mon     *qmp.SocketMonitor
@@ -32,8 +33,8 @@ type qemuVM struct {
 	exited  chan struct{}
 }
 
-func newQEMU(binary string, spec qemu.Spec, tap *os.File, log *zap.Logger) *qemuVM {
-	return &qemuVM{binary: binary, spec: spec, tap: tap, log: log, events: make(chan event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{})}
+func newQEMU(binary string, launcher []string, spec qemu.Spec, tap *os.File, log *zap.Logger) *qemuVM {
+	return &qemuVM{binary: binary, launcher: launcher, spec: spec, tap: tap, log: log, events: make(chan event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{})}
 }
 
 func (q *qemuVM) Version() string                 { return q.version }
@@ -70,7 +71,8 @@ func (q *qemuVM) Start(ctx context.Context) error {
 	for _, p := range []string{spec.QMPSocket, spec.SerialSocket} {
 		_ = os.Remove(p)
 	}
-	cmd := exec.Command(q.binary, args...)
+	argv := append(append(append([]string{}, q.launcher...), q.binary), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = extra
 	q.log.Info("starting qemu", zap.String("binary", q.binary), zap.Strings("args", args))
 	if err := q.proc.start(cmd); err != nil {

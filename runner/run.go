@@ -43,8 +43,11 @@ type Options struct {
 	// taken as one KVM cannot run. 0 disables it.
 	BootWatchdog time.Duration
 	Stdout       io.Writer // the guest console
-	Log          *zap.Logger
-	Signals      <-chan os.Signal
+	// Launcher, when set, is put in front of QEMU's argv: the runner's own exec-unprivileged
+	// command, which starts QEMU without capabilities (see ExecUnprivileged).
+	Launcher []string
+	Log      *zap.Logger
+	Signals  <-chan os.Signal
 }
 
 // Files the runner keeps in the state directory.
@@ -163,7 +166,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		if plumbing != nil {
 			spec.MAC, tap = plumbing.GuestMAC, plumbing.TapFile
 		}
-		hv = newQEMU(binary, spec, tap, log)
+		hv = newQEMU(binary, o.Launcher, spec, tap, log)
 	case runnerconfig.ProviderCloudHypervisor:
 		hv = newCloudHypervisor(binary, cfg, cloudHypervisorInputs{
 			initrd: initrd, cmdline: cmdline, overlay: overlay, direct: direct, serial: serial, seed: seed,

@@ -67,7 +67,10 @@ func execute(args []string) int {
 	f.StringVar(&terminationLog, "termination-log", "/dev/termination-log", "file the exit reason is written to (the container's terminationMessagePath)")
 
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code))
+	if self, err := os.Executable(); err == nil {
+		o.Launcher = []string{self, execUnprivilegedName}
+	}
+	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code), execUnprivilegedCommand())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "runner:", err)
@@ -104,6 +107,21 @@ func runGuest(cfg runnerconfig.Config, o runner.Options, terminationLog string) 
 		log.Warn("could not write the termination message", zap.String("path", terminationLog), zap.Error(err))
 	}
 	return out.Code
+}
+
+const execUnprivilegedName = "exec-unprivileged"
+
+// execUnprivilegedCommand runs a command without capabilities: how the runner starts QEMU.
+func execUnprivilegedCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                execUnprivilegedName + " COMMAND [ARG...]",
+		Short:              "Run COMMAND with no capabilities and no_new_privs (how the runner starts QEMU)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			return runner.ExecUnprivileged(args) // returns only on failure
+		},
+	}
 }
 
 // probeCommand is the kubelet's exec probe: the runner's HTTP endpoint listens on loopback
