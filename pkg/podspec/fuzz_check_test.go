@@ -1,0 +1,103 @@
+package podspec_test
+
+import (
+	"reflect"
+	"slices"
+	"sort"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+// checkPod checks what users and docs/security.md rely on in the runner pod of vm.
+func checkPod(t *testing.T, vm *vmv1.VirtualMachine, pod *corev1.Pod) {
+	t.Helper()
+	if pod.Name != vm.Name+"-runner" || pod.Namespace != vm.Namespace {
+		t.Fatalf("pod %s/%s for VM %s/%s, want %s-runner", pod.Namespace, pod.Name, vm.Namespace, vm.Name, vm.Name)
+	}
+	checkLabels(t, vm, pod.Labels)
+	checkUnprivileged(t, pod)
+	checkRunnerArgs(t, vm, runnerOf(pod))
+}
+
+// checkLabels: the VM's labels reach the pod, except that virtpod's own always win.
+func checkLabels(t *testing.T, vm *vmv1.VirtualMachine, got map[string]string) {
+	t.Helper()
+	own := map[string]string{podspec.LabelVMName: vm.Name, podspec.LabelProvider: string(vm.Spec.Provider), podspec.LabelManagedBy: podspec.ManagedBy}
+	want := map[string]string{}
+	for k, v := range vm.Labels {
+		want[k] = v
+	}
+	for k, v := range own {
+		want[k] = v
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("pod labels %v, want %v (the VM's %v under virtpod's)", got, want, vm.Labels)
+	}
+}
+
+// checkUnprivileged: no container is privileged, may escalate, writes its root or keeps a
+// capability beyond the runner's NET_ADMIN and MKNOD; no host namespace, no host path.
+func checkUnprivileged(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	s := pod.Spec
+	if s.HostNetwork || s.HostPID || s.HostIPC || s.HostUsers != nil && *s.HostUsers || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+		t.Fatalf("the pod shares a host namespace or mounts a token: %+v", s)
+	}
+	for _, v := range s.Volumes {
+		if v.HostPath != nil {
+			t.Fatalf("hostPath volume %s", v.Name)
+		}
+	}
+	allowed := []corev1.Capability{"NET_ADMIN", "MKNOD"}
+	for _, c := range slices.Concat(s.InitContainers, s.Containers) {
+		sc := c.SecurityContext
+		if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			t.Fatalf("container %s may be privileged: %+v", c.Name, sc)
+		}
+		for _, add := range sc.Capabilities.Add {
+			if c.Name != podspec.RunnerContainer || !slices.Contains(allowed, add) {
+				t.Fatalf("container %s adds capability %s", c.Name, add)
+			}
+		}
+	}
+}
+
+// checkRunnerArgs: the runner reads back exactly the VM's configuration, and each user string
+// (the VM's name, its kernel arguments, each port) is one whole argument: it adds none.
+func checkRunnerArgs(t *testing.T, vm *vmv1.VirtualMachine, c *corev1.Container) {
+	t.Helper()
+	if !slices.Equal(c.Command, []string{podspec.RunnerBinary}) {
+		t.Fatalf("runner command %q", c.Command)
+	}
+	got, err := runnerconfig.Parse(c.Args)
+	if err != nil {
+		t.Fatalf("the runner refuses its arguments %q: %v", c.Args, err)
+	}
+	want := podspec.RunnerConfig(vm)
+	sort.SliceStable(want.Ports, func(i, j int) bool { return want.Ports[i].Name < want.Ports[j].Name })
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the runner reads\n%+v\nfrom %q, want\n%+v", got, c.Args, want)
+	}
+	g := vm.Spec.Guest
+	if got.Name != vm.Name || got.KernelArgs != g.KernelArgs || len(got.Ports) != len(g.Ports) {
+		t.Fatalf("the runner's name %q, kernel args %q or %d ports differ from the VM's", got.Name, got.KernelArgs, len(got.Ports))
+	}
+	single := map[string]string{"--name=": vm.Name}
+	if g.KernelArgs != "" {
+		single["--kernel-args="] = g.KernelArgs
+	}
+	for prefix, value := range single {
+		if n := hasPrefixCount(c.Args, prefix); n != 1 || !slices.Contains(c.Args, prefix+value) {
+			t.Fatalf("%d arguments start with %s, want exactly %q: %q", n, prefix, prefix+value, c.Args)
+		}
+	}
+	if n := hasPrefixCount(c.Args, "--port="); n != len(g.Ports) {
+		t.Fatalf("%d --port arguments for %d ports: %q", n, len(g.Ports), c.Args)
+	}
+}

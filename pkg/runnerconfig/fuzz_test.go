@@ -1,0 +1,84 @@
+package runnerconfig_test
+
+import (
+	"flag"
+	"io"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+// FuzzArgsRoundTrip: for every configuration Validate accepts, parsing Args back through Bind
+// gives the same configuration, with no argument left over. A user string (the VM's name, its
+// kernel arguments, a port name) is one flag's value, so it cannot set another flag.
+func FuzzArgsRoundTrip(f *testing.F) {
+	f.Add("web", "qemu", "kvm", int32(2), int64(1024), "/virtpod/images/kernel/boot/vmlinuz", "/virtpod/images/kernel/boot/initrd.img",
+		"console=ttyS0 quiet", "/virtpod/images/disk/disk/root.img", int64(10240), "22/TCP ssh\n53/UDP dns", "/var/run/virtpod", "127.0.0.1:8080", "pod", int64(30),
+		"0b5f6a43-1111-2222-3333-444455556666", "/virtpod/cloud-init/user-data", "/virtpod/cloud-init/network-config")
+	f.Add("evil", "qemu", "tcg", int32(1), int64(256), "/k", "", "x --name=root --network=none\t--port=a:1/TCP", "/d", int64(0),
+		"80/TCP http", "", "", "", int64(0), "x --cloud-init-user-data=/etc/shadow", "/u", "")
+	f.Add("a=b", "cloud-hypervisor", "kvm", int32(255), int64(16), "-k", "--initrd=", "--", "=", int64(-1), "", "/s", ":0", "none", int64(-5), "", "", "/n")
+	f.Add("", "qemu", "kvm", int32(1), int64(64), "/k", "", "", "/d", int64(64), "80/TCP a:b\n81/UDP a/b\n82/TCP z", "", "", "", int64(3600), "", "", "")
+	f.Fuzz(func(t *testing.T, name, provider, accel string, cpus int32, memMiB int64, kernel, initrd, kernelArgs, rootDisk string,
+		diskMiB int64, ports, stateDir, httpAddr, network string, grace int64, instanceID, userData, networkData string) {
+		c := runnerconfig.Config{
+			Name: name, Provider: provider, Acceleration: accel, CPUs: cpus, MemoryMiB: memMiB,
+			Kernel: kernel, Initrd: initrd, KernelArgs: kernelArgs, RootDisk: rootDisk, DiskSizeMiB: diskMiB,
+			StateDir: stateDir, HTTPAddr: httpAddr, Network: network, GracePeriodSeconds: grace,
+			InstanceID: instanceID, CloudInitUserData: userData, CloudInitNetworkData: networkData,
+		}
+		for line := range strings.Lines(ports) {
+			p, ok := decodePort(strings.TrimSuffix(line, "\n"))
+			if !ok {
+				return // not a port in this test's encoding
+			}
+			c.Ports = append(c.Ports, p)
+		}
+		c.Defaults()
+		if c.Validate() != nil {
+			return // the runner refuses it; only valid configurations are ever rendered
+		}
+		args := c.Args()
+
+		var got runnerconfig.Config
+		fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		got.Bind(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("Args %q do not parse: %v", args, err)
+		}
+		if fs.NArg() != 0 {
+			t.Fatalf("Args %q left positional arguments %q", args, fs.Args())
+		}
+		// Args lists ports by name; the order of ports carries no meaning.
+		want := c
+		want.Ports = append([]runnerconfig.Port(nil), c.Ports...)
+		sort.SliceStable(want.Ports, func(i, j int) bool { return want.Ports[i].Name < want.Ports[j].Name })
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("round trip changed the configuration\nargs %q\n got %+v\nwant %+v", args, got, want)
+		}
+		parsed, err := runnerconfig.Parse(args)
+		if err != nil || !reflect.DeepEqual(parsed, want) {
+			t.Fatalf("Parse(%q) = %+v, %v; want %+v", args, parsed, err, want)
+		}
+	})
+}
+
+// decodePort reads "PORT/PROTOCOL NAME": the name is the rest of the line, so it may hold any
+// character but a newline (':' and '/' included, which the flag syntax also uses).
+func decodePort(line string) (runnerconfig.Port, bool) {
+	head, name, ok := strings.Cut(line, " ")
+	if !ok {
+		return runnerconfig.Port{}, false
+	}
+	num, proto, _ := strings.Cut(head, "/")
+	n, err := strconv.ParseInt(num, 10, 32)
+	if err != nil {
+		return runnerconfig.Port{}, false
+	}
+	return runnerconfig.Port{Name: name, Port: int32(n), Protocol: proto}, true
+}
