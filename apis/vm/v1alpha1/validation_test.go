@@ -60,6 +60,23 @@ func TestRejectsBadSpecs(t *testing.T) {
 		{"long port name", func(v *vmv1.VirtualMachine) {
 			v.Spec.Guest.Ports = []vmv1.Port{{Name: "a-very-long-port-name", Port: 80}}
 		}, "spec.guest.ports[0].name", "may not be more than 15"},
+		{"double hyphen in port name", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Ports = []vmv1.Port{{Name: "a--b", Port: 80}} }, "spec.guest.ports[0].name", "single '-'"},
+		{"bad node selector key", func(v *vmv1.VirtualMachine) { v.Spec.NodeSelector = map[string]string{"Bad Key!": "x"} }, "spec.nodeSelector", "label keys such as"},
+		{"unknown toleration operator", func(v *vmv1.VirtualMachine) {
+			v.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Maybe"}}
+		}, "spec.tolerations", "Exists or Equal"},
+		{"unknown toleration effect", func(v *vmv1.VirtualMachine) {
+			v.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists, Effect: "Sometimes"}}
+		}, "spec.tolerations", "NoSchedule, PreferNoSchedule or NoExecute"},
+		{"keyless Equal toleration", func(v *vmv1.VirtualMachine) {
+			v.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpEqual, Value: "x"}}
+		}, "spec.tolerations", "without a key must have operator Exists"},
+		{"Exists toleration with a value", func(v *vmv1.VirtualMachine) {
+			v.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists, Value: "x"}}
+		}, "spec.tolerations", "takes no value"},
+		{"tolerationSeconds without NoExecute", func(v *vmv1.VirtualMachine) {
+			v.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule, TolerationSeconds: ptr.To[int64](30)}}
+		}, "spec.tolerations", "needs effect NoExecute"},
 		{"multi-line kernel args", func(v *vmv1.VirtualMachine) { v.Spec.Guest.KernelArgs = "console=ttyS0\ninit=/bin/sh" }, "spec.guest.kernelArgs", "single line"},
 		{"tiny root disk", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Size = q("1Mi") }, "spec.guest.rootDisk.size", "between 64Mi and 64Ti"},
 		{"name too long for a pod", func(v *vmv1.VirtualMachine) { v.Name = strings.Repeat("a", 57) }, "metadata.name", "at most 56 characters"},
@@ -223,5 +240,21 @@ func TestProviderClassValidation(t *testing.T) {
 	pc.Spec.Handler = vmv1.ProviderCloudHypervisor
 	if err := env.Client.Update(ctx, pc); err == nil || !strings.Contains(err.Error(), "spec.handler is immutable") {
 		t.Fatalf("a handler change was not refused: %v", err)
+	}
+}
+
+// TestAcceptsPodPlacement: the placement rules refuse only what a Pod would refuse.
+func TestAcceptsPodPlacement(t *testing.T) {
+	vm := kubeapi.SampleVM("default", "placed")
+	vm.Spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "zone-a", "gpu": ""}
+	vm.Spec.Tolerations = []corev1.Toleration{
+		{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](30)},
+		{Operator: corev1.TolerationOpExists},
+		{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "dedicated", Value: "vms"},
+	}
+	vm.Spec.Guest.Ports = []vmv1.Port{{Name: "kube-apiserver", Port: 6443}}
+	if err := env.Client.Create(context.Background(), vm); err != nil {
+		t.Fatal(err)
 	}
 }

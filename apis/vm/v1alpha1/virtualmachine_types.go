@@ -83,6 +83,7 @@ type VirtualMachineSpec struct {
 
 	// nodeSelector restricts the nodes the runner pod may run on, as in a Pod.
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="spec.nodeSelector keys must be label keys such as topology.kubernetes.io/zone: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric"
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 
@@ -93,6 +94,11 @@ type VirtualMachineSpec struct {
 
 	// tolerations of the runner pod, as in a Pod.
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])",message="spec.tolerations[].operator must be Exists or Equal"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="spec.tolerations[].effect must be NoSchedule, PreferNoSchedule or NoExecute (or empty for all)"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, (has(t.key) && t.key != '') || (has(t.operator) && t.operator == 'Exists'))",message="spec.tolerations[]: a toleration without a key must have operator Exists"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",message="spec.tolerations[]: operator Exists takes no value; remove it or use operator Equal"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.tolerationSeconds) || (has(t.effect) && t.effect == 'NoExecute'))",message="spec.tolerations[].tolerationSeconds needs effect NoExecute"
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
@@ -212,7 +218,7 @@ type RootDisk struct {
 type Port struct {
 	// name identifies the port, as in a container port: lower-case letters, digits and '-', at most 15 characters.
 	// +kubebuilder:validation:MaxLength=15
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]')",message="spec.guest.ports[].name must be an IANA service name such as http: lower-case letters, digits and '-', with at least one letter"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--')",message="spec.guest.ports[].name must be an IANA service name such as http: lower-case letters, digits and single '-', with at least one letter"
 	Name string `json:"name"`
 
 	// port is the guest's port number, 1-65535.
