@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 )
@@ -106,3 +107,24 @@ func PausedCondition(cluster *clusterv1.Cluster, obj metav1.Object) metav1.Condi
 
 // Provisioned reads a *bool the contract uses for provisioned flags.
 func Provisioned(b *bool) bool { return b != nil && *b }
+
+// InfraRequest is the reconcile request for the object ref names, when it is of virtpod's kind.
+func InfraRequest(namespace string, ref clusterv1.ContractVersionedObjectReference, kind string) []reconcile.Request {
+	if ref.APIGroup != infrav1.GroupVersion.Group || ref.Kind != kind || ref.Name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: namespace, Name: ref.Name}}}
+}
+
+// PatchStatus writes next's status, guarded by the resourceVersion next carries (a spec or
+// finalizer patch may have moved it past old's). A conflict or a vanished object is left to the
+// newer object's event, which brings the reconciler back.
+func PatchStatus(ctx context.Context, c client.Client, old, next client.Object) error {
+	base := old.DeepCopyObject().(client.Object)
+	base.SetResourceVersion(next.GetResourceVersion())
+	err := c.Status().Patch(ctx, next, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -247,17 +247,11 @@ func setCondition(vc *infrav1.VirtPodCluster, c metav1.Condition) {
 	meta.SetStatusCondition(&vc.Status.Conditions, c)
 }
 
-// patchStatus writes the status when it changed, guarded by the resourceVersion it was read at.
+// patchStatus writes the status when it changed.
 func (r *Reconciler) patchStatus(ctx context.Context, vc, next *infrav1.VirtPodCluster) error {
 	next.Status.ObservedGeneration = next.Generation
 	if equality.Semantic.DeepEqual(vc.Status, next.Status) {
 		return nil
 	}
-	base := vc.DeepCopy()
-	base.ResourceVersion = next.ResourceVersion // the spec patch may have moved it on
-	err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil // a newer object's event brings us back
-	}
-	return err
+	return clusterapi.PatchStatus(ctx, r.Client, vc, next)
 }

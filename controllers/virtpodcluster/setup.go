@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
+	"github.com/virtpod/virtpod/controllers/clusterapi"
 )
 
 // SetupWithManager registers the controller: VirtPodClusters, the Services they own, their
@@ -35,11 +36,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, skipNameValidation bool)
 // infraCluster maps a Cluster to the VirtPodCluster it references.
 func infraCluster(_ context.Context, o client.Object) []reconcile.Request {
 	c := o.(*clusterv1.Cluster)
-	ref := c.Spec.InfrastructureRef
-	if ref.APIGroup != infrav1.GroupVersion.Group || ref.Kind != "VirtPodCluster" || ref.Name == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: c.Namespace, Name: ref.Name}}}
+	return clusterapi.InfraRequest(c.Namespace, c.Spec.InfrastructureRef, "VirtPodCluster")
 }
 
 // zoneChanged passes node events that can change the set of zones.

@@ -251,17 +251,11 @@ func setCondition(vpm *infrav1.VirtPodMachine, c metav1.Condition) {
 	meta.SetStatusCondition(&vpm.Status.Conditions, c)
 }
 
-// patchStatus writes the status when it changed, guarded by the resourceVersion it was read at.
+// patchStatus writes the status when it changed.
 func (r *Reconciler) patchStatus(ctx context.Context, vpm, next *infrav1.VirtPodMachine) error {
 	next.Status.ObservedGeneration = next.Generation
 	if equality.Semantic.DeepEqual(vpm.Status, next.Status) {
 		return nil
 	}
-	base := vpm.DeepCopy()
-	base.ResourceVersion = next.ResourceVersion // a spec or finalizer patch may have moved it on
-	err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil // a newer object's event brings us back
-	}
-	return err
+	return clusterapi.PatchStatus(ctx, r.Client, vpm, next)
 }

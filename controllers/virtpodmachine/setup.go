@@ -35,11 +35,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameVal
 // infraMachine maps a Machine to the VirtPodMachine it references.
 func infraMachine(_ context.Context, o client.Object) []reconcile.Request {
 	m := o.(*clusterv1.Machine)
-	ref := m.Spec.InfrastructureRef
-	if ref.APIGroup != infrav1.GroupVersion.Group || ref.Kind != "VirtPodMachine" || ref.Name == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}}}
+	return clusterapi.InfraRequest(m.Namespace, m.Spec.InfrastructureRef, "VirtPodMachine")
 }
 
 // clusterChanged passes what the machines wait on: provisioned infrastructure and pause.
