@@ -53,6 +53,14 @@ test: verify-generated vet control-plane k8s-binaries capi guest-fixture ## Ever
 bench-controller: control-plane ## 1,000 VMs against a real API server: time to pods and status, requests, CPU, RSS.
 	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkCreateVMs -benchtime 1x -count 1 ./controllers/vm/ $(BENCH_ARGS)
 
+.PHONY: bench-controller-5k
+bench-controller-5k: control-plane ## 5,000 VMs whose pods run on 50 simulated nodes: time to Running, requests, CPU, RSS.
+	$(ENVTEST_ENV) VIRTPOD_BENCH_VMS=5000 VIRTPOD_BENCH_NODES=50 go test -run '^$$' -bench BenchmarkCreateVMs -benchtime 1x -count 1 -timeout 60m ./controllers/vm/ $(BENCH_ARGS)
+
+.PHONY: test-faults
+test-faults: control-plane $(K8S_BIN)/kube-controller-manager ## The controller killed, the control plane restarted, nodes lost (tests/faults).
+	$(ENVTEST_ENV) go test -count=1 -v ./tests/faults/
+
 .PHONY: build
 build: ## Build the controller binary.
 	CGO_ENABLED=0 go build -trimpath -o bin/virtpod-controller ./controllers/cmd/virtpod-controller

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -41,9 +44,6 @@ type mainWithController struct{ m *testing.M }
 func (w *mainWithController) Run() int {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	if flag.Lookup("test.bench").Value.String() != "" {
-		return w.m.Run() // benchmarks run the controller binary themselves
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The cluster's default class, as config/providers ships it (with emulation, as
@@ -53,6 +53,9 @@ func (w *mainWithController) Run() int {
 	if err := env.Client.Create(ctx, qemu); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if flag.Lookup("test.bench").Value.String() != "" {
+		return w.m.Run() // benchmarks run the controller binary themselves
 	}
 	opts := manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", Now: clock.Now, ImageMap: imageMapKey}
 	mgr, err := manager.New(env.Config, opts)
@@ -134,10 +137,74 @@ func condition(t *testing.T, vm *vmv1.VirtualMachine, phase vmv1.Phase, ctype st
 // bind places the pod on a node as the scheduler does, through the binding subresource.
 func bind(t *testing.T, pod *corev1.Pod, node string) {
 	t.Helper()
+	ensureNode(t, node)
 	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		Target: corev1.ObjectReference{Kind: "Node", Name: node}}
 	if err := env.Client.SubResource("binding").Create(context.Background(), pod, b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// ensureNode registers a Ready node for the test's pods (the controller reads the node's
+// health) and deletes it after the test.
+func ensureNode(t *testing.T, name string) {
+	t.Helper()
+	err := kubeapi.CreateNode(context.Background(), env.Client, name)
+	if apierrors.IsAlreadyExists(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+}
+
+// reconciled applies edit to the VM and waits until the controller has recorded the new
+// generation: a reconcile ran after the edit, whatever else it did or did not do.
+func reconciled(t *testing.T, vm *vmv1.VirtualMachine, edit func(*vmv1.VirtualMachine)) {
+	t.Helper()
+	got := getVM(t, vm)
+	edit(got)
+	if err := env.Client.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "status records the edit", func() error {
+		if st := getVM(t, vm).Status; st.ObservedGeneration < got.Generation {
+			return fmt.Errorf("observedGeneration %d, want %d", st.ObservedGeneration, got.Generation)
+		}
+		return nil
+	})
+}
+
+// podCreations counts the runner pods created in ns from now on, from a watch.
+func podCreations(t *testing.T, ns string) func() int {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(context.Background(), &corev1.PodList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	uids := map[types.UID]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
+				mu.Lock()
+				uids[p.UID] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(uids)
 	}
 }
 
@@ -287,6 +354,7 @@ func TestVMLifecycle(t *testing.T) {
 
 func TestRestartPolicyAlways(t *testing.T) {
 	ns := namespace(t)
+	created := podCreations(t, ns)
 	vm := create(t, kubeapi.SampleVM(ns, "always"))
 	pod := waitPod(t, vm, "")
 	bind(t, pod, "node-a")
@@ -305,22 +373,47 @@ func TestRestartPolicyAlways(t *testing.T) {
 	}
 	waitEvent(t, vm, "Normal Restarting: Restarting guest (restart 1, policy Always): runner exited with code 1 (Error): qemu-system-x86_64 was killed by signal 9")
 
-	// The second restart waits out a back-off, says so, and does not make a pod meanwhile.
-	bind(t, second, "node-a")
-	kubelet(t, second, ended(1, "Error", "guest panicked"))
-	got = condition(t, vm, vmv1.PhasePending, vmv1.ConditionReady, metav1.ConditionFalse, "RestartBackoff")
-	if got.Status.RestartCount != 2 {
-		t.Fatalf("restartCount %d, want 2", got.Status.RestartCount)
+	// A crash loop: restart n waits 10 s doubling to 5 min from the end of the run before it,
+	// says why and for how long, and makes no pod meanwhile.
+	pod = second
+	backoffs := []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute}
+	for i, backoff := range backoffs {
+		n := int32(i + 2)
+		bind(t, pod, "node-a")
+		condition(t, vm, vmv1.PhaseStarting, vmv1.ConditionScheduled, metav1.ConditionTrue, "Scheduled") // the new pod is in status
+		kubelet(t, pod, ended(1, "Error", fmt.Sprintf("guest panicked (%d)", n)))
+		want := fmt.Sprintf("restart %d after Error (back-off %s): guest panicked (%d)", n, backoff, n)
+		eventually(t, fmt.Sprintf("restart %d in back-off", n), func() error {
+			got = getVM(t, vm)
+			if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionReady); got.Status.Phase != vmv1.PhasePending ||
+				got.Status.RestartCount != n || c == nil || c.Reason != "RestartBackoff" || c.Message != want {
+				return fmt.Errorf("phase %s, restartCount %d, Ready %+v; want Ready %q", got.Status.Phase, got.Status.RestartCount, c, want)
+			}
+			return nil
+		})
+		// A second short of the back-off, a reconcile (made to record a spec change) starts nothing.
+		clock.Advance(backoff - time.Second)
+		reconciled(t, vm, func(vm *vmv1.VirtualMachine) { vm.Spec.TerminationGracePeriodSeconds = ptr.To(int64(30 + n)) })
+		if p, err := runnerPod(vm); !apierrors.IsNotFound(err) {
+			t.Fatalf("restart %d: runner pod %v exists before its back-off of %s ended (%v)", n, p.UID, backoff, err)
+		}
+		clock.Advance(2 * time.Second)
+		reconciled(t, vm, func(vm *vmv1.VirtualMachine) { vm.Annotations = map[string]string{"test/poke": fmt.Sprint(n)} })
+		pod = waitPod(t, vm, pod.UID)
 	}
-	if _, err := runnerPod(vm); !apierrors.IsNotFound(err) {
-		t.Fatalf("a pod exists during the back-off: %v", err)
+	want := 1 + 1 + len(backoffs)
+	eventually(t, "pod creations seen", func() error {
+		if n := created(); n < want {
+			return fmt.Errorf("%d seen", n)
+		}
+		return nil
+	})
+	if n := created(); n != want {
+		t.Fatalf("%d runner pods were created for one start and %d restarts", n, 1+len(backoffs))
 	}
-	clock.Advance(11 * time.Second)
-	got.Annotations = map[string]string{"test/poke": "1"} // any event re-queues it; the timer would too
-	if err := env.Client.Update(context.Background(), got); err != nil {
-		t.Fatal(err)
+	if ev := waitEvent(t, vm, "restart 8, policy Always"); strings.Count(ev, "Normal Restarting") != 8 {
+		t.Fatalf("want 8 Restarting events:\n%s", ev)
 	}
-	waitPod(t, vm, second.UID)
 }
 
 func TestRestartPolicyNeverKeepsFailure(t *testing.T) {

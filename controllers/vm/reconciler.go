@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,10 @@ import (
 	imagemapctrl "github.com/virtpod/virtpod/controllers/imagemap"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
+
+// AnnotationRestartCount on a runner pod is the VM's restartCount when the pod was made: the
+// run it belongs to.
+const AnnotationRestartCount = "vm.virtpod.io/restart-count"
 
 // Reconciler reconciles VirtualMachines.
 type Reconciler struct {
@@ -77,6 +82,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	next := vm.DeepCopy()
 	var result reconcile.Result
+	var held *metav1.Condition // why no runner pod is started, shown on Scheduled and Ready
 	switch {
 	case pod != nil && pod.DeletionTimestamp != nil:
 		// Stopping: the pod's delete event brings us back.
@@ -97,9 +103,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	case pod == nil && prov.blocked:
-		// No new start: ProviderAvailable says why.
+		held = &prov.cond // no new start: ProviderAvailable says why
 	case pod == nil:
-		if result, pod, err = r.startPod(ctx, vm, next, opts); err != nil {
+		var refused *podRefused
+		if result, pod, err = r.startPod(ctx, vm, next, opts); errors.As(err, &refused) {
+			held = refused.condition() // a change of the VM brings us back
+		} else if err != nil {
 			return reconcile.Result{}, err
 		}
 	default:
@@ -117,12 +126,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	observe(&next.Status, vm.Generation, pod)
+	if err := r.nodeHealth(ctx, &next.Status, vm, pod); err != nil {
+		return reconcile.Result{}, err
+	}
 	imagesCurrent(&next.Status, vm, pod, images)
 	setConditions(&next.Status, prov.cond, emulationCondition(vm))
-	if pod == nil && prov.blocked {
+	if held != nil {
 		for _, t := range []string{vmv1.ConditionScheduled, vmv1.ConditionReady} {
 			meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionFalse,
-				Reason: prov.cond.Reason, Message: prov.cond.Message, ObservedGeneration: vm.Generation})
+				Reason: held.Reason, Message: held.Message, ObservedGeneration: vm.Generation})
 		}
 	}
 	if err := r.whyNot(ctx, &next.Status, vm, prov.class); err != nil {
@@ -194,6 +206,9 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 		return reconcile.Result{RequeueAfter: wait}, nil, nil
 	}
 	pod := podspec.Build(vm, opts)
+	// The run this pod is for, so that its end is counted even if the status write that names
+	// the pod is lost (a controller killed in between).
+	metav1.SetMetaDataAnnotation(&pod.ObjectMeta, AnnotationRestartCount, strconv.Itoa(int(vm.Status.RestartCount)))
 	if err := r.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// The cache holds only virtpod's pods: read the server to tell a stale cache (the
@@ -204,6 +219,9 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 			return reconcile.Result{}, nil, nil
 		}
 		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, "CreatePodFailed", "CreatePod", "Could not create runner pod %s: %v", pod.Name, err)
+		if apierrors.IsInvalid(err) {
+			return reconcile.Result{}, nil, &podRefused{err} // retrying the same pod cannot help
+		}
 		return reconcile.Result{}, nil, r.fail("create-pod", err)
 	}
 	next.Status.PodName = pod.Name
@@ -213,6 +231,17 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 		r.Metrics.podCreated(vm, r.now())
 	}
 	return reconcile.Result{}, pod, nil
+}
+
+// podRefused is the API server's refusal of a runner pod for what the VM's spec put in it: the
+// CRD cannot check everything a Pod's validation does (affinity, podResources, label values).
+type podRefused struct{ err error }
+
+func (e *podRefused) Error() string { return e.err.Error() }
+
+func (e *podRefused) condition() *metav1.Condition {
+	return &metav1.Condition{Reason: ReasonRunnerPodInvalid, Message: "the API server refused the runner pod (spec.nodeSelector, " +
+		"spec.affinity, spec.tolerations and spec.podResources go into it as they are: correct the field it names): " + trim(e.err.Error())}
 }
 
 // options are the pod-building options with the image map as it is now.
@@ -245,8 +274,13 @@ func (r *Reconciler) recreate(ctx context.Context, vm, next *vmv1.VirtualMachine
 // podEnded records how the runner ended and applies the restart policy.
 func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod) error {
 	if string(pod.UID) != vm.Status.PodUID {
-		// Already counted (status written, delete lost): finish the restart.
-		return r.fail("delete-pod", r.deletePod(ctx, pod))
+		if pod.Annotations[AnnotationRestartCount] != strconv.Itoa(int(vm.Status.RestartCount)) {
+			// Already counted (status written, delete lost): finish the restart.
+			return r.fail("delete-pod", r.deletePod(ctx, pod))
+		}
+		// This run's pod, ended before the status write that named it was made (it was lost):
+		// its end is still to be counted, and kept under restartPolicy Never.
+		next.Status.PodUID = string(pod.UID)
 	}
 	term := termination(pod, r.now())
 	failed := pod.Status.Phase == corev1.PodFailed

@@ -19,6 +19,14 @@ import (
 // SetupWithManager registers the controller: VirtualMachines, the pods they own and, with an
 // image map, its ConfigMap drive it; nothing polls.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameValidation bool) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &vmv1.VirtualMachine{}, indexNode, func(o client.Object) []string {
+		if n := o.(*vmv1.VirtualMachine).Status.Node; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("virtualmachine").
 		For(&vmv1.VirtualMachine{}).
@@ -40,6 +48,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameVal
 		builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*vmv1.HypervisorNode), e.ObjectNew.(*vmv1.HypervisorNode)
 			return !o.Status.SameReport(&n.Status)
+		}}))
+	// A node that stops being ready, recovers or is deleted changes what its VMs can say;
+	// heartbeats alone cannot.
+	b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.vmsOnNode),
+		builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+			return nodeReadyStatus(e.ObjectOld.(*corev1.Node)) != nodeReadyStatus(e.ObjectNew.(*corev1.Node))
 		}}))
 	return b.Complete(r)
 }

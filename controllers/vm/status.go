@@ -30,6 +30,7 @@ const (
 	ReasonCurrent             = "Current"
 	ReasonRestartRequired     = "RestartRequired"
 	ReasonRecreating          = "Recreating"
+	ReasonRunnerPodInvalid    = "RunnerPodInvalid"
 )
 
 // observe derives the VM's status from its runner pod (nil when there is none).
@@ -213,6 +214,11 @@ func termination(pod *corev1.Pod, now time.Time) *vmv1.Termination {
 		}
 	}
 	t := &vmv1.Termination{ExitCode: -1, Reason: pod.Status.Reason, Message: trim(pod.Status.Message), FinishedAt: nowTime(now)}
+	// A pod failed from outside, with its runner never seen to end (PodGC after its node was
+	// deleted, an eviction), says why in its DisruptionTarget condition.
+	if c := podCondition(pod, corev1.DisruptionTarget); t.Reason == "" && c != nil && c.Status == corev1.ConditionTrue {
+		t.Reason, t.Message = c.Reason, trim(c.Message)
+	}
 	if t.Reason == "" {
 		t.Reason = string(pod.Status.Phase)
 	}

@@ -144,4 +144,19 @@ func TestClusterAPIMachine(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Deleting the Cluster goes through Cluster API while its manager still runs: the
+	// VirtPodCluster and, through its owner reference, the control-plane Service go with it.
+	if err := kube.Delete(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Cluster, VirtPodCluster and control-plane Service gone", 2*time.Minute, func() error {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplaneservice.Name("e2e")}}
+		for _, o := range []client.Object{cl, vc, svc} {
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T %s still there (err %v)", o, o.GetName(), err)
+			}
+		}
+		return nil
+	})
 }

@@ -1,0 +1,184 @@
+package kubeapi
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// Simulated nodes: Node objects and pod status written as a cluster's scheduler and kubelets
+// would, so the controller sees its pods placed and running on many nodes with no kubelet.
+
+// CreateNode registers a Ready node labelled as the node agent labels one that offers QEMU
+// with emulation (what SampleVM's runner pod requires).
+func CreateNode(ctx context.Context, c client.Client, name string) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+		vmv1.LabelKVM: "false", vmv1.LabelEmulation: "true", vmv1.LabelProviderPrefix + string(vmv1.ProviderQEMU): "true",
+	}}}
+	if err := c.Create(ctx, node); err != nil {
+		return err
+	}
+	capacity := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"),
+		corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi")}
+	node.Status = corev1.NodeStatus{Capacity: capacity, Allocatable: capacity, Conditions: []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+	}}}
+	return c.Status().Update(ctx, node)
+}
+
+// Kubelets plays the scheduler and the kubelets for the runner pods of one namespace: a pod
+// without a node is bound to one of the scheduling nodes, a bound pod is reported Running and
+// Ready with an IP, and a deleted pod is removed as its kubelet confirms the stop — except on
+// nodes Cut off, whose pods stay as they are. It follows pods with an informer, so it rides out
+// API server restarts.
+type Kubelets struct {
+	mu       sync.Mutex
+	schedule []string
+	cut      map[string]bool
+	crash    func(pod string) bool
+	crashed  map[string]bool
+	ips      atomic.Uint32
+	requeue  func() // looks at every pod again
+}
+
+// StartKubelets runs until ctx ends; new pods go to the nodes given.
+func StartKubelets(ctx context.Context, cfg *rest.Config, ns string, nodes ...string) (*Kubelets, error) {
+	k := &Kubelets{schedule: nodes, cut: map[string]bool{}, crashed: map[string]bool{}}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = podspec.LabelManagedBy + "=" + podspec.ManagedBy }))
+	pods := f.Core().V1().Pods()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 2*time.Second))
+	enqueue := func(o any) {
+		if key, err := cache.MetaNamespaceKeyFunc(o); err == nil {
+			q.Add(key)
+		}
+	}
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) },
+	}); err != nil {
+		return nil, err
+	}
+	k.requeue = func() {
+		for _, o := range pods.Informer().GetStore().List() {
+			enqueue(o)
+		}
+	}
+	f.Start(ctx.Done())
+	go func() { <-ctx.Done(); q.ShutDown() }()
+	for range 8 {
+		go func() {
+			for {
+				key, stop := q.Get()
+				if stop {
+					return
+				}
+				ns, name, _ := cache.SplitMetaNamespaceKey(key)
+				pod, err := pods.Lister().Pods(ns).Get(name)
+				if err == nil {
+					err = k.step(ctx, cs, pod)
+				}
+				if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+					q.AddRateLimited(key)
+				} else {
+					q.Forget(key)
+				}
+				q.Done(key)
+			}
+		}()
+	}
+	return k, nil
+}
+
+// Schedule sends pods without a node to these nodes from now on.
+func (k *Kubelets) Schedule(nodes ...string) {
+	k.mu.Lock()
+	k.schedule = nodes
+	k.mu.Unlock()
+	k.requeue() // pods left waiting for a node
+}
+
+// Cut stops the node's kubelet, as a network partition or power loss would: nothing more is
+// reported for its pods.
+func (k *Kubelets) Cut(node string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cut[node] = true
+}
+
+// CrashOnce makes the first pod of each name crash picks fail instead of running: the runner
+// exits 1, as a guest that panics does.
+func (k *Kubelets) CrashOnce(crash func(pod string) bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.crash = crash
+}
+
+func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *corev1.Pod) error {
+	k.mu.Lock()
+	nodes, cut := k.schedule, k.cut[pod.Spec.NodeName]
+	crash := k.crash != nil && k.crash(pod.Name) && !k.crashed[pod.Name]
+	k.mu.Unlock()
+	pods := cs.CoreV1().Pods(pod.Namespace)
+	switch {
+	case cut:
+		return nil
+	case pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && len(nodes) > 0:
+		h := fnv.New32a()
+		h.Write([]byte(pod.Name))
+		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, UID: pod.UID},
+			Target: corev1.ObjectReference{Kind: "Node", Name: nodes[int(h.Sum32())%len(nodes)]}}
+		return pods.Bind(ctx, b, metav1.CreateOptions{})
+	case pod.DeletionTimestamp != nil:
+		return pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	case pod.Spec.NodeName != "" && (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == ""):
+		n := k.ips.Add(1)
+		ip := fmt.Sprintf("10.%d.%d.%d", 64+n>>16&63, n>>8&255, n&255)
+		p := pod.DeepCopy()
+		now := metav1.Now()
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &now,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Ready: true, Image: pod.Spec.Containers[0].Image,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
+		if crash {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.Conditions[1].Status = corev1.ConditionFalse
+			p.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: podspec.RunnerContainer, Image: pod.Spec.Containers[0].Image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
+					Message: "guest panicked", StartedAt: now, FinishedAt: now}}}
+		}
+		if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		if crash {
+			k.mu.Lock()
+			k.crashed[pod.Name] = true
+			k.mu.Unlock()
+		}
+	}
+	return nil
+}
