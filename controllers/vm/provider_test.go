@@ -72,7 +72,7 @@ func TestDefaultProviderWrittenIntoSpec(t *testing.T) {
 	if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionSoftwareEmulation); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("SoftwareEmulation condition: %+v", c)
 	}
-	waitEvent(t, vm, "Normal ProviderDefaulted: spec.provider set to qemu, the default ProviderClass")
+	waitEvent(t, vm, "Normal CreatedPod: Created runner pod "+vm.Name+"-runner (provider qemu)")
 }
 
 // TestMissingClassStartsNothing: a VM asking for a provider no class offers gets no pod and a

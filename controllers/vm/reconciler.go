@@ -226,7 +226,7 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 	}
 	next.Status.PodName = pod.Name
 	next.Status.PodUID = string(pod.UID)
-	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "CreatedPod", "CreatePod", "Created runner pod %s", pod.Name)
+	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "CreatedPod", "CreatePod", "Created runner pod %s (provider %s)", pod.Name, vm.Spec.Provider)
 	if vm.Status.RestartCount == 0 {
 		r.Metrics.podCreated(vm, r.now())
 	}
