@@ -138,11 +138,7 @@ func condition(t *testing.T, vm *vmv1.VirtualMachine, phase vmv1.Phase, ctype st
 func bind(t *testing.T, pod *corev1.Pod, node string) {
 	t.Helper()
 	ensureNode(t, node)
-	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		Target: corev1.ObjectReference{Kind: "Node", Name: node}}
-	if err := env.Client.SubResource("binding").Create(context.Background(), pod, b); err != nil {
-		t.Fatal(err)
-	}
+	env.Bind(t, pod, node)
 }
 
 // ensureNode registers a Ready node for the test's pods (the controller reads the node's
@@ -211,24 +207,10 @@ func podCreations(t *testing.T, ns string) func() int {
 // kubelet writes pod status as the kubelet would.
 func kubelet(t *testing.T, pod *corev1.Pod, mutate func(*corev1.PodStatus)) {
 	t.Helper()
-	eventually(t, "pod status written", func() error {
-		p := &corev1.Pod{}
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
-			return err
-		}
-		mutate(&p.Status)
-		return env.Client.Status().Update(context.Background(), p)
-	})
+	env.Kubelet(t, pod, mutate)
 }
 
-func running(s *corev1.PodStatus) {
-	s.Phase = corev1.PodRunning
-	s.PodIP = "10.244.0.7"
-	s.PodIPs = []corev1.PodIP{{IP: "10.244.0.7"}}
-	s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Ready: true,
-		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
-}
+var running = kubeapi.RunnerRunning("10.244.0.7")
 
 func ended(code int32, reason, message string) func(*corev1.PodStatus) {
 	return func(s *corev1.PodStatus) {

@@ -8,7 +8,6 @@ import (
 	"net"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -112,10 +111,4 @@ func Endpoint(svc *corev1.Service) (clusterv1.APIEndpoint, string) {
 		return clusterv1.APIEndpoint{}, "waiting for Service " + svc.Name + " to get a cluster IP"
 	}
 	return clusterv1.APIEndpoint{Host: svc.Spec.ClusterIP, Port: Port}, ""
-}
-
-// Owned reports whether svc is the one virtpod made for vc (and so virtpod's to update).
-func Owned(svc metav1.Object, vc *infrav1.VirtPodCluster) bool {
-	ref := metav1.GetControllerOf(svc)
-	return ref != nil && ref.UID == vc.UID
 }

@@ -107,6 +107,10 @@ func TestMachineLifecycle(t *testing.T) {
 	}
 
 	// The guest runs: provisioned, with providerID and addresses, which Cluster API copies.
+	// A Ready node to run on: the VM controller reports a pod on a missing node as lost.
+	if err := kubeapi.CreateNode(ctx, env.Client, "node-a"); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	env.Bind(t, pod, "node-a")
 	env.Kubelet(t, pod, kubeapi.RunnerRunning("10.244.3.9"))
 	wantID := "virtpod://" + ns + "/gamma-cp-0"

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -33,17 +34,21 @@ func Start(bin, kubeconfig, certDir string) (func(), error) {
 		"--health-addr=127.0.0.1:"+strconv.Itoa(health), "--v=2")
 }
 
-// Run runs a controller binary against the cluster of kubeconfig, logging to
-// $TMPDIR/virtpod-<name>.log, and returns how to stop it. A binary that exits within two seconds
-// is an error.
+// LogPath is where Run writes the output of the binary it runs as name.
+func LogPath(name string) string { return filepath.Join(os.TempDir(), "virtpod-"+name+".log") }
+
+// Run runs a controller binary against the cluster of kubeconfig, logging to LogPath(name), and
+// returns how to stop it. A binary that exits within two seconds is an error; one still running
+// when the test binary dies (a panic) is killed with it.
 func Run(name, kubeconfig, bin string, args ...string) (func(), error) {
-	log, err := os.Create(filepath.Join(os.TempDir(), "virtpod-"+name+".log"))
+	log, err := os.Create(LogPath(name))
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

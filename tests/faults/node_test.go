@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/tests/capimanager"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
@@ -230,25 +229,18 @@ func renewLease(ctx context.Context, node string) {
 // silent for 4 s counting as lost (the default is 50 s).
 func startKCM(t *testing.T, bin, kubeconfig string) {
 	t.Helper()
-	log, err := os.Create(filepath.Join(t.TempDir(), "kcm.log"))
+	const name = "faults-kube-controller-manager"
+	stop, err := capimanager.Run(name, kubeconfig, bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--controllers=node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller",
+		"--node-monitor-period=1s", "--node-monitor-grace-period=4s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--controllers=node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller",
-		"--node-monitor-period=1s", "--node-monitor-grace-period=4s")
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with a test binary that panics
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		stop()
 		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
+			b, _ := os.ReadFile(capimanager.LogPath(name))
 			t.Logf("kube-controller-manager log (last 4 KiB):\n%s", tail(string(b), 4096))
 		}
-		_ = log.Close()
 	})
 }

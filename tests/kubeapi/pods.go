@@ -25,7 +25,7 @@ func (e *Env) Bind(t testing.TB, pod *corev1.Pod, node string) {
 // Kubelet writes the pod's status as a kubelet would, retrying on conflicts.
 func (e *Env) Kubelet(t testing.TB, pod *corev1.Pod, mutate func(*corev1.PodStatus)) {
 	t.Helper()
-	Eventually(t, "pod status written", 30*time.Second, func() error {
+	Eventually(t, "pod status written", 20*time.Second, func() error {
 		p := &corev1.Pod{}
 		if err := e.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
 			return err
