@@ -13,6 +13,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/diskimage"
 	"github.com/virtpod/virtpod/pkg/guestnet"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/runner/binaries"
 )
 
 type cloudHypervisorInputs struct {
@@ -47,7 +48,7 @@ func newCloudHypervisor(binary string, cfg runnerconfig.Config, in cloudHypervis
 func (c *chVM) Version() string         { return c.version }
 func (c *chVM) Events() <-chan event    { return c.events }
 func (c *chVM) Exited() <-chan struct{} { return c.exited }
-func (c *chVM) ExitDetail() string      { return c.proc.detail(CloudHypervisorName) }
+func (c *chVM) ExitDetail() string      { return c.proc.detail(binaries.CloudHypervisorName) }
 func (c *chVM) Kill()                   { c.proc.kill() }
 
 func (c *chVM) Powerdown(ctx context.Context) error { return c.client.PowerButton(ctx) }

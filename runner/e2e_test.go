@@ -12,8 +12,8 @@ import (
 
 	"github.com/virtpod/virtpod/tests/loopback"
 
-	"github.com/virtpod/virtpod/pkg/kvmprobe"
 	"github.com/virtpod/virtpod/runner"
+	"github.com/virtpod/virtpod/runner/kvm"
 )
 
 // bootTimeout bounds a TCG boot of the fixture (about 5 s on an idle 2-core machine).
@@ -161,9 +161,9 @@ func startRunnerEnv(t *testing.T, env []string, args ...string) *runnerProc {
 // back to TCG. On a host with hardware KVM the guest boots instead.
 func TestKVMFailsFast(t *testing.T) {
 	guest := needGuestHost(t)
-	_, err := os.Stat(kvmprobe.DefaultDevice)
+	_, err := os.Stat(kvm.DefaultDevice)
 	need(t, err == nil, "no /dev/kvm on this host")
-	probe := kvmprobe.Probe(context.Background(), kvmprobe.Options{})
+	probe := kvm.Probe(context.Background(), kvm.Options{})
 	t.Logf("kvm probe: %s", probe)
 	args := baseArgs(t, guest, "vm-kvm")
 	args[1] = "--accel=kvm"
@@ -197,9 +197,9 @@ func TestKVMFailsFast(t *testing.T) {
 // the KVM exit code.
 func TestKVMWithoutProbe(t *testing.T) {
 	guest := needGuestHost(t)
-	_, err := os.Stat(kvmprobe.DefaultDevice)
+	_, err := os.Stat(kvm.DefaultDevice)
 	need(t, err == nil, "no /dev/kvm on this host")
-	if probe := kvmprobe.Probe(context.Background(), kvmprobe.Options{}); probe.Usable {
+	if probe := kvm.Probe(context.Background(), kvm.Options{}); probe.Usable {
 		t.Skip("this host's KVM runs guests; there is nothing for the second guards to catch")
 	}
 	for _, tc := range []struct {

@@ -16,16 +16,10 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/diskimage"
 	"github.com/virtpod/virtpod/pkg/guestnet"
-	"github.com/virtpod/virtpod/pkg/kvmprobe"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-)
-
-// Binary names, as they appear in the "provider binary not found" message.
-const (
-	QEMUName            = "qemu-system-x86_64"
-	QEMUImgName         = "qemu-img"
-	CloudHypervisorName = "cloud-hypervisor"
+	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/kvm"
 )
 
 // Options are the runner's own settings, as opposed to the VM's configuration.
@@ -76,15 +70,15 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	if err := cfg.Validate(); err != nil {
 		return failf(ExitError, "invalid configuration: %v", err)
 	}
-	binary, binName := o.QEMUBinary, QEMUName
+	binary, binName := o.QEMUBinary, binaries.QEMUName
 	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
-		binary, binName = o.CloudHypervisorBinary, CloudHypervisorName
+		binary, binName = o.CloudHypervisorBinary, binaries.CloudHypervisorName
 	}
 	if err := checkBinary(binary); err != nil {
 		return failf(ExitProviderMissing, "provider binary not found: %s (%s)", binName, binary)
 	}
 	if err := checkBinary(o.QEMUImgBinary); err != nil {
-		return failf(ExitProviderMissing, "provider binary not found: %s (%s)", QEMUImgName, o.QEMUImgBinary)
+		return failf(ExitProviderMissing, "provider binary not found: %s (%s)", binaries.QEMUImgName, o.QEMUImgBinary)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return failf(ExitError, "--state-dir: %v", err)
@@ -96,7 +90,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	defer stopHTTP()
 
 	if cfg.Acceleration == runnerconfig.AccelKVM && !o.SkipKVMProbe {
-		res := kvmprobe.Probe(ctx, kvmprobe.Options{Device: o.KVMDevice})
+		res := kvm.Probe(ctx, kvm.Options{Device: o.KVMDevice})
 		log.Info("kvm probe", zap.Bool("usable", res.Usable), zap.String("stage", res.Stage), zap.String("module", res.Module), zap.String("reason", res.Reason), zap.Duration("took", res.Duration))
 		if !res.Usable {
 			return failf(ExitKVMUnusable, "acceleration kvm: KVM cannot run a guest on this node: %s", res)
@@ -131,7 +125,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 
 	var plumbing *guestnet.Plumbing
 	ipArg := ""
-	if cfg.Network == "pod" {
+	if cfg.Network == runnerconfig.NetworkPod {
 		pod, err := guestnet.Discover(o.PodInterface, o.ResolvConf)
 		if err != nil {
 			return failf(ExitError, "--network=pod: %v", err)

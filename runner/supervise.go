@@ -13,6 +13,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/console"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/runner/binaries"
 )
 
 // runState is what the supervisor has seen; the outcome is decided from it when the
@@ -148,9 +149,9 @@ func (st *runState) apply(ev event, board *statusBoard, log *zap.Logger) {
 }
 
 func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor) Outcome {
-	name := QEMUName
+	name := binaries.QEMUName
 	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
-		name = CloudHypervisorName
+		name = binaries.CloudHypervisorName
 	}
 	switch {
 	case st.watchdogFired:

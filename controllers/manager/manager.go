@@ -23,7 +23,7 @@ import (
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	imagemapctrl "github.com/virtpod/virtpod/controllers/imagemap"
+	"github.com/virtpod/virtpod/controllers/imagemapwatch"
 	"github.com/virtpod/virtpod/controllers/providerclass"
 	"github.com/virtpod/virtpod/controllers/virtpodcluster"
 	"github.com/virtpod/virtpod/controllers/virtpodmachine"
@@ -107,10 +107,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	var source *imagemapctrl.Source
+	var source *imagemapwatch.Source
 	if o.ImageMap.Name != "" {
-		source = &imagemapctrl.Source{Reader: mgr.GetClient(), Key: o.ImageMap}
-		reporter := &imagemapctrl.Reporter{Source: source, Recorder: mgr.GetEventRecorder("virtpod-controller")}
+		source = &imagemapwatch.Source{Reader: mgr.GetClient(), Key: o.ImageMap}
+		reporter := &imagemapwatch.Reporter{Source: source, Recorder: mgr.GetEventRecorder("virtpod-controller")}
 		if err := reporter.SetupWithManager(mgr, o.SecondInstance); err != nil {
 			return nil, fmt.Errorf("setting up the image map: %w", err)
 		}

@@ -12,10 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/runner/kvm"
 )
-
-// StaleAfter is how old a node agent's report may be before it no longer counts.
-const StaleAfter = 3 * time.Minute
 
 // Why a node cannot run a class's VMs, in the words a summary uses.
 const (
@@ -29,7 +27,7 @@ const (
 // nodeFit says whether a node can run VMs of the class with the given acceleration ("" for
 // any the class allows), and if not, why. A nil node object means the Node is gone.
 func nodeFit(class *vmv1.ProviderClass, accel vmv1.Acceleration, hv *vmv1.HypervisorNode, node *corev1.Node, now time.Time) (bool, string, string) {
-	if node == nil || now.Sub(hv.Status.HeartbeatTime.Time) > StaleAfter {
+	if node == nil || hv.Status.Stale(now) {
 		return false, notFresh, ""
 	}
 	if s := class.Spec.Scheduling; s != nil && len(s.NodeSelector) > 0 &&
@@ -46,11 +44,11 @@ func nodeFit(class *vmv1.ProviderClass, accel vmv1.Acceleration, hv *vmv1.Hyperv
 	if !found {
 		return false, fmt.Sprintf(lacksProvider, class.Spec.Handler), ""
 	}
-	kvm := hv.Status.KVM.State == vmv1.KVMUsable
+	kvmUsable, _ := kvm.FromReport(&hv.Status, now)
 	emulation := class.Spec.AllowEmulation && hv.Status.Emulation.Available
 	switch accel {
 	case vmv1.AccelerationKVM:
-		if kvm {
+		if kvmUsable {
 			return true, "", version
 		}
 	case vmv1.AccelerationEmulated:
@@ -61,7 +59,7 @@ func nodeFit(class *vmv1.ProviderClass, accel vmv1.Acceleration, hv *vmv1.Hyperv
 			return false, noEmulation, ""
 		}
 	default: // any way the class allows
-		if kvm || emulation {
+		if kvmUsable || emulation {
 			return true, "", version
 		}
 	}

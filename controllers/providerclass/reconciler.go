@@ -108,7 +108,7 @@ func setStatus(st *vmv1.ProviderClassStatus, class *vmv1.ProviderClass, fit Fit)
 func untilStale(hvs []vmv1.HypervisorNode, now time.Time) time.Duration {
 	var next time.Duration
 	for _, hv := range hvs {
-		left := hv.Status.HeartbeatTime.Add(StaleAfter).Sub(now)
+		left := hv.Status.HeartbeatTime.Add(vmv1.ReportStaleAfter).Sub(now)
 		if left > 0 && (next == 0 || left < next) {
 			next = left + time.Second
 		}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/providerclass"
@@ -92,7 +92,7 @@ func (r *Reconciler) defaultProvider(ctx context.Context, vm *vmv1.VirtualMachin
 	}
 	patched := vm.DeepCopy()
 	patched.Spec.Provider = vmv1.Provider(defaults[0])
-	if err := r.Client.Patch(ctx, patched, ctrl.MergeFromWithOptions(vm, ctrl.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Patch(ctx, patched, client.MergeFromWithOptions(vm, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
 			return true, verdict{}, nil // a newer VM is on its way
 		}

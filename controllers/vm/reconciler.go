@@ -17,11 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	imagemapctrl "github.com/virtpod/virtpod/controllers/imagemap"
+	"github.com/virtpod/virtpod/controllers/imagemapwatch"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -31,13 +31,13 @@ const AnnotationRestartCount = "vm.virtpod.io/restart-count"
 
 // Reconciler reconciles VirtualMachines.
 type Reconciler struct {
-	Client ctrl.Client
+	Client client.Client
 	// APIReader reads past the cache, which holds only virtpod's pods.
-	APIReader ctrl.Reader
+	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Options   podspec.Options
 	// ImageMap is the controller-level image map; nil when --image-map is not set.
-	ImageMap *imagemapctrl.Source
+	ImageMap *imagemapwatch.Source
 	Metrics  *Metrics
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
@@ -52,7 +52,7 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	vm := &vmv1.VirtualMachine{}
 	if err := r.Client.Get(ctx, req.NamespacedName, vm); err != nil {
-		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
+		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if vm.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil // the garbage collector deletes the pod; its grace period stops the guest
@@ -169,8 +169,8 @@ var errNameTaken = errors.New("runner pod name taken")
 
 func (r *Reconciler) checkOwner(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) error {
 	live := &corev1.Pod{}
-	if err := r.APIReader.Get(ctx, ctrl.ObjectKeyFromObject(pod), live); err != nil {
-		return r.fail("get-pod", ctrl.IgnoreNotFound(err))
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil {
+		return r.fail("get-pod", client.IgnoreNotFound(err))
 	}
 	if ownedBy(live, vm) {
 		return nil
@@ -263,8 +263,8 @@ func (r *Reconciler) recreate(ctx context.Context, vm, next *vmv1.VirtualMachine
 	next.Status.PodUID = ""
 	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: vmv1.ConditionImagesCurrent, Status: metav1.ConditionFalse,
 		Reason: ReasonRecreating, Message: "replacing the runner pod: " + why, ObservedGeneration: vm.Generation})
-	if err := r.Client.Status().Patch(ctx, next, ctrl.MergeFromWithOptions(vm, ctrl.MergeFromWithOptimisticLock{})); err != nil {
-		return r.fail("patch-status", ctrl.IgnoreNotFound(err))
+	if err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(vm, client.MergeFromWithOptimisticLock{})); err != nil {
+		return r.fail("patch-status", client.IgnoreNotFound(err))
 	}
 	vm.Status = *next.Status.DeepCopy()
 	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "ImagesChanged", "RecreatePod", "Recreating runner pod %s (imageUpdatePolicy Recreate): %s", pod.Name, why)
@@ -342,7 +342,7 @@ func (r *Reconciler) restart(ctx context.Context, vm, next *vmv1.VirtualMachine,
 	next.Status.RestartCount++
 	next.Status.PodUID = ""
 	next.Status.Phase = vmv1.PhasePending
-	if err := r.Client.Status().Patch(ctx, next, ctrl.MergeFromWithOptions(vm, ctrl.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(vm, client.MergeFromWithOptimisticLock{})); err != nil {
 		return r.fail("count-restart", err)
 	}
 	var related runtime.Object // a nil *Pod in the interface would panic in the recorder
@@ -358,7 +358,7 @@ func (r *Reconciler) restart(ctx context.Context, vm, next *vmv1.VirtualMachine,
 }
 
 func (r *Reconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
-	err := r.Client.Delete(ctx, pod, ctrl.Preconditions{UID: &pod.UID})
+	err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone already, or replaced: nothing of ours to delete
 	}
@@ -373,7 +373,7 @@ func (r *Reconciler) syncLabels(ctx context.Context, vm *vmv1.VirtualMachine, po
 	}
 	patched := pod.DeepCopy()
 	patched.Labels = want
-	return r.Client.Patch(ctx, patched, ctrl.MergeFrom(pod))
+	return r.Client.Patch(ctx, patched, client.MergeFrom(pod))
 }
 
 // patchStatus writes what changed, guarded by the resourceVersion read, so a reconcile working
@@ -382,7 +382,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, vm, next *vmv1.VirtualMach
 	if equality.Semantic.DeepEqual(vm.Status, next.Status) {
 		return nil
 	}
-	return r.Client.Status().Patch(ctx, next, ctrl.MergeFromWithOptions(vm, ctrl.MergeFromWithOptimisticLock{}))
+	return r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(vm, client.MergeFromWithOptimisticLock{}))
 }
 
 func (r *Reconciler) fail(step string, err error) error {

@@ -13,9 +13,6 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
-// BootstrapDataKey is the key of the bootstrap data in a Cluster API bootstrap Secret.
-const BootstrapDataKey = "value"
-
 // Name is the VirtualMachine's name: the VirtPodMachine's.
 func Name(vpm *infrav1.VirtPodMachine) string { return vpm.Name }
 
@@ -51,7 +48,7 @@ func Build(vpm *infrav1.VirtPodMachine, m *clusterv1.Machine) *vmv1.VirtualMachi
 	if m.Spec.Bootstrap.DataSecretName != nil {
 		vm.Spec.Guest.CloudInit = &vmv1.CloudInit{
 			SecretRef:   vmv1.SecretReference{Name: *m.Spec.Bootstrap.DataSecretName},
-			UserDataKey: BootstrapDataKey,
+			UserDataKey: vmv1.DefaultUserDataKey, // the bootstrap Secret's key
 		}
 	}
 	if fd := m.Spec.FailureDomain; fd != "" {

@@ -10,7 +10,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
-	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 )
 
 // checkPod checks what users and docs/security.md rely on in the runner pod of vm.
@@ -75,7 +75,7 @@ func checkRunnerArgs(t *testing.T, vm *vmv1.VirtualMachine, c *corev1.Container)
 	if !slices.Equal(c.Command, []string{podspec.RunnerBinary}) {
 		t.Fatalf("runner command %q", c.Command)
 	}
-	got, err := runnerconfig.Parse(c.Args)
+	got, err := runnerconfigtest.Parse(c.Args)
 	if err != nil {
 		t.Fatalf("the runner refuses its arguments %q: %v", c.Args, err)
 	}

@@ -14,28 +14,24 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/imagemap"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/vmimage"
 )
 
-// Labels and resources virtpod puts on runner pods.
+// Labels virtpod puts on runner pods, and the pod's parts. The KVM resource is
+// vmv1.ResourceKVM, the files of VM images are at pkg/vmimage's paths, and the runner's
+// defaults are pkg/runnerconfig's.
 const (
 	LabelVMName    = "vm.virtpod.io/name"
 	LabelProvider  = "vm.virtpod.io/provider"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "virtpod"
 
-	// ResourceKVM is the extended resource a device plugin serves /dev/kvm through.
-	ResourceKVM corev1.ResourceName = "devices.virtpod.io/kvm"
-
 	RunnerContainer = "runner"
 	RunnerBinary    = "/usr/local/bin/virtpod-runner"
-	runnerHTTPAddr  = "127.0.0.1:8080"
 
-	stateDir     = "/var/run/virtpod"
 	kernelVolume = "kernel"
 	diskVolume   = "disk"
 
-	// CopyProgram is where VM images made by `imagebuild vm` carry their copy program.
-	CopyProgram = "/virtpod/bin/vmcopy"
 	kernelMount = "/virtpod/images/kernel"
 	diskMount   = "/virtpod/images/disk"
 
@@ -45,13 +41,6 @@ const (
 	cloudInitMount       = "/virtpod/cloud-init"
 	cloudInitUserData    = "user-data"
 	cloudInitNetworkData = "network-config"
-	// DefaultUserDataKey is the Secret key Cluster API bootstrap Secrets keep their data in.
-	DefaultUserDataKey = "value"
-
-	// KernelPath, InitrdPath and DiskPath are where a VM image keeps its files.
-	KernelPath = "/boot/vmlinuz"
-	InitrdPath = "/boot/initrd.img"
-	DiskPath   = "/disk/root.img"
 
 	// stopMargin is added to the guest's grace period so the runner can stop the hypervisor
 	// after the guest's time is up, before the kubelet kills it.
@@ -109,13 +98,13 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		Acceleration:       runnerconfig.AccelKVM,
 		CPUs:               g.CPUs,
 		MemoryMiB:          ceilMiB(g.Memory),
-		Kernel:             kernelMount + KernelPath,
-		Initrd:             kernelMount + InitrdPath,
+		Kernel:             kernelMount + vmimage.KernelPath,
+		Initrd:             kernelMount + vmimage.InitrdPath,
 		KernelArgs:         g.KernelArgs,
-		RootDisk:           diskMount + DiskPath,
-		StateDir:           stateDir,
-		HTTPAddr:           runnerHTTPAddr,
-		Network:            "pod",
+		RootDisk:           diskMount + vmimage.DiskPath,
+		StateDir:           runnerconfig.DefaultStateDir,
+		HTTPAddr:           runnerconfig.DefaultHTTPAddr,
+		Network:            runnerconfig.NetworkPod,
 		GracePeriodSeconds: gracePeriod(vm),
 	}
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
@@ -220,8 +209,8 @@ func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
 	}
 	if opts.CopyImages {
 		pod.Spec.InitContainers = []corev1.Container{
-			copier(kernelVolume, images.Kernel, "/boot", kernelMount),
-			copier(diskVolume, images.RootDisk, "/disk", diskMount),
+			copier(kernelVolume, images.Kernel, vmimage.BootDir, kernelMount),
+			copier(diskVolume, images.RootDisk, vmimage.DiskDir, diskMount),
 		}
 	}
 	return pod
@@ -234,7 +223,7 @@ func copier(name, image, src, mount string) corev1.Container {
 		Name:                     name,
 		Image:                    image,
 		ImagePullPolicy:          pullPolicy(image),
-		Command:                  []string{CopyProgram, src, mount + src},
+		Command:                  []string{vmimage.CopierPath, src, mount + src},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{
 			Privileged:               ptr.To(false),
@@ -257,7 +246,7 @@ func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Containe
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-				Command: []string{RunnerBinary, "probe", "--http-addr=" + runnerHTTPAddr},
+				Command: []string{RunnerBinary, "probe", "--http-addr=" + runnerconfig.DefaultHTTPAddr},
 			}},
 			PeriodSeconds:    2,
 			FailureThreshold: 1,
@@ -274,7 +263,7 @@ func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Containe
 			},
 		},
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: "state", MountPath: stateDir},
+			{Name: "state", MountPath: runnerconfig.DefaultStateDir},
 			{Name: kernelVolume, MountPath: kernelMount, ReadOnly: true},
 			{Name: diskVolume, MountPath: diskMount, ReadOnly: true},
 		},
@@ -318,7 +307,7 @@ func volumes(vm *vmv1.VirtualMachine, images vmv1.Images, copyImages bool) []cor
 func cloudInitSecret(ci *vmv1.CloudInit) *corev1.SecretVolumeSource {
 	key := ci.UserDataKey
 	if key == "" {
-		key = DefaultUserDataKey
+		key = vmv1.DefaultUserDataKey
 	}
 	items := []corev1.KeyToPath{{Key: key, Path: cloudInitUserData}}
 	if ci.NetworkDataKey != "" {
@@ -379,8 +368,8 @@ func addKVM(vm *vmv1.VirtualMachine, r *corev1.ResourceRequirements) {
 	if r.Limits == nil {
 		r.Limits = corev1.ResourceList{}
 	}
-	r.Requests[ResourceKVM] = one
-	r.Limits[ResourceKVM] = one
+	r.Requests[vmv1.ResourceKVM] = one
+	r.Limits[vmv1.ResourceKVM] = one
 }
 
 func tolerations(vm *vmv1.VirtualMachine, class *vmv1.ProviderClass) []corev1.Toleration {
@@ -394,7 +383,7 @@ func gracePeriod(vm *vmv1.VirtualMachine) int64 {
 	if p := vm.Spec.TerminationGracePeriodSeconds; p != nil {
 		return *p
 	}
-	return 30
+	return runnerconfig.DefaultGracePeriodSeconds
 }
 
 func protocol(p corev1.Protocol) corev1.Protocol {

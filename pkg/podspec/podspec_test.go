@@ -12,7 +12,7 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/imagemap"
 	"github.com/virtpod/virtpod/pkg/podspec"
-	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 	goldenfile "github.com/virtpod/virtpod/tests/golden"
 )
 
@@ -140,7 +140,7 @@ func TestNeverPrivilegedAndKVMOnlyByDevicePlugin(t *testing.T) {
 				t.Fatalf("%s: hostPath volume %s", accel, v.Name)
 			}
 		}
-		_, hasKVM := c.Resources.Limits[podspec.ResourceKVM]
+		_, hasKVM := c.Resources.Limits[vmv1.ResourceKVM]
 		if hasKVM != (accel == vmv1.AccelerationKVM) {
 			t.Fatalf("%s: kvm device requested = %v", accel, hasKVM)
 		}
@@ -153,7 +153,7 @@ func TestRunnerConfigRoundTrip(t *testing.T) {
 	vm.Spec.Guest.KernelArgs = "console=ttyS0 --port=evil:1/TCP"
 	vm.Spec.Guest.Ports = []vmv1.Port{{Name: "ssh", Port: 22}}
 	want := podspec.RunnerConfig(vm)
-	got, err := runnerconfig.Parse(podspec.Build(vm, podspec.DefaultOptions()).Spec.Containers[0].Args)
+	got, err := runnerconfigtest.Parse(podspec.Build(vm, podspec.DefaultOptions()).Spec.Containers[0].Args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestRunnerConfigRoundTrip(t *testing.T) {
 	// A cloud-init seed: the runner is told the VM's UID and the mounted files' paths.
 	vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "boot"}}
 	pod := podspec.Build(vm, podspec.DefaultOptions())
-	got, err = runnerconfig.Parse(pod.Spec.Containers[0].Args)
+	got, err = runnerconfigtest.Parse(pod.Spec.Containers[0].Args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestRunnerConfigRoundTrip(t *testing.T) {
 			secret = v.Secret
 		}
 	}
-	if secret == nil || secret.SecretName != "boot" || len(secret.Items) != 1 || secret.Items[0].Key != podspec.DefaultUserDataKey ||
+	if secret == nil || secret.SecretName != "boot" || len(secret.Items) != 1 || secret.Items[0].Key != vmv1.DefaultUserDataKey ||
 		secret.Items[0].Path != "user-data" || *secret.DefaultMode != 0o400 {
 		t.Fatalf("cloud-init secret volume: %+v", secret)
 	}

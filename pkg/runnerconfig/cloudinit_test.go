@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 )
 
 func seedConfig() runnerconfig.Config {
@@ -29,7 +30,7 @@ func TestCloudInitRoundTrip(t *testing.T) {
 			t.Errorf("Args lacks %q: %q", a, args)
 		}
 	}
-	got, err := runnerconfig.Parse(args)
+	got, err := runnerconfigtest.Parse(args)
 	if err != nil {
 		t.Fatal(err)
 	}

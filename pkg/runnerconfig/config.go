@@ -20,6 +20,19 @@ const (
 
 	AccelKVM      = "kvm"
 	AccelEmulated = "tcg"
+
+	// NetworkPod: the guest takes over the pod's interface and IP. NetworkNone: no network.
+	NetworkPod  = "pod"
+	NetworkNone = "none"
+)
+
+// Defaults of the settings the controller need not pass: the runner's flag defaults, and what
+// pkg/podspec mounts and probes.
+const (
+	DefaultStateDir           = "/var/run/virtpod"
+	DefaultHTTPAddr           = "127.0.0.1:8080"
+	DefaultGracePeriodSeconds = 30
+	DefaultNetwork            = NetworkPod
 )
 
 // Port is a guest port published at the pod IP.
@@ -66,16 +79,16 @@ func (c *Config) Defaults() {
 		c.Acceleration = AccelKVM
 	}
 	if c.StateDir == "" {
-		c.StateDir = "/var/run/virtpod"
+		c.StateDir = DefaultStateDir
 	}
 	if c.HTTPAddr == "" {
-		c.HTTPAddr = "127.0.0.1:8080"
+		c.HTTPAddr = DefaultHTTPAddr
 	}
 	if c.Network == "" {
-		c.Network = "pod"
+		c.Network = DefaultNetwork
 	}
 	if c.GracePeriodSeconds == 0 {
-		c.GracePeriodSeconds = 30
+		c.GracePeriodSeconds = DefaultGracePeriodSeconds
 	}
 	for i := range c.Ports {
 		if c.Ports[i].Protocol == "" {
@@ -113,7 +126,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--disk-size-mib: must not be negative, got %d (0 keeps the image size)", c.DiskSizeMiB))
 	}
 	switch c.Network {
-	case "pod", "none":
+	case NetworkPod, NetworkNone:
 	default:
 		errs = append(errs, fmt.Errorf("--network: %q is not a network mode; use pod or none", c.Network))
 	}
@@ -232,28 +245,13 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.RootDisk, "root-disk", "", "path of the read-only root-disk image (raw or qcow2)")
 	fs.Int64Var(&c.DiskSizeMiB, "disk-size-mib", 0, "size of the writable root disk in MiB (0 keeps the image size)")
 	fs.Var(portList{&c.Ports}, "port", "guest port NAME:PORT/PROTOCOL published at the pod IP (repeatable)")
-	fs.StringVar(&c.StateDir, "state-dir", "/var/run/virtpod", "writable directory for sockets and the disk overlay")
-	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address of the runner's HTTP endpoint")
-	fs.Int64Var(&c.GracePeriodSeconds, "grace-period-seconds", 30, "seconds a guest gets to power off after SIGTERM")
-	fs.StringVar(&c.Network, "network", "pod", "pod: the guest takes over the pod's interface and IP; none: no network")
+	fs.StringVar(&c.StateDir, "state-dir", DefaultStateDir, "writable directory for sockets and the disk overlay")
+	fs.StringVar(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "address of the runner's HTTP endpoint")
+	fs.Int64Var(&c.GracePeriodSeconds, "grace-period-seconds", DefaultGracePeriodSeconds, "seconds a guest gets to power off after SIGTERM")
+	fs.StringVar(&c.Network, "network", DefaultNetwork, NetworkPod+": the guest takes over the pod's interface and IP; "+NetworkNone+": no network")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "the cloud-init seed's instance-id (the VM's UID)")
 	fs.StringVar(&c.CloudInitUserData, "cloud-init-user-data", "", "path of a user-data file: attach a cloud-init NoCloud seed disk (label cidata) built from it")
 	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")
-}
-
-// Parse reads runner flags into a Config, applies defaults and validates it.
-func Parse(args []string) (Config, error) {
-	var c Config
-	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
-	c.Bind(fs)
-	if err := fs.Parse(args); err != nil {
-		return Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	c.Defaults()
-	return c, c.Validate()
 }
 
 type int32Value struct{ p *int32 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 )
 
 // FuzzArgsRoundTrip: for every configuration Validate accepts, parsing Args back through Bind
@@ -61,7 +62,7 @@ func FuzzArgsRoundTrip(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("round trip changed the configuration\nargs %q\n got %+v\nwant %+v", args, got, want)
 		}
-		parsed, err := runnerconfig.Parse(args)
+		parsed, err := runnerconfigtest.Parse(args)
 		if err != nil || !reflect.DeepEqual(parsed, want) {
 			t.Fatalf("Parse(%q) = %+v, %v; want %+v", args, parsed, err, want)
 		}

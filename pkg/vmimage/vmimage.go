@@ -1,7 +1,8 @@
-// Package vmimage builds VM images: container images that carry a guest's kernel, initrd and
-// root disk at fixed paths, mounted read-only into runner pods as image volumes and never run.
+// Package vmimage is the VM image: its layout, the one definition pkg/podspec mounts and copies
+// from, and its builder. A VM image is a container image that carries a guest's kernel, initrd
+// and root disk at fixed paths, mounted read-only into runner pods as image volumes and never run.
 //
-// Layout (pkg/podspec reads the same paths):
+// Layout:
 //
 //	/boot/vmlinuz        the kernel (x86 bzImage, or an ELF kernel QEMU can boot as PVH)
 //	/boot/initrd.img     the initramfs, optional
@@ -28,11 +29,13 @@ import (
 	"github.com/virtpod/virtpod/pkg/rootdisk"
 )
 
-// Paths inside a VM image.
+// Paths inside a VM image. The copy program copies BootDir and DiskDir whole.
 const (
-	KernelPath = "/boot/vmlinuz"
-	InitrdPath = "/boot/initrd.img"
-	DiskPath   = "/disk/root.img"
+	BootDir    = "/boot"
+	KernelPath = BootDir + "/vmlinuz"
+	InitrdPath = BootDir + "/initrd.img"
+	DiskDir    = "/disk"
+	DiskPath   = DiskDir + "/root.img"
 	CopierPath = "/virtpod/bin/vmcopy"
 )
 
@@ -43,7 +46,7 @@ type Files struct {
 	// tarball such as `docker export` writes) as raw ext4 of DiskSize bytes.
 	Disk, Rootfs, RootfsTar string
 	DiskSize                int64
-	// Copier is the static copy program (tools/imagebuild/vmcopy); every VM image has it.
+	// Copier is the static copy program (runner/cmd/vmcopy); every VM image has it.
 	Copier string
 }
 
@@ -78,7 +81,7 @@ func Layers(f Files, work string) ([]*ociimage.Layer, error) {
 	case f.Rootfs == "" && f.RootfsTar == "" && f.DiskSize != 0:
 		return nil, errors.New("--disk-size only applies to --rootfs and --rootfs-tar: a --disk keeps its own size")
 	case f.Copier == "":
-		return nil, errors.New("no copy program for " + CopierPath + ": every VM image carries one (imagebuild builds tools/imagebuild/vmcopy)")
+		return nil, errors.New("no copy program for " + CopierPath + ": every VM image carries one (imagebuild builds runner/cmd/vmcopy)")
 	}
 	copier := ociimage.NewLayer("vmcopy")
 	if err := copier.HostFile(CopierPath, f.Copier, 0o755); err != nil {

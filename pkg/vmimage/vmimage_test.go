@@ -14,17 +14,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-
-	"github.com/virtpod/virtpod/pkg/podspec"
 )
-
-// The runner pod reads the paths this package writes.
-func TestLayoutMatchesPodspec(t *testing.T) {
-	if KernelPath != podspec.KernelPath || InitrdPath != podspec.InitrdPath || DiskPath != podspec.DiskPath || CopierPath != podspec.CopyProgram {
-		t.Fatalf("vmimage paths %s %s %s %s differ from podspec's %s %s %s %s",
-			KernelPath, InitrdPath, DiskPath, CopierPath, podspec.KernelPath, podspec.InitrdPath, podspec.DiskPath, podspec.CopyProgram)
-	}
-}
 
 // fakeFiles writes a minimal bzImage (the "HdrS" magic), an initrd, a disk and a copy program
 // (its contents do not matter here; tools/imagebuild tests run the real one).

@@ -1,11 +1,11 @@
-// Package nodeprobe finds what a node offers the runner: whether /dev/kvm runs guests, whether
-// QEMU can emulate, and each hypervisor binary with its version or the reason it cannot run.
-// The node agent runs it from the runner image, so it sees exactly the binaries the runner uses.
-package nodeprobe
+// Package agent is the node agent (virtpod-agent): it probes what its node offers the runner
+// (KVM, by runner/kvm; emulation; each hypervisor binary with its version or the reason it
+// cannot run) and publishes that as the node's labels and its HypervisorNode. It runs from the
+// runner image, so it sees exactly the binaries the runner uses (runner/binaries).
+package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,34 +19,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/kvmprobe"
+	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/kvm"
 )
 
-// Binary names as the runner names them in "provider binary not found" (runner.QEMUName, ...);
-// repeated here so the probe does not pull in the runner.
-const (
-	QEMUName            = "qemu-system-x86_64"
-	QEMUImgName         = "qemu-img"
-	CloudHypervisorName = "cloud-hypervisor"
-)
-
-// Defaults: the runner's binary paths and Debian's QEMU module directory.
-const (
-	DefaultQEMUBinary            = "/usr/bin/qemu-system-x86_64"
-	DefaultQEMUImgBinary         = "/usr/bin/qemu-img"
-	DefaultCloudHypervisorBinary = "/usr/bin/cloud-hypervisor"
-	DefaultQEMUModuleDir         = "/usr/lib/x86_64-linux-gnu/qemu"
-	// TCGModule is Debian's TCG accelerator module; without it `-accel tcg` fails.
-	TCGModule = "accel-tcg-x86_64.so"
-	// DefaultCommandTimeout bounds each `--version`; a binary that hangs is not runnable.
-	DefaultCommandTimeout = 5 * time.Second
-)
+// DefaultCommandTimeout bounds each `--version`; a binary that hangs is not runnable.
+const DefaultCommandTimeout = 5 * time.Second
 
 // Options say where to look; the zero value probes the runner image's paths.
 type Options struct {
 	KVMDevice             string
 	KVMTimeout            time.Duration
-	SysModule             string // for kvmprobe; default /sys/module
+	SysModule             string // for runner/kvm; default /sys/module
 	QEMUBinary            string
 	QEMUImgBinary         string
 	CloudHypervisorBinary string
@@ -62,11 +46,11 @@ func (o *Options) defaults() {
 			*s = d
 		}
 	}
-	def(&o.KVMDevice, kvmprobe.DefaultDevice)
-	def(&o.QEMUBinary, DefaultQEMUBinary)
-	def(&o.QEMUImgBinary, DefaultQEMUImgBinary)
-	def(&o.CloudHypervisorBinary, DefaultCloudHypervisorBinary)
-	def(&o.QEMUModuleDir, DefaultQEMUModuleDir)
+	def(&o.KVMDevice, kvm.DefaultDevice)
+	def(&o.QEMUBinary, binaries.QEMU)
+	def(&o.QEMUImgBinary, binaries.QEMUImg)
+	def(&o.CloudHypervisorBinary, binaries.CloudHypervisor)
+	def(&o.QEMUModuleDir, binaries.QEMUModuleDir)
 	if o.CommandTimeout <= 0 {
 		o.CommandTimeout = DefaultCommandTimeout
 	}
@@ -82,15 +66,15 @@ func Probe(ctx context.Context, o Options) vmv1.HypervisorNodeStatus {
 		Arch:          runtime.GOARCH,
 		KernelVersion: KernelRelease(),
 		AgentVersion:  o.AgentVersion,
-		KVM:           KVM(ctx, o),
+		KVM:           kvm.Probe(ctx, kvm.Options{Device: o.KVMDevice, Timeout: o.KVMTimeout, SysModule: o.SysModule}).Status(),
 	}
-	qemuImg := Binary(ctx, QEMUImgName, o.QEMUImgBinary, o.CommandTimeout)
+	qemuImg := Binary(ctx, binaries.QEMUImgName, o.QEMUImgBinary, o.CommandTimeout)
 	for _, p := range []struct {
 		name         vmv1.Provider
 		bin, binPath string
 	}{
-		{vmv1.ProviderQEMU, QEMUName, o.QEMUBinary},
-		{vmv1.ProviderCloudHypervisor, CloudHypervisorName, o.CloudHypervisorBinary},
+		{vmv1.ProviderQEMU, binaries.QEMUName, o.QEMUBinary},
+		{vmv1.ProviderCloudHypervisor, binaries.CloudHypervisorName, o.CloudHypervisorBinary},
 	} {
 		ps := Binary(ctx, p.bin, p.binPath, o.CommandTimeout)
 		ps.Name = p.name
@@ -103,20 +87,6 @@ func Probe(ctx context.Context, o Options) vmv1.HypervisorNodeStatus {
 	st.Emulation = Emulation(ctx, st.Providers[0], o.QEMUModuleDir, o.CommandTimeout)
 	st.HeartbeatTime = metav1.NewTime(o.Now())
 	return st
-}
-
-// KVM maps kvmprobe's result onto the API: Absent when there is no device node, Unusable with
-// kvmprobe's reason when it is there but cannot run a guest (or cannot be opened).
-func KVM(ctx context.Context, o Options) vmv1.KVMStatus {
-	o.defaults()
-	if _, err := os.Stat(o.KVMDevice); errors.Is(err, os.ErrNotExist) {
-		return vmv1.KVMStatus{State: vmv1.KVMAbsent, Device: o.KVMDevice, Reason: fmt.Sprintf("%s does not exist", o.KVMDevice)}
-	}
-	r := kvmprobe.Probe(ctx, kvmprobe.Options{Device: o.KVMDevice, Timeout: o.KVMTimeout, SysModule: o.SysModule})
-	if r.Usable {
-		return vmv1.KVMStatus{State: vmv1.KVMUsable, Device: o.KVMDevice}
-	}
-	return vmv1.KVMStatus{State: vmv1.KVMUnusable, Device: o.KVMDevice, Reason: r.Reason}
 }
 
 // Binary checks one hypervisor binary: it exists, is executable, and `--version` exits 0 within
@@ -153,7 +123,7 @@ func Emulation(ctx context.Context, qemu vmv1.ProviderStatus, moduleDir string, 
 	if !qemu.Available {
 		return vmv1.EmulationStatus{Reason: "QEMU is not available: " + qemu.Reason}
 	}
-	mod := filepath.Join(moduleDir, TCGModule)
+	mod := filepath.Join(moduleDir, binaries.TCGModule)
 	if _, err := os.Stat(mod); err == nil {
 		return vmv1.EmulationStatus{Available: true}
 	}

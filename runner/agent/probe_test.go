@@ -1,4 +1,4 @@
-package nodeprobe
+package agent
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 
@@ -55,7 +56,7 @@ func script(t *testing.T, body string) string {
 func TestBinary(t *testing.T) {
 	ctx := context.Background()
 	missing := filepath.Join(t.TempDir(), "cloud-hypervisor")
-	if ps := Binary(ctx, CloudHypervisorName, missing, time.Second); ps.Available || ps.Reason != "provider binary not found: cloud-hypervisor ("+missing+")" {
+	if ps := Binary(ctx, binaries.CloudHypervisorName, missing, time.Second); ps.Available || ps.Reason != "provider binary not found: cloud-hypervisor ("+missing+")" {
 		t.Errorf("missing: %+v", ps)
 	}
 	if ps := Binary(ctx, "x", script(t, "echo 'cloud-hypervisor v41.0.0'"), time.Second); !ps.Available || ps.Version != "41.0.0" {
@@ -82,10 +83,10 @@ func TestEmulation(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	qemu := vmv1.ProviderStatus{Binary: script(t, "echo 'Accelerators supported in QEMU binary:'; echo tcg"), Available: true}
-	if e := Emulation(ctx, qemu, dir, time.Second); e.Available || !strings.Contains(e.Reason, TCGModule) {
+	if e := Emulation(ctx, qemu, dir, time.Second); e.Available || !strings.Contains(e.Reason, binaries.TCGModule) {
 		t.Errorf("module dir without TCG module: %+v", e)
 	}
-	_ = os.WriteFile(filepath.Join(dir, TCGModule), nil, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, binaries.TCGModule), nil, 0o644)
 	if e := Emulation(ctx, qemu, dir, time.Second); !e.Available {
 		t.Errorf("with module: %+v", e)
 	}
@@ -97,29 +98,21 @@ func TestEmulation(t *testing.T) {
 	}
 }
 
-func TestKVMAbsent(t *testing.T) {
-	dev := filepath.Join(t.TempDir(), "kvm")
-	k := KVM(context.Background(), Options{KVMDevice: dev})
-	if k.State != vmv1.KVMAbsent || k.Reason == "" || k.Device != dev {
-		t.Errorf("%+v", k)
-	}
-}
-
 // TestProbeThisMachine is the probe as the agent runs it on this machine kind: KVM is kvm-pvm,
-// so Unusable with kvmprobe's reason; Debian's QEMU 7.2 with its TCG module; no cloud-hypervisor.
+// so Unusable with runner/kvm's reason; Debian's QEMU 7.2 with its TCG module; no cloud-hypervisor.
 func TestProbeThisMachine(t *testing.T) {
 	_, errKVM := os.Stat("/dev/kvm")
-	_, errQEMU := os.Stat(DefaultQEMUBinary)
+	_, errQEMU := os.Stat(binaries.QEMU)
 	_, errPVM := os.Stat("/sys/module/kvm_pvm")
 	prereq.Need(t, errKVM == nil && errQEMU == nil && errPVM == nil, "needs /dev/kvm served by kvm_pvm and Debian's qemu-system-x86 (tools/ci/install-deps.sh)")
-	_, errCH := os.Stat(DefaultCloudHypervisorBinary)
+	_, errCH := os.Stat(binaries.CloudHypervisor)
 	prereq.Need(t, errCH != nil, "cloud-hypervisor is installed here; this test expects it missing")
 
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	st := Probe(context.Background(), Options{AgentVersion: "test", Now: func() time.Time { return now }})
 	t.Logf("%+v", st)
 	if st.KVM.State != vmv1.KVMUnusable || !strings.Contains(st.KVM.Reason, "kvm_pvm") || st.KVM.Device != "/dev/kvm" {
-		t.Errorf("kvm %+v, want Unusable with kvmprobe's kvm_pvm reason", st.KVM)
+		t.Errorf("kvm %+v, want Unusable with runner/kvm's kvm_pvm reason", st.KVM)
 	}
 	if !st.Emulation.Available {
 		t.Errorf("emulation %+v, want available", st.Emulation)
@@ -128,7 +121,7 @@ func TestProbeThisMachine(t *testing.T) {
 		t.Fatalf("providers %+v", st.Providers)
 	}
 	q, ch := st.Providers[0], st.Providers[1]
-	if q.Name != vmv1.ProviderQEMU || !q.Available || !regexp.MustCompile(`^7\.2\.\d+$`).MatchString(q.Version) || q.Binary != DefaultQEMUBinary {
+	if q.Name != vmv1.ProviderQEMU || !q.Available || !regexp.MustCompile(`^7\.2\.\d+$`).MatchString(q.Version) || q.Binary != binaries.QEMU {
 		t.Errorf("qemu %+v, want available 7.2.x", q)
 	}
 	want := "provider binary not found: cloud-hypervisor (/usr/bin/cloud-hypervisor)"

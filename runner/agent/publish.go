@@ -1,7 +1,8 @@
-// Package nodeagent publishes a node's probe results: the node labels runner pods select on and
-// the node's HypervisorNode object. It writes labels and creates the object only when they
+package agent
+
+// Publishing: a node's probe results become the node labels runner pods select on and the
+// node's HypervisorNode object. Labels are written and the object created only when they
 // change; the status (with its heartbeat) is written once per probe.
-package nodeagent
 
 import (
 	"context"

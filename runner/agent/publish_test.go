@@ -1,4 +1,4 @@
-package nodeagent
+package agent
 
 // These tests run against a real kube-apiserver (tests/kubeapi): labels are merge-patched,
 // the HypervisorNode is created with its owner and its status written through the status

@@ -1,12 +1,14 @@
 // Package deviceplugin serves /dev/kvm to pods as extended resources through the kubelet's
 // device-plugin API, so pods get the device without privileges. One Plugin serves one resource
-// (its own socket and registration); `virtpod-agent device-plugin` runs two:
+// (its own socket and registration); `virtpod-agent device-plugin` runs two (the names are
+// vmv1.ResourceKVMProbe and vmv1.ResourceKVM):
 //
 //   - devices.virtpod.io/kvm-probe: one device, always Healthy, for the node agent's probe. Its
 //     Allocate hands over /dev/kvm only when the node has one (CheckPath), so the agent starts
 //     on every node and finds KVM Absent where there is none.
 //   - devices.virtpod.io/kvm: Count identical devices (/dev/kvm can be shared by any number of
-//     VMs), Healthy only while the node's HypervisorNode says KVM is Usable (Options.Healthy).
+//     VMs), Healthy only while the node's HypervisorNode says KVM is Usable (Options.Healthy,
+//     answered by runner/kvm.FromReport).
 //     On a node where it is not, the kubelet reports them in capacity but allocates none, and a
 //     VM that needs KVM stays Pending with "Insufficient devices.virtpod.io/kvm" instead of
 //     starting a guest that would hang.
@@ -28,18 +30,18 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/runner/kvm"
 )
 
-// Defaults.
+// Defaults; the resource is vmv1.ResourceKVM and the device runner/kvm's.
 const (
-	ResourceName  = "devices.virtpod.io/kvm"
 	DefaultDir    = pluginapi.DevicePluginPath
 	DefaultSocket = "virtpod-kvm.sock"
 	DefaultCount  = 64
-	DefaultDevice = "/dev/kvm"
-	// ProbeResourceName is the node agent's own resource: one device, always healthy.
-	ProbeResourceName = "devices.virtpod.io/kvm-probe"
-	ProbeSocket       = "virtpod-kvm-probe.sock"
+	// ProbeSocket is the socket of the node agent's own resource, vmv1.ResourceKVMProbe.
+	ProbeSocket = "virtpod-kvm-probe.sock"
 	// kubeletSocketName is the kubelet's registration socket in the plugin directory.
 	kubeletSocketName = "kubelet.sock"
 )
@@ -85,13 +87,13 @@ func New(o Options) *Plugin {
 		o.Socket = DefaultSocket
 	}
 	if o.ResourceName == "" {
-		o.ResourceName = ResourceName
+		o.ResourceName = string(vmv1.ResourceKVM)
 	}
 	if o.Count <= 0 {
 		o.Count = DefaultCount
 	}
 	if o.Device == "" {
-		o.Device = DefaultDevice
+		o.Device = kvm.DefaultDevice
 	}
 	if o.IDPrefix == "" {
 		o.IDPrefix = "kvm"

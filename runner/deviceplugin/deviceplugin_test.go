@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // fakeKubelet is a real gRPC Registration server on kubelet.sock, as the kubelet serves it.
@@ -90,7 +92,7 @@ func TestPluginWithKubelet(t *testing.T) {
 	go func() { done <- p.Run(ctx) }()
 
 	req := kubelet.registered(t)
-	if req.Version != pluginapi.Version || req.ResourceName != ResourceName || req.Endpoint != DefaultSocket {
+	if req.Version != pluginapi.Version || req.ResourceName != string(vmv1.ResourceKVM) || req.Endpoint != DefaultSocket {
 		t.Fatalf("register request %+v", req)
 	}
 	c := dialPlugin(t, dir, req.Endpoint)
@@ -133,7 +135,7 @@ func TestPluginWithKubelet(t *testing.T) {
 	_ = os.Remove(filepath.Join(dir, kubeletSocketName))
 	kubelet2 := startKubelet(t, dir)
 	req = kubelet2.registered(t)
-	if req.ResourceName != ResourceName {
+	if req.ResourceName != string(vmv1.ResourceKVM) {
 		t.Fatalf("re-register request %+v", req)
 	}
 	p.SetHealthy(true)
@@ -182,7 +184,7 @@ func TestPluginWaitsForKubelet(t *testing.T) {
 		t.Fatal("registered without a kubelet")
 	}
 	kubelet := startKubelet(t, dir)
-	if req := kubelet.registered(t); req.ResourceName != ResourceName {
+	if req := kubelet.registered(t); req.ResourceName != string(vmv1.ResourceKVM) {
 		t.Fatalf("%+v", req)
 	}
 }
@@ -204,7 +206,7 @@ func TestProbeAndKVMResources(t *testing.T) {
 	kubelet := startKubelet(t, dir)
 
 	var usable atomic.Bool
-	probe := New(Options{Dir: dir, Socket: ProbeSocket, ResourceName: ProbeResourceName, Count: 1, IDPrefix: "kvm-probe",
+	probe := New(Options{Dir: dir, Socket: ProbeSocket, ResourceName: string(vmv1.ResourceKVMProbe), Count: 1, IDPrefix: "kvm-probe",
 		CheckPath: hostDev, Healthy: func() bool { return true }, Poll: 50 * time.Millisecond})
 	kvm := New(Options{Dir: dir, Count: 4, CheckPath: hostDev, Healthy: usable.Load, Poll: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -217,7 +219,7 @@ func TestProbeAndKVMResources(t *testing.T) {
 		r := kubelet.registered(t)
 		endpoints[r.ResourceName] = r.Endpoint
 	}
-	if endpoints[ProbeResourceName] != ProbeSocket || endpoints[ResourceName] != DefaultSocket {
+	if endpoints[string(vmv1.ResourceKVMProbe)] != ProbeSocket || endpoints[string(vmv1.ResourceKVM)] != DefaultSocket {
 		t.Fatalf("registrations %v", endpoints)
 	}
 

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package kvmprobe
+package kvm
 
 import "context"
 

@@ -1,4 +1,4 @@
-package kvmprobe
+package kvm
 
 import (
 	"encoding/binary"

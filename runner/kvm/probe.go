@@ -1,17 +1,22 @@
-// Package kvmprobe tells whether /dev/kvm can actually run guest code, not merely open.
+// Package kvm answers "is KVM usable on this node, and why not", for everyone who asks: the
+// runner before it boots a guest under kvm, the node agent for the node's HypervisorNode, the
+// device plugin for the health of devices.virtpod.io/kvm, and the ProviderClass controller for
+// which nodes fit.
 //
 // Some hosts expose a /dev/kvm that opens and creates vCPUs but cannot run an ordinary guest
 // (for example kvm-pvm, a paravirtual KVM for nested use). Checking that the device opens is
-// therefore not enough: Probe creates a VM with one page of memory, runs a few real-mode
-// instructions that write a known byte to an I/O port and halt, and reports whether the guest
-// did exactly that within a deadline. The runner uses it to fail fast instead of booting a guest
-// that would hang; node discovery can use it to label nodes.
-package kvmprobe
+// therefore not enough: Probe creates a VM with one page of memory, runs a few instructions in
+// real mode and in 64-bit long mode that write a known byte to an I/O port and halt, and checks
+// the guest did exactly that within a deadline; judge then weighs the host's KVM module
+// (verdict.go). Status turns the result into the API's KVMStatus, and FromReport reads that
+// status back from a node's HypervisorNode.
+package kvm
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,8 +30,11 @@ const DefaultTimeout = 2 * time.Second
 
 // Result is what a probe found.
 type Result struct {
-	// Usable is true when the tiny guest ran to completion and produced the expected output.
+	// Usable is the verdict: the tiny guest ran to completion and produced the expected output,
+	// on a KVM module that runs stock guest kernels.
 	Usable bool `json:"usable"`
+	// Absent is true when the device node does not exist.
+	Absent bool `json:"absent,omitempty"`
 	// Reason says why KVM is not usable, or what was verified when it is.
 	Reason string `json:"reason"`
 	// Device is the device node that was probed.
@@ -80,6 +88,7 @@ func Probe(ctx context.Context, opts Options) Result {
 	start := time.Now()
 	res := Result{Device: opts.Device, Stage: "open"}
 	if _, err := os.Stat(opts.Device); err != nil {
+		res.Absent = errors.Is(err, fs.ErrNotExist)
 		res.Reason = fmt.Sprintf("%v (is the KVM device mapped into the container?)", err)
 		res.Duration = time.Since(start)
 		return res
@@ -92,13 +101,7 @@ func Probe(ctx context.Context, opts Options) Result {
 	res = runTinyGuest(ctx, res)
 	res.GuestRan = res.Usable
 	res.Module = vendorModule(opts.SysModule)
-	if res.Usable && res.Module == "kvm_pvm" {
-		// kvm-pvm runs the tiny guests above (it emulates real mode and runs plain 64-bit code)
-		// but hangs an ordinary guest kernel right after decompression: it only runs kernels
-		// built as PVM guests. No short guest program reproduces that hang, so the module decides.
-		res.Usable, res.Stage = false, "host-module"
-		res.Reason = "the host's KVM is kvm_pvm (paravirtual KVM, no kvm_intel or kvm_amd loaded): it runs test code but hangs stock guest kernels after decompression; run this VM on a node with hardware virtualization, or set acceleration to Emulated (tcg)"
-	}
+	res = judge(res)
 	res.Duration = time.Since(start)
 	return res
 }

@@ -1,4 +1,4 @@
-package kvmprobe
+package kvm
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // TestProbeThisMachine runs the real probe against this host's /dev/kvm and checks the answer
@@ -47,15 +49,15 @@ func TestProbeThisMachine(t *testing.T) {
 
 func TestProbeMissingDevice(t *testing.T) {
 	r := Probe(context.Background(), Options{Device: filepath.Join(t.TempDir(), "kvm")})
-	if r.Usable || r.Stage != "open" || !strings.Contains(r.Reason, "no such file") {
-		t.Fatalf("missing device: got %s", r)
+	if r.Usable || !r.Absent || r.Stage != "open" || !strings.Contains(r.Reason, "no such file") {
+		t.Fatalf("missing device: got %s (absent %v)", r, r.Absent)
 	}
 }
 
 // TestProbeNotKVM points the probe at a device that opens but is not KVM.
 func TestProbeNotKVM(t *testing.T) {
 	r := Probe(context.Background(), Options{Device: "/dev/null"})
-	if r.Usable || r.Stage != "open" || !strings.Contains(r.Reason, "KVM_GET_API_VERSION") {
+	if r.Usable || r.Absent || r.Stage != "open" || !strings.Contains(r.Reason, "KVM_GET_API_VERSION") {
 		t.Fatalf("/dev/null: got %s", r)
 	}
 }
@@ -75,5 +77,14 @@ func TestVendorModulePrefersHardware(t *testing.T) {
 	}
 	if got := vendorModule(dir); got != "kvm_pvm" {
 		t.Fatalf("vendorModule = %q, want kvm_pvm", got)
+	}
+}
+
+// TestStatusAbsent: no device node is KVM Absent, whose reason names the device.
+func TestStatusAbsent(t *testing.T) {
+	dev := filepath.Join(t.TempDir(), "kvm")
+	k := Probe(context.Background(), Options{Device: dev}).Status()
+	if k.State != vmv1.KVMAbsent || k.Reason == "" || k.Device != dev {
+		t.Errorf("%+v", k)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/nodeagent"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	nodeagent "github.com/virtpod/virtpod/runner/agent"
 )
 
 // TestAgentRestart: the node agent's and the device plugin's pods are deleted, as a DaemonSet

@@ -13,12 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/nodeprobe"
+	"github.com/virtpod/virtpod/runner/kvm"
 )
 
 const (
-	kvmResource      = corev1.ResourceName("devices.virtpod.io/kvm")
-	kvmProbeResource = corev1.ResourceName("devices.virtpod.io/kvm-probe")
+	kvmResource      = vmv1.ResourceKVM
+	kvmProbeResource = vmv1.ResourceKVMProbe
 )
 
 // runningPod waits for a Running pod of the DaemonSet labelled name in virtpod-system.
@@ -61,7 +61,7 @@ func TestNodeAgent(t *testing.T) {
 	nodeName := pod.Spec.NodeName
 
 	// The host's own verdict, as `virtpod-agent probe` gives it here (kvm_pvm: Unusable).
-	host := nodeprobe.KVM(ctx, nodeprobe.Options{})
+	host := kvm.Probe(ctx, kvm.Options{}).Status()
 	t.Logf("this host's KVM: %+v", host)
 	wantLabels := map[string]string{
 		vmv1.LabelKVM:                          strconv.FormatBool(host.State == vmv1.KVMUsable),

@@ -48,7 +48,7 @@ func bench(guest, qemuBin string, pairs int, timeout time.Duration) error {
 	}
 	defer os.RemoveAll(work)
 	runnerBin := filepath.Join(work, "runner")
-	if out, err := exec.Command("go", "build", "-trimpath", "-o", runnerBin, "github.com/virtpod/virtpod/runner/cmd/runner").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", runnerBin, "github.com/virtpod/virtpod/runner/cmd/virtpod-runner").CombinedOutput(); err != nil {
 		return fmt.Errorf("build the runner: %v\n%s", err, out)
 	}
 	kernel := filepath.Join(guest, "boot", "vmlinuz")

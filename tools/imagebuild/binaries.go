@@ -5,22 +5,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )
 
-// Go packages built into images, by import path so the build works from anywhere in the module.
-const (
-	runnerPkg     = "github.com/virtpod/virtpod/runner/cmd/runner"
-	agentPkg      = "github.com/virtpod/virtpod/runner/cmd/virtpod-agent"
-	controllerPkg = "github.com/virtpod/virtpod/controllers/cmd/virtpod-controller"
-	pausePkg      = "github.com/virtpod/virtpod/tools/imagebuild/pause"
-	vmcopyPkg     = "github.com/virtpod/virtpod/tools/imagebuild/vmcopy"
+// How goBinary builds: static linux/amd64 binaries without paths or symbols. The Dockerfiles
+// build with the same environment and flags (dockerfile_test.go).
+var (
+	goBuildEnv   = []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64"}
+	goBuildFlags = []string{"-trimpath", "-ldflags=-s -w"}
 )
 
 // goBinary returns prebuilt (given with flag) when set, else builds pkg as a static
-// linux/amd64 binary into dir, with the flags the Dockerfiles use.
+// linux/amd64 binary into dir.
 func goBinary(flag, prebuilt, pkg, dir string) (string, error) {
 	if prebuilt != "" {
 		res, err := elfdeps.Resolver{}.Resolve(prebuilt)
@@ -33,8 +32,8 @@ func goBinary(flag, prebuilt, pkg, dir string) (string, error) {
 		return prebuilt, nil
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd := exec.Command("go", slices.Concat([]string{"build"}, goBuildFlags, []string{"-o", out, pkg})...)
+	cmd.Env = append(os.Environ(), goBuildEnv...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("%s: %w: run imagebuild inside the virtpod repository, or pass %s=FILE", cmd, err, flag)

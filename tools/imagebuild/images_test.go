@@ -14,7 +14,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/vmimage"
 )
 
 // wantFile fails unless path is in fs with the given type and permissions (and, for a symlink,
@@ -159,12 +159,12 @@ func TestVMImage(t *testing.T) {
 		t.Errorf("a VM image runs nothing; entrypoint %q cmd %q", cfg.Entrypoint, cfg.Cmd)
 	}
 	fs := files(t, img)
-	for _, p := range []string{podspec.KernelPath, podspec.InitrdPath, podspec.DiskPath} {
+	for _, p := range []string{vmimage.KernelPath, vmimage.InitrdPath, vmimage.DiskPath} {
 		wantFile(t, fs, p, tar.TypeReg, 0o644, "")
 	}
-	wantFile(t, fs, podspec.CopyProgram, tar.TypeReg, 0o755, "")
-	if want, _ := os.Stat(filepath.Join(guest, "disk", "root.img")); fs[podspec.DiskPath].Size != want.Size() {
-		t.Errorf("disk is %d bytes, want %d", fs[podspec.DiskPath].Size, want.Size())
+	wantFile(t, fs, vmimage.CopierPath, tar.TypeReg, 0o755, "")
+	if want, _ := os.Stat(filepath.Join(guest, "disk", "root.img")); fs[vmimage.DiskPath].Size != want.Size() {
+		t.Errorf("disk is %d bytes, want %d", fs[vmimage.DiskPath].Size, want.Size())
 	}
 	if layers, _ := img.Layers(); len(layers) != 3 {
 		t.Errorf("%d layers, want 3 (copy program, kernel+initrd, disk)", len(layers))

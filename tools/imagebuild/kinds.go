@@ -12,21 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/vmimage"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )
 
-const (
-	controllerBinary = "/usr/local/bin/virtpod-controller"
-	pauseBinary      = "/pause"
-	// agentBinary is the node agent, in the runner image so it probes the runner's QEMU.
-	agentBinary   = "/usr/local/bin/virtpod-agent"
-	busyboxBinary = "/bin/busybox"
-)
+const busyboxBinary = "/bin/busybox"
 
 func newRunnerCommand() *cobra.Command {
-	var binary, agent string
 	var withoutHypervisor bool
 	cmd := &cobra.Command{
 		Use:   "runner",
@@ -34,14 +26,13 @@ func newRunnerCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	o := addOutputFlags(cmd, "localhost/virtpod/runner:dev")
-	cmd.Flags().StringVar(&binary, "binary", "", "prebuilt static runner binary (default: go build ./runner/cmd/runner)")
-	cmd.Flags().StringVar(&agent, "agent-binary", "", "prebuilt static node agent binary (default: go build ./runner/cmd/virtpod-agent)")
+	prebuilt := runnerLayout.flags(cmd)
 	cmd.Flags().BoolVar(&withoutHypervisor, "without-hypervisor", false, "leave out qemu-system-x86_64, its modules and firmware (tests the runner's \"provider binary not found\")")
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if err := o.check(); err != nil {
 			return err
 		}
-		img, err := runnerImage(binary, agent, !withoutHypervisor)
+		img, err := goImage(runnerLayout, prebuilt, func() (*ociimage.Layer, error) { return qemuLayer(!withoutHypervisor) })
 		if err != nil {
 			return err
 		}
@@ -50,77 +41,33 @@ func newRunnerCommand() *cobra.Command {
 	return cmd
 }
 
-func runnerImage(binary, agent string, withHypervisor bool) (v1.Image, error) {
-	dir, err := os.MkdirTemp("", "imagebuild-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	bin, err := goBinary("--binary", binary, runnerPkg, dir)
-	if err != nil {
-		return nil, err
-	}
-	agentBin, err := goBinary("--agent-binary", agent, agentPkg, dir)
-	if err != nil {
-		return nil, err
-	}
-	base, err := baseLayer()
-	if err != nil {
-		return nil, err
-	}
-	qemu, err := qemuLayer(withHypervisor)
-	if err != nil {
-		return nil, err
-	}
-	// The Go binaries change most often, so they are the top layers and the rest is reused.
-	runner, err := binaryLayer("virtpod-runner", podspec.RunnerBinary, bin)
-	if err != nil {
-		return nil, err
-	}
-	agentLayer, err := binaryLayer("virtpod-agent", agentBinary, agentBin)
-	if err != nil {
-		return nil, err
-	}
-	return ociimage.Image(v1.Config{Entrypoint: []string{podspec.RunnerBinary}}, base, qemu, runner, agentLayer)
-}
-
 func newControllerCommand() *cobra.Command {
-	var binary string
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "The controller image: virtpod-controller, running as user 65532",
 		Args:  cobra.NoArgs,
 	}
-	o := addOutputFlags(cmd, "localhost/virtpod/controller:dev")
-	cmd.Flags().StringVar(&binary, "binary", "", "prebuilt static controller binary (default: go build ./controllers/cmd/virtpod-controller)")
-	cmd.RunE = func(*cobra.Command, []string) error {
-		if err := o.check(); err != nil {
-			return err
-		}
-		img, err := goImage(binary, controllerPkg, controllerBinary, "65532:65532", true)
-		if err != nil {
-			return err
-		}
-		return o.write(img)
-	}
-	return cmd
+	return goImageCommand(cmd, controllerLayout, "localhost/virtpod/controller:dev")
 }
 
 func newPauseCommand() *cobra.Command {
-	var binary string
 	cmd := &cobra.Command{
 		Use:   "pause",
 		Short: "The sandbox (pause) image: a static /pause that waits for SIGTERM",
 		Args:  cobra.NoArgs,
 	}
-	o := addOutputFlags(cmd, "localhost/virtpod/pause:3.10")
-	cmd.Flags().StringVar(&binary, "binary", "", "prebuilt static pause binary (default: go build ./tools/imagebuild/pause)")
+	return goImageCommand(cmd, pauseLayout, "localhost/virtpod/pause:3.10")
+}
+
+// goImageCommand makes cmd build the image of l, which holds only its Go programs.
+func goImageCommand(cmd *cobra.Command, l imageLayout, defaultTag string) *cobra.Command {
+	o := addOutputFlags(cmd, defaultTag)
+	prebuilt := l.flags(cmd)
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if err := o.check(); err != nil {
 			return err
 		}
-		// 65535 like the upstream pause image; it needs no /etc/passwd or base layer.
-		img, err := goImage(binary, pausePkg, pauseBinary, "65535:65535", false)
+		img, err := goImage(l, prebuilt, nil)
 		if err != nil {
 			return err
 		}
@@ -129,30 +76,34 @@ func newPauseCommand() *cobra.Command {
 	return cmd
 }
 
-// goImage is an image of one static Go binary, its entrypoint.
-func goImage(binary, pkg, dest, user string, withBase bool) (v1.Image, error) {
+// goImage is the image of l: the base layer if l has one, then the layer system makes (nil:
+// none), then the Go programs, which change most often, so the layers below them are reused.
+func goImage(l imageLayout, prebuilt []string, system func() (*ociimage.Layer, error)) (v1.Image, error) {
 	dir, err := os.MkdirTemp("", "imagebuild-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := goBinary("--binary", binary, pkg, dir)
+	programs, err := l.layers(prebuilt, dir)
 	if err != nil {
 		return nil, err
 	}
 	var layers []*ociimage.Layer
-	if withBase {
+	if l.base {
 		base, err := baseLayer()
 		if err != nil {
 			return nil, err
 		}
 		layers = append(layers, base)
 	}
-	l, err := binaryLayer(dest, dest, bin)
-	if err != nil {
-		return nil, err
+	if system != nil {
+		sys, err := system()
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, sys)
 	}
-	return ociimage.Image(v1.Config{Entrypoint: []string{dest}, User: user}, append(layers, l)...)
+	return ociimage.Image(v1.Config{Entrypoint: []string{l.entrypoint}, User: l.user}, append(layers, programs...)...)
 }
 
 func newToolboxCommand() *cobra.Command {
@@ -231,7 +182,7 @@ func newVMCommand() *cobra.Command {
 	fl.StringVar(&f.Rootfs, "rootfs", "", "root filesystem directory to make the root disk from (raw ext4, with --disk-size)")
 	fl.StringVar(&f.RootfsTar, "rootfs-tar", "", "root filesystem tarball, plain or gzip (e.g. from docker export), to make the root disk from (raw ext4, with --disk-size)")
 	fl.StringVar(&diskSize, "disk-size", "", "size of the disk --rootfs or --rootfs-tar makes, e.g. 2Gi or 512Mi (the file is sparse)")
-	fl.StringVar(&copier, "vmcopy-binary", "", "prebuilt static copy program (default: go build ./tools/imagebuild/vmcopy)")
+	vmcopyProgram.addFlag(cmd, &copier)
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if err := o.check(); err != nil {
 			return err
@@ -250,7 +201,7 @@ func newVMCommand() *cobra.Command {
 			return err
 		}
 		defer os.RemoveAll(work)
-		if f.Copier, err = goBinary("--vmcopy-binary", copier, vmcopyPkg, work); err != nil {
+		if f.Copier, err = goBinary(vmcopyProgram.flag, copier, vmcopyProgram.pkg, work); err != nil {
 			return err
 		}
 		img, err := vmimage.Image(f, work)

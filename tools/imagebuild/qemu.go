@@ -8,16 +8,17 @@ import (
 	"path"
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )
 
-// Where Debian installs QEMU. The image keeps the same paths, so the data, firmware and module
-// directories compiled into Debian's QEMU (--firmwarepath, CONFIG_QEMU_MODDIR) stay right, and
-// the runner's defaults (/usr/bin/...) find the binaries.
+// Where Debian installs QEMU, which is where the runner looks (runner/binaries). The image
+// keeps the same paths, so the data, firmware and module directories compiled into Debian's
+// QEMU (--firmwarepath, CONFIG_QEMU_MODDIR) stay right.
 const (
-	qemuSystem    = "/usr/bin/qemu-system-x86_64"
-	qemuImg       = "/usr/bin/qemu-img"
-	qemuModuleDir = "/usr/lib/x86_64-linux-gnu/qemu"
+	qemuSystem    = binaries.QEMU
+	qemuImg       = binaries.QEMUImg
+	qemuModuleDir = binaries.QEMUModuleDir
 )
 
 // qemuFirmwareDirs is Debian's firmware search path, in QEMU's order.
@@ -37,7 +38,14 @@ var qemuFirmware = []struct{ name, pkg string }{
 
 // qemuModules are loadable modules the runner's QEMU needs: Debian builds TCG as a module, and
 // -accel tcg (emulated VMs) fails without it. A QEMU built without modules has no module dir.
-var qemuModules = []string{"accel-tcg-x86_64.so"}
+var qemuModules = []string{binaries.TCGModule}
+
+// qemuPackages names the Debian package of each program qemuLayer takes; the modules are
+// qemu-system-x86's, which they must match.
+var qemuPackages = map[string]string{
+	qemuImg:    "qemu-utils",
+	qemuSystem: "qemu-system-x86",
+}
 
 // qemuLayer holds qemu-img and, with the hypervisor, qemu-system-x86_64 with its modules and
 // firmware, plus every shared library and the dynamic loader they need, at their host paths.
@@ -56,7 +64,7 @@ func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
 	for _, p := range programs {
 		r, err := l.HostPath(p)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s not found: install Debian's qemu-system-x86 and qemu-utils (tools/ci/install-deps.sh)", p)
+			return nil, fmt.Errorf("%s not found: install Debian's %s (tools/ci/install-deps.sh)", p, qemuPackages[p])
 		}
 		if err != nil {
 			return nil, err
@@ -107,7 +115,7 @@ func existing(dir string, names []string) ([]string, error) {
 	for _, n := range names {
 		p := path.Join(dir, n)
 		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("QEMU module %s: %w: install Debian's qemu-system-x86 (its modules must match the binary)", p, err)
+			return nil, fmt.Errorf("QEMU module %s: %w: install Debian's %s (its modules must match the binary)", p, err, qemuPackages[qemuSystem])
 		}
 		out = append(out, p)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/virtpod/virtpod/tests/loopback"
 
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/vmimage"
 )
 
 // bootTimeout bounds a TCG boot of the guest fixture (seconds when idle; generous for a loaded
@@ -51,8 +52,9 @@ func TestRunnerImage(t *testing.T) {
 		t.Errorf("entrypoint %q user %q, want [%s] as root", cfg.Entrypoint, cfg.User, podspec.RunnerBinary)
 	}
 	files := files(t, img)
-	wantFile(t, files, podspec.RunnerBinary, tar.TypeReg, 0o755, "")
-	wantFile(t, files, agentBinary, tar.TypeReg, 0o755, "")
+	for _, p := range runnerLayout.programs { // virtpod-runner and virtpod-agent
+		wantFile(t, files, p.dest, tar.TypeReg, 0o755, "")
+	}
 	wantFile(t, files, qemuSystem, tar.TypeReg, 0o755, "")
 	wantFile(t, files, qemuImg, tar.TypeReg, 0o755, "")
 	wantFile(t, files, "/tmp", tar.TypeDir, 0o1777, "")
@@ -120,8 +122,8 @@ func TestRunnerImage(t *testing.T) {
 		extractTo(t, vm, filepath.Join(root, "virtpod", "images", "kernel"))
 		extractTo(t, vm, filepath.Join(root, "virtpod", "images", "disk"))
 		cmd := inContainer(t, root, podspec.RunnerBinary, "--name=imagetest", "--accel=tcg", "--cpus=1", "--memory-mib=256",
-			"--kernel=/virtpod/images/kernel"+podspec.KernelPath, "--initrd=/virtpod/images/kernel"+podspec.InitrdPath,
-			"--root-disk=/virtpod/images/disk"+podspec.DiskPath, "--disk-size-mib=128", "--kernel-args=rw",
+			"--kernel=/virtpod/images/kernel"+vmimage.KernelPath, "--initrd=/virtpod/images/kernel"+vmimage.InitrdPath,
+			"--root-disk=/virtpod/images/disk"+vmimage.DiskPath, "--disk-size-mib=128", "--kernel-args=rw",
 			"--grace-period-seconds=20", "--network=none", "--http-addr="+loopback.FreeAddr(t),
 			"--state-dir=/var/run/virtpod", "--termination-log=/tmp/termination-log")
 		out := startWatched(t, cmd, "VIRTPOD-GUEST-READY")

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/vmimage"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )
 
@@ -55,11 +55,11 @@ func sameFile(t *testing.T, want, got string) {
 func TestVMImageCopyProgram(t *testing.T) {
 	kernel, initrd, disk := fakeGuest(t)
 	img, _ := build(t, "vm", "--kernel="+kernel, "--initrd="+initrd, "--disk="+disk)
-	wantFile(t, files(t, img), podspec.CopyProgram, tar.TypeReg, 0o755, "")
+	wantFile(t, files(t, img), vmimage.CopierPath, tar.TypeReg, 0o755, "")
 	root := extract(t, img)
-	copier := filepath.Join(root, podspec.CopyProgram)
+	copier := filepath.Join(root, vmimage.CopierPath)
 	if res, err := (elfdeps.Resolver{}).Resolve(copier); err != nil || len(res.Interpreters) > 0 {
-		t.Fatalf("%s is not a static binary: %+v %v", podspec.CopyProgram, res, err)
+		t.Fatalf("%s is not a static binary: %+v %v", vmimage.CopierPath, res, err)
 	}
 
 	// The init containers: kernel copies /boot, disk copies /disk, into their emptyDirs.
@@ -70,9 +70,9 @@ func TestVMImageCopyProgram(t *testing.T) {
 			t.Fatalf("vmcopy %s %s: %v\n%s", c[0], c[1], err, b)
 		}
 	}
-	sameFile(t, kernel, filepath.Join(out, "virtpod/images/kernel", podspec.KernelPath))
-	sameFile(t, initrd, filepath.Join(out, "virtpod/images/kernel", podspec.InitrdPath))
-	copied := filepath.Join(out, "virtpod/images/disk", podspec.DiskPath)
+	sameFile(t, kernel, filepath.Join(out, "virtpod/images/kernel", vmimage.KernelPath))
+	sameFile(t, initrd, filepath.Join(out, "virtpod/images/kernel", vmimage.InitrdPath))
+	copied := filepath.Join(out, "virtpod/images/disk", vmimage.DiskPath)
 	sameFile(t, disk, copied)
 	if fi, err := os.Stat(copied); err == nil && fi.Mode().Perm() != 0o644 {
 		t.Errorf("copied disk has mode %v, want the image's 0644", fi.Mode())
@@ -84,11 +84,11 @@ func TestVMImageCopyProgram(t *testing.T) {
 
 	// And inside the image alone, as a container: nothing from the host is needed.
 	t.Run("chrooted", func(t *testing.T) {
-		cmd := inContainer(t, root, podspec.CopyProgram, "/disk", "/virtpod/images/disk/disk")
+		cmd := inContainer(t, root, vmimage.CopierPath, "/disk", "/virtpod/images/disk/disk")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%v\n%s", err, b)
 		}
-		sameFile(t, disk, filepath.Join(root, "virtpod/images/disk", podspec.DiskPath))
+		sameFile(t, disk, filepath.Join(root, "virtpod/images/disk", vmimage.DiskPath))
 	})
 
 	t.Run("failure exits non-zero naming the path", func(t *testing.T) {
@@ -135,16 +135,16 @@ func TestVMImageFromRootfs(t *testing.T) {
 		t.Run(strings.SplitN(src, "=", 2)[0], func(t *testing.T) {
 			img, _ := build(t, "vm", src, "--disk-size=48Mi", "--kernel="+kernel)
 			fs := files(t, img)
-			wantFile(t, fs, podspec.KernelPath, tar.TypeReg, 0o644, "")
-			wantFile(t, fs, podspec.DiskPath, tar.TypeReg, 0o644, "")
-			wantFile(t, fs, podspec.CopyProgram, tar.TypeReg, 0o755, "")
-			if fs[podspec.DiskPath].Size != 48<<20 {
-				t.Errorf("disk is %d bytes, want 48 MiB", fs[podspec.DiskPath].Size)
+			wantFile(t, fs, vmimage.KernelPath, tar.TypeReg, 0o644, "")
+			wantFile(t, fs, vmimage.DiskPath, tar.TypeReg, 0o644, "")
+			wantFile(t, fs, vmimage.CopierPath, tar.TypeReg, 0o755, "")
+			if fs[vmimage.DiskPath].Size != 48<<20 {
+				t.Errorf("disk is %d bytes, want 48 MiB", fs[vmimage.DiskPath].Size)
 			}
 			if layers, _ := img.Layers(); len(layers) != 3 {
 				t.Errorf("%d layers, want 3 (copy program, kernel, disk)", len(layers))
 			}
-			disk := filepath.Join(extract(t, img), podspec.DiskPath)
+			disk := filepath.Join(extract(t, img), vmimage.DiskPath)
 			for p, want := range map[string]string{"/etc/os-release": "ID=virtpod-test", "/sbin/init": "exec sh"} {
 				out, err := exec.Command(debugfs, "-R", "cat "+p, disk).CombinedOutput()
 				if err != nil || !strings.Contains(string(out), want) {

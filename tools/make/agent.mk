@@ -1,7 +1,7 @@
 # The node agent (docs/node-agent.md): probe, device plugin, publisher and the command.
 # Included from the top Makefile. It ships in the runner image (make image-runner).
 AGENT_BIN ?= bin/virtpod-agent
-AGENT_TEST_PKGS := ./pkg/nodeprobe/... ./pkg/deviceplugin/... ./pkg/nodeagent/... ./runner/cmd/virtpod-agent/...
+AGENT_TEST_PKGS := ./runner/agent/... ./runner/deviceplugin/... ./runner/kvm/... ./runner/cmd/virtpod-agent/...
 
 .PHONY: test-agent build-agent agent-probe
 

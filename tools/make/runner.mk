@@ -4,7 +4,9 @@ GUEST_FIXTURE ?= $(VIRTPOD_CACHE)/guest
 RUNNER_BIN    ?= bin/virtpod-runner
 BENCH_PAIRS   ?= 5
 
-RUNNER_TEST_PKGS := ./runner/... ./pkg/qemu/... ./pkg/cloudhypervisor/... ./pkg/kvmprobe/... \
+# The runner and what it uses; the node agent's packages are test-agent's (agent.mk).
+RUNNER_TEST_PKGS := ./runner/ ./runner/kvm/... ./runner/binaries/... ./runner/cmd/virtpod-runner/... ./runner/cmd/vmcopy/... \
+	./pkg/qemu/... ./pkg/cloudhypervisor/... \
 	./pkg/guestnet/... ./pkg/console/... ./pkg/diskimage/... ./tools/guestfixture/... ./tools/benchboot/...
 
 .PHONY: runner-deps guest-fixture test-runner bench-boot build-runner
@@ -22,4 +24,4 @@ bench-boot: guest-fixture ## Runner start -> guest marker vs plain QEMU, in alte
 	go run ./tools/benchboot -guest $(GUEST_FIXTURE) -pairs $(BENCH_PAIRS)
 
 build-runner: ## Build the runner binary into $(RUNNER_BIN).
-	CGO_ENABLED=0 go build -trimpath -o $(RUNNER_BIN) ./runner/cmd/runner
+	CGO_ENABLED=0 go build -trimpath -o $(RUNNER_BIN) ./runner/cmd/virtpod-runner

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/controllers/providerclass"
 )
 
 // Report is what `vmctl status` shows. It is its own stable shape (not the API objects), so
@@ -164,6 +163,6 @@ func nodeRow(hv *vmv1.HypervisorNode, now time.Time) NodeRow {
 	}
 	row.HeartbeatAge = duration.HumanDuration(age)
 	// Same threshold the class status uses, so "stale" here matches the class's counts.
-	row.Stale = age > providerclass.StaleAfter
+	row.Stale = age > vmv1.ReportStaleAfter
 	return row
 }

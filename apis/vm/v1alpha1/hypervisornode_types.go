@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -56,7 +59,7 @@ type ProviderStatus struct {
 
 // HypervisorNodeStatus is what the node agent last found on its node.
 type HypervisorNodeStatus struct {
-	// heartbeatTime is when the agent last probed; results older than a few minutes are stale.
+	// heartbeatTime is when the agent last probed; results older than two minutes are stale.
 	// +optional
 	HeartbeatTime metav1.Time `json:"heartbeatTime,omitempty"`
 	// arch is the node's architecture, as GOARCH names it.
@@ -89,6 +92,20 @@ func (s *HypervisorNodeStatus) SameReport(o *HypervisorNodeStatus) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
+// ReportStaleAfter is how old a HypervisorNode's heartbeat may be before its report no longer
+// counts: the device plugin stops handing out devices.virtpod.io/kvm, the ProviderClass status
+// counts the node as not fitting and vmctl marks it stale, all at the same moment. The agent
+// reports every 30 s, so this is four missed reports (the kubelet's node lease allows as many
+// missed renewals): an API server restart does not flap the node, a dead agent's node stops
+// taking KVM VMs within two minutes.
+const ReportStaleAfter = 2 * time.Minute
+
+// Stale says whether the report is too old to count at now (ReportStaleAfter); a report never
+// written is stale.
+func (s *HypervisorNodeStatus) Stale(now time.Time) bool {
+	return now.Sub(s.HeartbeatTime.Time) > ReportStaleAfter
+}
+
 // HypervisorNode is what virtpod's node agent found on one node: KVM, emulation, and each
 // hypervisor with its version or the reason it cannot run. Named after its node; written only
 // by the agent on that node.
@@ -115,7 +132,8 @@ type HypervisorNodeList struct {
 	Items           []HypervisorNode `json:"items"`
 }
 
-// Node labels the agent keeps on its node, so runner pods can require what they need.
+// Node labels the agent keeps on its node, so runner pods can require what they need, and the
+// extended resources virtpod's device plugin serves.
 const (
 	// LabelKVM is "true" on nodes whose KVM can run guests, "false" elsewhere.
 	LabelKVM = "virtpod.io/kvm"
@@ -123,6 +141,13 @@ const (
 	LabelEmulation = "virtpod.io/emulation"
 	// LabelProviderPrefix + provider name is "true" on nodes where that hypervisor runs.
 	LabelProviderPrefix = "provider.virtpod.io/"
+
+	// ResourceKVM hands /dev/kvm to a pod without privileges: every runner pod of a KVM VM
+	// requests one, and a node has them allocatable only while its KVM is usable.
+	ResourceKVM corev1.ResourceName = "devices.virtpod.io/kvm"
+	// ResourceKVMProbe is the node agent's own: always allocatable, with /dev/kvm where the node
+	// has one, so the agent starts on every node and can find KVM absent.
+	ResourceKVMProbe corev1.ResourceName = "devices.virtpod.io/kvm-probe"
 )
 
 func init() {

@@ -187,6 +187,10 @@ type CloudInit struct {
 	NetworkDataKey string `json:"networkDataKey,omitempty"`
 }
 
+// DefaultUserDataKey is userDataKey's default: the key Cluster API bootstrap Secrets keep their
+// data in. The +kubebuilder:default marker above repeats it (markers cannot name constants).
+const DefaultUserDataKey = "value"
+
 // SecretReference names a Secret in the same namespace.
 type SecretReference struct {
 	// name of the Secret: a DNS subdomain, such as bootstrap-data.

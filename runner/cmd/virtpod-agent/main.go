@@ -1,9 +1,10 @@
 // Command virtpod-agent is virtpod's node agent, run by a DaemonSet from the runner image so it
-// probes exactly the binaries the runner will use. Every --interval it probes the node
-// (pkg/nodeprobe), keeps the node's virtpod labels and its HypervisorNode up to date
-// (pkg/nodeagent). It opens /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe.
+// probes exactly the binaries the runner will use. Every --interval it probes the node and
+// keeps the node's virtpod labels and its HypervisorNode up to date (runner/agent). It opens
+// /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe.
 // `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe and
-// devices.virtpod.io/kvm to the kubelet (pkg/deviceplugin).
+// devices.virtpod.io/kvm to the kubelet (runner/deviceplugin), the latter healthy while
+// runner/kvm reads KVM as usable from the node's HypervisorNode.
 // `virtpod-agent probe` prints one probe as JSON and exits.
 package main
 
@@ -26,23 +27,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/deviceplugin"
-	"github.com/virtpod/virtpod/pkg/nodeagent"
-	"github.com/virtpod/virtpod/pkg/nodeprobe"
+	"github.com/virtpod/virtpod/runner/agent"
+	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/deviceplugin"
+	"github.com/virtpod/virtpod/runner/kvm"
 )
 
 // version is set with -ldflags -X main.version=...; "dev" otherwise.
 var version = "dev"
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 type options struct {
-	probe      nodeprobe.Options
+	probe      agent.Options
 	nodeName   string
 	kubeconfig string
 	interval   time.Duration
@@ -53,7 +48,6 @@ type pluginOptions struct {
 	device      string // the node's KVM device, handed to pods at the same path
 	hostDevice  string // where this container sees the node's KVM device
 	count       int
-	staleAfter  time.Duration
 	healthEvery time.Duration
 }
 
@@ -76,13 +70,14 @@ func newCommand() *cobra.Command {
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
-	pf.StringVar(&o.probe.KVMDevice, "kvm-device", deviceplugin.DefaultDevice, "KVM device node to probe (in the agent's pod: the one devices.virtpod.io/kvm-probe injected)")
-	pf.DurationVar(&o.probe.KVMTimeout, "kvm-timeout", 2*time.Second, "how long the tiny KVM guest may take")
-	pf.StringVar(&o.probe.QEMUBinary, "qemu-binary", envOr("VIRTPOD_QEMU_BINARY", nodeprobe.DefaultQEMUBinary), "qemu-system-x86_64 as the runner uses it (env VIRTPOD_QEMU_BINARY)")
-	pf.StringVar(&o.probe.QEMUImgBinary, "qemu-img-binary", envOr("VIRTPOD_QEMU_IMG_BINARY", nodeprobe.DefaultQEMUImgBinary), "qemu-img (env VIRTPOD_QEMU_IMG_BINARY)")
-	pf.StringVar(&o.probe.CloudHypervisorBinary, "cloud-hypervisor-binary", envOr("VIRTPOD_CLOUD_HYPERVISOR_BINARY", nodeprobe.DefaultCloudHypervisorBinary), "cloud-hypervisor (env VIRTPOD_CLOUD_HYPERVISOR_BINARY)")
-	pf.StringVar(&o.probe.QEMUModuleDir, "qemu-module-dir", nodeprobe.DefaultQEMUModuleDir, "QEMU's module directory, where the TCG module lives")
-	pf.DurationVar(&o.probe.CommandTimeout, "command-timeout", nodeprobe.DefaultCommandTimeout, "timeout of each hypervisor `--version`")
+	bins := binaries.FromEnv()
+	pf.StringVar(&o.probe.KVMDevice, "kvm-device", kvm.DefaultDevice, "KVM device node to probe (in the agent's pod: the one devices.virtpod.io/kvm-probe injected)")
+	pf.DurationVar(&o.probe.KVMTimeout, "kvm-timeout", kvm.DefaultTimeout, "how long the tiny KVM guest may take")
+	pf.StringVar(&o.probe.QEMUBinary, "qemu-binary", bins.QEMU, binaries.QEMUName+" as the runner uses it (env "+binaries.EnvQEMU+")")
+	pf.StringVar(&o.probe.QEMUImgBinary, "qemu-img-binary", bins.QEMUImg, binaries.QEMUImgName+" (env "+binaries.EnvQEMUImg+")")
+	pf.StringVar(&o.probe.CloudHypervisorBinary, "cloud-hypervisor-binary", bins.CloudHypervisor, binaries.CloudHypervisorName+" (env "+binaries.EnvCloudHypervisor+")")
+	pf.StringVar(&o.probe.QEMUModuleDir, "qemu-module-dir", binaries.QEMUModuleDir, "QEMU's module directory, where the TCG module lives")
+	pf.DurationVar(&o.probe.CommandTimeout, "command-timeout", agent.DefaultCommandTimeout, "timeout of each hypervisor `--version`")
 
 	pf.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (env NODE_NAME, from the downward API's spec.nodeName)")
 	pf.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
@@ -97,10 +92,9 @@ func newCommand() *cobra.Command {
 	}
 	f := dp.Flags()
 	f.StringVar(&po.dir, "device-plugin-dir", deviceplugin.DefaultDir, "the kubelet's device-plugin directory (host path mounted into the pod)")
-	f.StringVar(&po.device, "kvm-host-device", deviceplugin.DefaultDevice, "the node's KVM device, handed to pods at the same path")
+	f.StringVar(&po.device, "kvm-host-device", kvm.DefaultDevice, "the node's KVM device, handed to pods at the same path")
 	f.StringVar(&po.hostDevice, "kvm-check-path", "/host/dev/kvm", "where this container sees the node's KVM device (the host's /dev mounted read-only); no device is handed out while it is missing")
 	f.IntVar(&po.count, "kvm-devices", deviceplugin.DefaultCount, "how many devices.virtpod.io/kvm to advertise: how many KVM VMs the node may run at once")
-	f.DurationVar(&po.staleAfter, "stale-after", 2*time.Minute, "a HypervisorNode heartbeat older than this counts as KVM not usable")
 	f.DurationVar(&po.healthEvery, "health-interval", 10*time.Second, "how often to read the node's HypervisorNode")
 	root.AddCommand(dp)
 
@@ -110,7 +104,7 @@ func newCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			o.probe.AgentVersion = version
-			st := nodeprobe.Probe(context.Background(), o.probe)
+			st := agent.Probe(context.Background(), o.probe)
 			enc := json.NewEncoder(os.Stdout)
 			enc.SetIndent("", "  ")
 			return enc.Encode(st)
@@ -135,15 +129,15 @@ func run(o options) error {
 	o.probe.AgentVersion = version
 	log.Info("virtpod-agent started", zap.String("version", version), zap.Duration("interval", o.interval))
 	// The device plugin runs apart (virtpod-agent device-plugin) and follows the HypervisorNode.
-	nodeagent.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return nodeprobe.Probe(ctx, o.probe) },
-		&nodeagent.Publisher{Client: kube, Node: o.nodeName}, log)
+	agent.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return agent.Probe(ctx, o.probe) },
+		&agent.Publisher{Client: kube, Node: o.nodeName}, log)
 	log.Info("virtpod-agent stopped")
 	return nil
 }
 
 // runDevicePlugin serves both resources until SIGTERM: kvm-probe always healthy with /dev/kvm
-// allocated where the node has one; kvm healthy while the node's HypervisorNode says KVM is
-// Usable with a heartbeat younger than --stale-after.
+// allocated where the node has one; kvm healthy while runner/kvm reads KVM as usable from the
+// node's HypervisorNode (Usable, and a heartbeat younger than vmv1.ReportStaleAfter).
 func runDevicePlugin(o options, po pluginOptions) error {
 	log, kube, err := setup(o)
 	if err != nil {
@@ -162,12 +156,8 @@ func runDevicePlugin(o options, po pluginOptions) error {
 		ok, why := false, ""
 		if err := kube.Get(ctx, client.ObjectKey{Name: o.nodeName}, hn); err != nil {
 			why = "reading the HypervisorNode: " + err.Error()
-		} else if hn.Status.KVM.State != vmv1.KVMUsable {
-			why = fmt.Sprintf("KVM %s: %s", hn.Status.KVM.State, hn.Status.KVM.Reason)
-		} else if age := time.Since(hn.Status.HeartbeatTime.Time); age > po.staleAfter {
-			why = fmt.Sprintf("heartbeat %v old", age.Round(time.Second))
 		} else {
-			ok = true
+			ok, why = kvm.FromReport(&hn.Status, time.Now())
 		}
 		if lastUsable == nil || *lastUsable != ok {
 			plog.Info("devices.virtpod.io/kvm health", zap.Bool("healthy", ok), zap.String("reason", why))
@@ -175,15 +165,15 @@ func runDevicePlugin(o options, po pluginOptions) error {
 		}
 		return ok
 	}
-	probe := deviceplugin.New(deviceplugin.Options{Dir: po.dir, Socket: deviceplugin.ProbeSocket, ResourceName: deviceplugin.ProbeResourceName,
+	probe := deviceplugin.New(deviceplugin.Options{Dir: po.dir, Socket: deviceplugin.ProbeSocket, ResourceName: string(vmv1.ResourceKVMProbe),
 		Count: 1, IDPrefix: "kvm-probe", Device: po.device, CheckPath: po.hostDevice, Log: plog})
 	probe.SetHealthy(true)
-	kvm := deviceplugin.New(deviceplugin.Options{Dir: po.dir, Count: po.count, Device: po.device, CheckPath: po.hostDevice,
+	kvmPlugin := deviceplugin.New(deviceplugin.Options{Dir: po.dir, Count: po.count, Device: po.device, CheckPath: po.hostDevice,
 		Healthy: usable, HealthPoll: po.healthEvery, Log: plog})
 	log.Info("virtpod-agent device-plugin started", zap.String("version", version))
 	errc := make(chan error, 2)
 	go func() { errc <- probe.Run(ctx) }()
-	go func() { errc <- kvm.Run(ctx) }()
+	go func() { errc <- kvmPlugin.Run(ctx) }()
 	var first error
 	for range 2 {
 		if err := <-errc; err != nil && first == nil {

@@ -1,5 +1,6 @@
-// Command runner is the process in a VM's pod: `runner [flags]` boots and supervises the guest,
-// `runner probe` is the kubelet's exec probe, `runner kvm-probe` checks this node's KVM.
+// Command virtpod-runner is the process in a VM's pod: `virtpod-runner [flags]` boots and
+// supervises the guest (package runner), `virtpod-runner probe` is the kubelet's exec probe,
+// `virtpod-runner kvm-probe` prints runner/kvm's verdict on this node's KVM.
 package main
 
 import (
@@ -17,21 +18,14 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/virtpod/virtpod/pkg/kvmprobe"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner"
+	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/kvm"
 )
 
 func main() {
 	os.Exit(execute(os.Args[1:]))
-}
-
-// envOr lets tests and images move a binary without changing the pod's flags.
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 func execute(args []string) int {
@@ -55,10 +49,12 @@ func execute(args []string) int {
 	cfg.Bind(gofs)
 	root.Flags().AddGoFlagSet(gofs)
 	f := root.Flags()
-	f.StringVar(&o.QEMUBinary, "qemu-binary", envOr("VIRTPOD_QEMU_BINARY", "/usr/bin/qemu-system-x86_64"), "path of qemu-system-x86_64 (env VIRTPOD_QEMU_BINARY)")
-	f.StringVar(&o.QEMUImgBinary, "qemu-img-binary", envOr("VIRTPOD_QEMU_IMG_BINARY", "/usr/bin/qemu-img"), "path of qemu-img (env VIRTPOD_QEMU_IMG_BINARY)")
-	f.StringVar(&o.CloudHypervisorBinary, "cloud-hypervisor-binary", envOr("VIRTPOD_CLOUD_HYPERVISOR_BINARY", "/usr/bin/cloud-hypervisor"), "path of cloud-hypervisor (env VIRTPOD_CLOUD_HYPERVISOR_BINARY)")
-	f.StringVar(&o.KVMDevice, "kvm-device", kvmprobe.DefaultDevice, "KVM device node")
+	// The environment lets tests and images move a binary without changing the pod's flags.
+	bins := binaries.FromEnv()
+	f.StringVar(&o.QEMUBinary, "qemu-binary", bins.QEMU, "path of "+binaries.QEMUName+" (env "+binaries.EnvQEMU+")")
+	f.StringVar(&o.QEMUImgBinary, "qemu-img-binary", bins.QEMUImg, "path of "+binaries.QEMUImgName+" (env "+binaries.EnvQEMUImg+")")
+	f.StringVar(&o.CloudHypervisorBinary, "cloud-hypervisor-binary", bins.CloudHypervisor, "path of "+binaries.CloudHypervisorName+" (env "+binaries.EnvCloudHypervisor+")")
+	f.StringVar(&o.KVMDevice, "kvm-device", kvm.DefaultDevice, "KVM device node")
 	f.StringVar(&o.CPUModel, "cpu-model", "", "QEMU CPU model (default: host under kvm, QEMU's default under tcg)")
 	f.BoolVar(&o.SkipKVMProbe, "skip-kvm-probe", false, "under kvm, boot without probing KVM first (the boot watchdog still applies)")
 	f.StringVar(&o.PodInterface, "pod-interface", "eth0", "the pod's network interface the guest takes over")
@@ -153,7 +149,7 @@ func probeCommand(code *int) *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&addr, "http-addr", "127.0.0.1:8080", "the runner's --http-addr")
+	c.Flags().StringVar(&addr, "http-addr", runnerconfig.DefaultHTTPAddr, "the runner's --http-addr")
 	c.Flags().StringVar(&path, "path", "/readyz", "endpoint to check: /readyz or /healthz")
 	c.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for an answer")
 	c.Flags().BoolVar(&print, "print", false, "print the answer's body (e.g. with --path=/status)")
@@ -168,7 +164,7 @@ func kvmProbeCommand(code *int) *cobra.Command {
 		Short: "Check that this node's KVM can run a guest",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			res := kvmprobe.Probe(context.Background(), kvmprobe.Options{Device: device})
+			res := kvm.Probe(context.Background(), kvm.Options{Device: device})
 			b, _ := json.MarshalIndent(res, "", "  ")
 			fmt.Println(string(b))
 			if !res.Usable {
@@ -177,6 +173,6 @@ func kvmProbeCommand(code *int) *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&device, "device", kvmprobe.DefaultDevice, "KVM device node")
+	c.Flags().StringVar(&device, "device", kvm.DefaultDevice, "KVM device node")
 	return c
 }

@@ -1,4 +1,4 @@
-package imagemap
+package imagemapwatch
 
 import (
 	"context"

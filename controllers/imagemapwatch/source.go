@@ -1,7 +1,7 @@
-// Package imagemap serves the controller-level image map: it reads the ConfigMap the
-// --image-map flag names, parses it once per version, and reports its bad lines as Warning
-// events on the ConfigMap. A missing ConfigMap maps nothing.
-package imagemap
+// Package imagemapwatch serves the controller-level image map: it reads the ConfigMap the
+// --image-map flag names, parses it once per version (pkg/imagemap), and reports its bad lines
+// as Warning events on the ConfigMap. A missing ConfigMap maps nothing.
+package imagemapwatch
 
 import (
 	"context"

@@ -1,0 +1,55 @@
+// Package binaries names the programs the runner image carries (the hypervisors and qemu-img)
+// and where they are: the runner runs them, the node agent probes them, tools/imagebuild puts
+// them there. One list, so the agent probes exactly what the runner will run.
+package binaries
+
+import "os"
+
+// Names, as the "provider binary not found" messages name them.
+const (
+	QEMUName            = "qemu-system-x86_64"
+	QEMUImgName         = "qemu-img"
+	CloudHypervisorName = "cloud-hypervisor"
+)
+
+// Paths in the runner image: Debian's, which the image keeps so that the data, firmware and
+// module directories compiled into Debian's QEMU stay right.
+const (
+	QEMU            = "/usr/bin/" + QEMUName
+	QEMUImg         = "/usr/bin/" + QEMUImgName
+	CloudHypervisor = "/usr/bin/" + CloudHypervisorName
+	// QEMUModuleDir is Debian's QEMU module directory.
+	QEMUModuleDir = "/usr/lib/x86_64-linux-gnu/qemu"
+	// TCGModule is Debian's TCG accelerator module in QEMUModuleDir; without it `-accel tcg`
+	// (an Emulated VM) fails.
+	TCGModule = "accel-tcg-x86_64.so"
+)
+
+// Environment variables that move a binary without changing a pod's flags (tests, other images).
+const (
+	EnvQEMU            = "VIRTPOD_QEMU_BINARY"
+	EnvQEMUImg         = "VIRTPOD_QEMU_IMG_BINARY"
+	EnvCloudHypervisor = "VIRTPOD_CLOUD_HYPERVISOR_BINARY"
+)
+
+// Paths are where the runner (or the agent) finds each program.
+type Paths struct {
+	QEMU, QEMUImg, CloudHypervisor string
+}
+
+// FromEnv is the image's paths, each replaced by its environment variable when that is set:
+// the default of the runner's and the agent's --*-binary flags.
+func FromEnv() Paths {
+	return Paths{
+		QEMU:            envOr(EnvQEMU, QEMU),
+		QEMUImg:         envOr(EnvQEMUImg, QEMUImg),
+		CloudHypervisor: envOr(EnvCloudHypervisor, CloudHypervisor),
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
