@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/virtpod/virtpod/pkg/qemu"
+	"github.com/virtpod/virtpod/runner/binaries"
 )
 
 // qemuVM runs a guest under qemu-system-x86_64 and drives it over QMP on a unix socket.
@@ -40,7 +41,7 @@ func newQEMU(binary string, launcher []string, spec qemu.Spec, tap *os.File, log
 func (q *qemuVM) Version() string                 { return q.version }
 func (q *qemuVM) Events() <-chan event            { return q.events }
 func (q *qemuVM) Exited() <-chan struct{}         { return q.exited }
-func (q *qemuVM) ExitDetail() string              { return q.proc.detail("qemu-system-x86_64") }
+func (q *qemuVM) ExitDetail() string              { return q.proc.detail(binaries.QEMUName) }
 func (q *qemuVM) Kill()                           { q.proc.kill() }
 func (q *qemuVM) Powerdown(context.Context) error { return q.raw.SystemPowerdown() }
 
@@ -111,7 +112,7 @@ func (q *qemuVM) connectQMP(ctx context.Context) error {
 			// millisecond here adds to the guest's boot.
 			select {
 			case <-q.proc.waitDone:
-				return fmt.Errorf("qemu exited before QMP was ready: %s", q.proc.detail("qemu-system-x86_64"))
+				return fmt.Errorf("qemu exited before QMP was ready: %s", q.proc.detail(binaries.QEMUName))
 			case <-ctx.Done():
 				return fmt.Errorf("QMP socket %s not ready: %w (last error: %v)", q.spec.QMPSocket, ctx.Err(), lastErr)
 			case <-time.After(5 * time.Millisecond):

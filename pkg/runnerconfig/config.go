@@ -11,12 +11,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
-// Providers and accelerations the runner knows.
+// Providers (the API's names) and accelerations the runner knows.
 const (
-	ProviderQEMU            = "qemu"
-	ProviderCloudHypervisor = "cloud-hypervisor"
+	ProviderQEMU            = string(vmv1.ProviderQEMU)
+	ProviderCloudHypervisor = string(vmv1.ProviderCloudHypervisor)
 
 	AccelKVM      = "kvm"
 	AccelEmulated = "tcg"

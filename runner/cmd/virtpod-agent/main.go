@@ -160,7 +160,7 @@ func runDevicePlugin(o options, po pluginOptions) error {
 			ok, why = kvm.FromReport(&hn.Status, time.Now())
 		}
 		if lastUsable == nil || *lastUsable != ok {
-			plog.Info("devices.virtpod.io/kvm health", zap.Bool("healthy", ok), zap.String("reason", why))
+			plog.Info(string(vmv1.ResourceKVM)+" health", zap.Bool("healthy", ok), zap.String("reason", why))
 			lastUsable = &ok
 		}
 		return ok
