@@ -1,6 +1,3 @@
-// Package runner turns one VM's configuration into a running guest inside its pod: it checks
-// the host, prepares the root disk and the network, starts the hypervisor as a child,
-// supervises it, and ends with an exit code and a termination message that state the cause.
 package runner
 
 import (
