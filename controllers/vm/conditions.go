@@ -229,4 +229,3 @@ func imagesDiff(have, want vmv1.Images) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
