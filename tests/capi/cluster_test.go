@@ -371,6 +371,20 @@ func warningEvent(t *testing.T, vc *infrav1.VirtPodCluster, reason, want string)
 	})
 }
 
+// publishedEndpoint waits until virtpod has written its Service's endpoint into the
+// VirtPodCluster, and returns it.
+func publishedEndpoint(t *testing.T, vc *infrav1.VirtPodCluster) (ep clusterv1.APIEndpoint) {
+	t.Helper()
+	eventually(t, "virtpod's endpoint published", func() error {
+		v := get(t, vc.DeepCopy())
+		if ep = v.Status.ServiceEndpoint; !ep.IsValid() || v.Spec.ControlPlaneEndpoint != ep {
+			return fmt.Errorf("endpoint %v, published %v", v.Spec.ControlPlaneEndpoint, ep)
+		}
+		return nil
+	})
+	return ep
+}
+
 // TestEndpointOverwrittenWithoutAnnotation: Kamaji run without cluster.x-k8s.io/managed-by
 // writes its endpoint over the one virtpod published from its Service. Cluster API keeps the
 // first endpoint in the Cluster, so the VirtPodCluster says so, as a False condition and a
@@ -379,14 +393,7 @@ func TestEndpointOverwrittenWithoutAnnotation(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	cl, vc := newCluster(t, ns, "overwritten", nil, nil)
-	var published clusterv1.APIEndpoint
-	eventually(t, "virtpod's endpoint published", func() error {
-		v := get(t, vc)
-		if published = v.Status.ServiceEndpoint; !published.IsValid() || v.Spec.ControlPlaneEndpoint != published {
-			return fmt.Errorf("endpoint %v, published %v", v.Spec.ControlPlaneEndpoint, published)
-		}
-		return nil
-	})
+	published := publishedEndpoint(t, vc)
 	provisionedCluster(t, cl, published)
 
 	// Kamaji's DynamicInfrastructureClusterPatch, without the annotation.
