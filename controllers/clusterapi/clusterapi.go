@@ -1,5 +1,6 @@
 // Package clusterapi holds what virtpod's two Cluster API reconcilers share: finding the owning
-// Cluster and Machine, and Cluster API's pause rules.
+// Cluster and Machine, and Cluster API's pause rules. Their status is written by
+// controllers/statuspatch, like every reconciler's.
 package clusterapi
 
 import (
@@ -19,13 +20,6 @@ import (
 
 // FieldOwner is the field manager of everything virtpod's Cluster API controllers write.
 const FieldOwner = "virtpod-capi"
-
-// Reasons shared by both kinds.
-const (
-	ReasonPaused       = "Paused"
-	ReasonNotPaused    = "NotPaused"
-	ReasonWaitingOwner = "WaitingForOwner"
-)
 
 // owner returns the name of obj's owner of the given Cluster API kind, or "".
 func owner(obj metav1.Object, kind string) string {
@@ -91,12 +85,12 @@ func Paused(cluster *clusterv1.Cluster, obj metav1.Object) bool {
 
 // PausedCondition is the v1beta2 contract's Paused condition.
 func PausedCondition(cluster *clusterv1.Cluster, obj metav1.Object) metav1.Condition {
-	c := metav1.Condition{Type: infrav1.PausedCondition, Status: metav1.ConditionFalse, Reason: ReasonNotPaused,
+	c := metav1.Condition{Type: infrav1.PausedCondition, Status: metav1.ConditionFalse, Reason: infrav1.ReasonNotPaused,
 		ObservedGeneration: obj.GetGeneration()}
 	if !Paused(cluster, obj) {
 		return c
 	}
-	c.Status, c.Reason = metav1.ConditionTrue, ReasonPaused
+	c.Status, c.Reason = metav1.ConditionTrue, infrav1.ReasonPaused
 	if _, ok := obj.GetAnnotations()[infrav1.PausedAnnotation]; ok {
 		c.Message = "the " + infrav1.PausedAnnotation + " annotation is set; remove it to resume"
 	} else {
@@ -114,17 +108,4 @@ func InfraRequest(namespace string, ref clusterv1.ContractVersionedObjectReferen
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: namespace, Name: ref.Name}}}
-}
-
-// PatchStatus writes next's status, guarded by the resourceVersion next carries (a spec or
-// finalizer patch may have moved it past old's). A conflict or a vanished object is left to the
-// newer object's event, which brings the reconciler back.
-func PatchStatus(ctx context.Context, c client.Client, old, next client.Object) error {
-	base := old.DeepCopyObject().(client.Object)
-	base.SetResourceVersion(next.GetResourceVersion())
-	err := c.Status().Patch(ctx, next, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

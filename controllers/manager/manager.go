@@ -142,7 +142,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 // setupClusterAPI registers the Cluster API infrastructure provider's controllers.
 func setupClusterAPI(mgr ctrl.Manager, o Options) error {
 	rec := mgr.GetEventRecorder("virtpod-capi")
-	clusters := &virtpodcluster.Reconciler{Client: mgr.GetClient(), Recorder: rec}
+	clusters := &virtpodcluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec}
 	if err := clusters.SetupWithManager(mgr, o.SecondInstance); err != nil {
 		return fmt.Errorf("setting up the VirtPodCluster controller: %w", err)
 	}

@@ -2,16 +2,12 @@ package providerclass
 
 import (
 	"context"
-	"encoding/json"
-
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,15 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-)
-
-// Reasons on a ProviderClass's conditions.
-const (
-	ReasonEnabled         = "Enabled"
-	ReasonDisabledByAdmin = "DisabledByAdmin"
-	ReasonNodesReady      = "NodesReady"
-	ReasonNoNodes         = "NoNodes"
-	ReasonNoReadyNodes    = "NoReadyNodes"
+	"github.com/virtpod/virtpod/controllers/statuspatch"
 )
 
 // Reconciler keeps ProviderClass status.
@@ -61,22 +49,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	fit := Evaluate(class, "", hvs.Items, nodes, now)
 	next := class.DeepCopy()
 	setStatus(&next.Status, class, fit)
-	if !equality.Semantic.DeepEqual(class.Status, next.Status) {
-		// The whole status in one merge patch, zero counts included (a diff would drop them),
-		// guarded by the resourceVersion read.
-		body, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": class.ResourceVersion},
-			"status":   next.Status,
-		})
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if err := r.Client.Status().Patch(ctx, next, client.RawPatch(types.MergePatchType, body)); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{}, nil // a newer class is on its way
-			}
-			return reconcile.Result{}, err
-		}
+	if err := statuspatch.Patch(ctx, r.Client, class, next); apierrors.IsConflict(err) {
+		return reconcile.Result{}, nil // a newer class is on its way
+	} else if err != nil {
+		return reconcile.Result{}, err
 	}
 	// A report goes stale without any event: come back when the freshest ready node's would.
 	return reconcile.Result{RequeueAfter: untilStale(hvs.Items, now)}, nil
@@ -85,21 +61,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func setStatus(st *vmv1.ProviderClassStatus, class *vmv1.ProviderClass, fit Fit) {
 	st.ReadyNodes, st.TotalNodes, st.Versions = int32(fit.Ready), int32(fit.Total), fit.Versions
 	st.ObservedGeneration = class.Generation
-	enabled := metav1.Condition{Type: vmv1.ConditionEnabled, Status: metav1.ConditionTrue, Reason: ReasonEnabled,
+	enabled := metav1.Condition{Type: vmv1.ConditionEnabled, Status: metav1.ConditionTrue, Reason: vmv1.ReasonEnabled,
 		Message: "new VMs of this class may start", ObservedGeneration: class.Generation}
-	avail := metav1.Condition{Type: vmv1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: ReasonNodesReady,
+	avail := metav1.Condition{Type: vmv1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: vmv1.ReasonNodesReady,
 		Message: fit.Summary(), ObservedGeneration: class.Generation}
 	if class.Spec.Enabled != nil && !*class.Spec.Enabled {
-		enabled.Status, enabled.Reason = metav1.ConditionFalse, ReasonDisabledByAdmin
+		enabled.Status, enabled.Reason = metav1.ConditionFalse, vmv1.ReasonDisabledByAdmin
 		enabled.Message = "disabled by an admin"
 		if class.Spec.DisabledReason != "" {
 			enabled.Message += ": " + class.Spec.DisabledReason
 		}
-		avail.Status, avail.Reason, avail.Message = metav1.ConditionFalse, ReasonDisabledByAdmin, enabled.Message+"; "+fit.Summary()
+		avail.Status, avail.Reason, avail.Message = metav1.ConditionFalse, vmv1.ReasonDisabledByAdmin, enabled.Message+"; "+fit.Summary()
 	} else if fit.Total == 0 {
-		avail.Status, avail.Reason = metav1.ConditionFalse, ReasonNoNodes
+		avail.Status, avail.Reason = metav1.ConditionFalse, vmv1.ReasonNoNodes
 	} else if fit.Ready == 0 {
-		avail.Status, avail.Reason = metav1.ConditionFalse, ReasonNoReadyNodes
+		avail.Status, avail.Reason = metav1.ConditionFalse, vmv1.ReasonNoReadyNodes
 	}
 	meta.SetStatusCondition(&st.Conditions, enabled)
 	meta.SetStatusCondition(&st.Conditions, avail)

@@ -6,11 +6,11 @@ package virtpodcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,27 +21,19 @@ import (
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/clusterapi"
+	"github.com/virtpod/virtpod/controllers/statuspatch"
 	"github.com/virtpod/virtpod/pkg/controlplaneservice"
 )
 
 // ZoneLabel is the node label failure domains are read from.
 const ZoneLabel = corev1.LabelTopologyZone
 
-// Reasons a user sees on the conditions.
-const (
-	ReasonServiceReady        = "ServiceReady"
-	ReasonServiceNotReady     = "ServiceNotReady"
-	ReasonExternallyManaged   = "ExternallyManaged"
-	ReasonEndpointFromService = "EndpointFromService"
-	ReasonEndpointSetByUser   = "EndpointSetExternally"
-	ReasonWaitingForEndpoint  = "WaitingForExternalEndpoint"
-	ReasonProvisioned         = "Provisioned"
-)
-
 // Reconciler reconciles VirtPodClusters.
 type Reconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads past the cache, which holds only virtpod's Services.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 }
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=virtpodclusters,verbs=get;list;watch;patch
@@ -65,11 +57,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setCondition(next, clusterapi.PausedCondition(cluster, vc))
 	switch {
 	case cluster == nil:
-		waiting(next, clusterapi.ReasonWaitingOwner, "waiting for Cluster API to make a Cluster the owner of this VirtPodCluster")
+		waiting(next, infrav1.ReasonWaitingForOwner, "waiting for Cluster API to make a Cluster the owner of this VirtPodCluster")
 	case clusterapi.Paused(cluster, vc):
 		// Nothing changes while paused; the Paused condition says so.
 	default:
-		if err := r.steps(ctx, vc, next, cluster); apierrors.IsConflict(err) {
+		if err := r.steps(ctx, vc, next, cluster); errors.Is(err, errServiceNameTaken) {
+			return reconcile.Result{}, errors.Join(err, r.patchStatus(ctx, vc, next)) // retried with back-off: that Service's events do not reach us
+		} else if apierrors.IsConflict(err) {
 			return reconcile.Result{}, nil // we read a stale object; the newer one's event brings us back
 		} else if err != nil {
 			return reconcile.Result{}, err
@@ -79,12 +73,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // steps: Service (unless managed by someone else), endpoint, failure domains, provisioned.
+// A Service of someone else's under the control-plane name is reported, after the other steps.
 func (r *Reconciler) steps(ctx context.Context, vc, next *infrav1.VirtPodCluster, cluster *clusterv1.Cluster) error {
-	offered, why, err := r.service(ctx, vc, next, cluster)
-	if err != nil {
-		return err
+	offered, taken := r.service(ctx, vc, next, cluster)
+	if taken != nil && !errors.Is(taken, errServiceNameTaken) {
+		return taken
 	}
-	if err := r.endpoint(ctx, vc, next, offered, why); err != nil {
+	if err := r.endpoint(ctx, vc, next, cluster, offered); err != nil {
 		return err
 	}
 	fds, err := r.failureDomains(ctx, vc)
@@ -93,57 +88,104 @@ func (r *Reconciler) steps(ctx context.Context, vc, next *infrav1.VirtPodCluster
 	}
 	next.Status.FailureDomains = fds
 	provisioned(next)
-	return nil
+	return taken
 }
 
+// offer is the endpoint the control-plane Service offers, or why it offers none (reason and
+// message of ControlPlaneServiceReady=False).
+type offer struct {
+	endpoint    clusterv1.APIEndpoint
+	reason, why string
+}
+
+var errServiceNameTaken = errors.New("control-plane Service name taken")
+
 // service keeps the control-plane Service as the template says and returns the endpoint it
-// offers (zero with the reason while it offers none). A managed cluster gets no Service; one
-// made before the annotation appeared is left as it was, and goes with the VirtPodCluster.
-func (r *Reconciler) service(ctx context.Context, vc, next *infrav1.VirtPodCluster, cluster *clusterv1.Cluster) (clusterv1.APIEndpoint, string, error) {
+// offers. A managed cluster gets no Service; one made before the annotation appeared is left as
+// it was, and goes with the VirtPodCluster. A Service of someone else's under the name is never
+// taken over.
+func (r *Reconciler) service(ctx context.Context, vc, next *infrav1.VirtPodCluster, cluster *clusterv1.Cluster) (offer, error) {
 	if by, ok := vc.Annotations[infrav1.ManagedByAnnotation]; ok {
 		setCondition(next, metav1.Condition{Type: infrav1.ControlPlaneServiceReadyCondition, Status: metav1.ConditionTrue,
-			Reason: ReasonExternallyManaged, Message: fmt.Sprintf("%s=%q: that controller runs the control plane; virtpod creates no Service", infrav1.ManagedByAnnotation, by)})
-		return clusterv1.APIEndpoint{}, "", nil
+			Reason: infrav1.ReasonExternallyManaged, Message: fmt.Sprintf("%s=%q: that controller runs the control plane; virtpod creates no Service", infrav1.ManagedByAnnotation, by)})
+		return offer{}, nil
 	}
-	created, err := r.applyService(ctx, vc, cluster)
+	existing, err := r.existingService(ctx, vc)
+	if err != nil {
+		return offer{}, err
+	}
+	if existing != nil && !metav1.IsControlledBy(existing, vc) {
+		return r.nameTaken(vc, next, existing)
+	}
+	created, err := r.applyService(ctx, vc, cluster, existing == nil)
 	if err != nil {
 		msg := fmt.Sprintf("cannot apply Service %s: %v", controlplaneservice.Name(vc.Name), err)
 		setCondition(next, metav1.Condition{Type: infrav1.ControlPlaneServiceReadyCondition, Status: metav1.ConditionFalse,
-			Reason: ReasonServiceNotReady, Message: msg})
-		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, ReasonServiceNotReady, "ApplyService", "%s", msg)
+			Reason: infrav1.ReasonServiceNotReady, Message: msg})
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, infrav1.ReasonServiceNotReady, "ApplyService", "%s", msg)
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
-			return clusterv1.APIEndpoint{}, msg, nil // retrying will not help; a spec change will
+			return offer{reason: infrav1.ReasonServiceNotReady, why: msg}, nil // retrying will not help; a spec change will
 		}
-		return clusterv1.APIEndpoint{}, "", err
+		return offer{}, err
 	}
 	svc := &corev1.Service{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: controlplaneservice.Name(vc.Name)}, svc); err != nil {
-		return clusterv1.APIEndpoint{}, "", client.IgnoreNotFound(err) // the cache catches up and its event brings us back
+		return offer{}, client.IgnoreNotFound(err) // the cache catches up and its event brings us back
 	}
 	if created {
 		r.Recorder.Eventf(vc, svc, corev1.EventTypeNormal, "ServiceCreated", "ApplyService", "control-plane Service %s selects the control-plane VMs of Cluster %s", svc.Name, cluster.Name)
 	}
 	next.Status.ControlPlaneServiceName = svc.Name
 	offered, why := controlplaneservice.Endpoint(svc)
-	cond := metav1.Condition{Type: infrav1.ControlPlaneServiceReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonServiceReady,
+	cond := metav1.Condition{Type: infrav1.ControlPlaneServiceReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReasonServiceReady,
 		Message: fmt.Sprintf("Service %s (%s) selects the control-plane VMs of Cluster %s on port %d", svc.Name, svc.Spec.Type, cluster.Name, controlplaneservice.Port)}
 	if why != "" {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonServiceNotReady, why
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, infrav1.ReasonServiceNotReady, why
 	}
 	setCondition(next, cond)
-	return offered, why, nil
+	return offer{endpoint: offered, reason: cond.Reason, why: why}, nil
 }
 
-// applyService applies the Service and says whether it created it; one that is missing is re-created at the published cluster
-// IP, or at a new one when that IP cannot be had.
-func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluster, cluster *clusterv1.Cluster) (created bool, err error) {
+// existingService is the Service under the control-plane name, nil when there is none. The
+// cache holds only Services labelled as virtpod's, so a miss is asked of the API server:
+// someone else's Service would be there without that label.
+func (r *Reconciler) existingService(ctx context.Context, vc *infrav1.VirtPodCluster) (*corev1.Service, error) {
+	key := client.ObjectKey{Namespace: vc.Namespace, Name: controlplaneservice.Name(vc.Name)}
+	svc := &corev1.Service{}
+	err := r.Client.Get(ctx, key, svc)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, svc)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+// nameTaken refuses a Service of someone else's under the control-plane name, as the VM
+// controller refuses a pod under a runner pod's name: applying with force would take over its
+// selector and ports. The error makes the queue retry with back-off until it is gone, since that
+// Service's events do not reach this controller.
+func (r *Reconciler) nameTaken(vc, next *infrav1.VirtPodCluster, svc *corev1.Service) (offer, error) {
+	msg := fmt.Sprintf("Service %s exists and is not controlled by this VirtPodCluster, so virtpod neither changes nor uses it; "+
+		"delete or rename that Service and virtpod creates its own (or, if another controller runs the control plane, annotate this VirtPodCluster with %s)",
+		svc.Name, infrav1.ManagedByAnnotation)
+	if old := meta.FindStatusCondition(vc.Status.Conditions, infrav1.ControlPlaneServiceReadyCondition); old == nil || old.Reason != infrav1.ReasonServiceNameTaken || old.Message != msg {
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, infrav1.ReasonServiceNameTaken, "ApplyService", "%s", msg)
+	}
+	setCondition(next, metav1.Condition{Type: infrav1.ControlPlaneServiceReadyCondition, Status: metav1.ConditionFalse,
+		Reason: infrav1.ReasonServiceNameTaken, Message: msg})
+	return offer{reason: infrav1.ReasonServiceNameTaken, why: msg}, fmt.Errorf("%w: Service %s/%s", errServiceNameTaken, svc.Namespace, svc.Name)
+}
+
+// applyService applies the Service and says whether it created it; one that is missing is
+// re-created at the published cluster IP, or at a new one when that IP cannot be had.
+func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluster, cluster *clusterv1.Cluster, missing bool) (created bool, err error) {
 	name := controlplaneservice.Name(vc.Name)
 	pin := ""
-	err = r.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: name}, &corev1.Service{})
-	missing := apierrors.IsNotFound(err)
-	if err != nil && !missing {
-		return false, err
-	}
 	if missing {
 		pin = controlplaneservice.PublishedClusterIP(vc)
 	}
@@ -159,32 +201,40 @@ func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluste
 
 // endpoint writes the Service's endpoint into spec.controlPlaneEndpoint when the field is empty
 // or holds what virtpod wrote before, and never otherwise.
-func (r *Reconciler) endpoint(ctx context.Context, vc, next *infrav1.VirtPodCluster, offered clusterv1.APIEndpoint, why string) error {
-	have := vc.Spec.ControlPlaneEndpoint
+func (r *Reconciler) endpoint(ctx context.Context, vc, next *infrav1.VirtPodCluster, cluster *clusterv1.Cluster, offered offer) error {
+	have, published := vc.Spec.ControlPlaneEndpoint, vc.Status.ServiceEndpoint
 	_, managed := vc.Annotations[infrav1.ManagedByAnnotation]
-	ours := !have.IsZero() && have == vc.Status.ServiceEndpoint
+	ours := !have.IsZero() && have == published
 	cond := metav1.Condition{Type: infrav1.ControlPlaneEndpointReadyCondition}
-	switch {
-	case !managed && offered.IsValid() && (have.IsZero() || ours) && have != offered:
+	switch ep := offered.endpoint; {
+	case !managed && ep.IsValid() && (have.IsZero() || ours) && have != ep:
 		patched := vc.DeepCopy()
-		patched.Spec.ControlPlaneEndpoint = offered
+		patched.Spec.ControlPlaneEndpoint = ep
 		if err := r.Client.Patch(ctx, patched, client.MergeFromWithOptions(vc, client.MergeFromWithOptimisticLock{})); err != nil {
 			return err // a conflict is retried at once, on the newer object
 		}
 		next.ObjectMeta, next.Spec = patched.ObjectMeta, patched.Spec
-		next.Status.ServiceEndpoint = offered
-		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "EndpointSet", "SetEndpoint", "spec.controlPlaneEndpoint set to %s from Service %s", offered, next.Status.ControlPlaneServiceName)
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, ReasonEndpointFromService, "spec.controlPlaneEndpoint is "+offered.String()+", from Service "+next.Status.ControlPlaneServiceName
-	case have.IsValid() && (ours || have == offered) && !managed:
+		next.Status.ServiceEndpoint = ep
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "EndpointSet", "SetEndpoint", "spec.controlPlaneEndpoint set to %s from Service %s", ep, next.Status.ControlPlaneServiceName)
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, infrav1.ReasonEndpointFromService, "spec.controlPlaneEndpoint is "+ep.String()+", from Service "+next.Status.ControlPlaneServiceName
+	case have.IsValid() && (ours || have == ep) && !managed:
 		next.Status.ServiceEndpoint = have
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, ReasonEndpointFromService, "spec.controlPlaneEndpoint is "+have.String()+", from Service "+next.Status.ControlPlaneServiceName
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, infrav1.ReasonEndpointFromService, "spec.controlPlaneEndpoint is "+have.String()+", from Service "+next.Status.ControlPlaneServiceName
+	case have.IsValid() && !managed && published.IsValid():
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, infrav1.ReasonEndpointOverwritten, overwritten(vc, cluster)
+		if old := meta.FindStatusCondition(vc.Status.Conditions, cond.Type); old == nil || old.Reason != cond.Reason || old.Message != cond.Message {
+			r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, cond.Reason, "SetEndpoint", "%s", cond.Message)
+		}
 	case have.IsValid():
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, ReasonEndpointSetByUser, "spec.controlPlaneEndpoint "+have.String()+" was set by someone else; virtpod leaves it as it is"
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, infrav1.ReasonEndpointSetExternally, "spec.controlPlaneEndpoint "+have.String()+" was set by someone else; virtpod leaves it as it is"
 	case managed:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonWaitingForEndpoint,
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, infrav1.ReasonWaitingForExternalEndpoint,
 			fmt.Sprintf("waiting for %s to set spec.controlPlaneEndpoint (the cluster carries %s)", vc.Annotations[infrav1.ManagedByAnnotation], infrav1.ManagedByAnnotation)
 	default:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonServiceNotReady, why
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, infrav1.ReasonServiceNotReady, offered.why
+		if offered.reason == infrav1.ReasonServiceNameTaken {
+			cond.Reason = offered.reason
+		}
 		if have.Host != "" || have.Port != 0 {
 			cond.Message = "spec.controlPlaneEndpoint needs both host and port (port 1-65535); set the missing one or clear the field to let virtpod fill it"
 		}
@@ -192,6 +242,21 @@ func (r *Reconciler) endpoint(ctx context.Context, vc, next *infrav1.VirtPodClus
 	cond.ObservedGeneration = next.Generation
 	setCondition(next, cond)
 	return nil
+}
+
+// overwritten explains an endpoint someone else wrote over the one virtpod published from the
+// Service it still manages (without the managed-by annotation, Kamaji does so): Cluster API
+// copied the first endpoint into the Cluster and fills only an empty one, so the Cluster and
+// the VirtPodCluster now disagree, and nodes may join through a Service nobody serves.
+func overwritten(vc *infrav1.VirtPodCluster, cluster *clusterv1.Cluster) string {
+	have, published := vc.Spec.ControlPlaneEndpoint, vc.Status.ServiceEndpoint
+	msg := fmt.Sprintf("spec.controlPlaneEndpoint %s was set by someone else over %s, which virtpod published from Service %s and still manages",
+		have, published, vc.Status.ControlPlaneServiceName)
+	if cluster.Spec.ControlPlaneEndpoint == published {
+		msg += fmt.Sprintf("; Cluster %s keeps %s (Cluster API fills only an empty endpoint), so its nodes would join through virtpod's Service", cluster.Name, published)
+	}
+	return msg + fmt.Sprintf(". If another controller (such as Kamaji) runs the control plane, the VirtPodCluster needs the annotation %s from its creation: "+
+		"then virtpod makes no Service and waits for that controller's endpoint. Otherwise set spec.controlPlaneEndpoint back to %s", infrav1.ManagedByAnnotation, published)
 }
 
 // failureDomains are the explicit list, or else every zone found on the nodes.
@@ -229,7 +294,7 @@ func provisioned(next *infrav1.VirtPodCluster) {
 	ep := next.Spec.ControlPlaneEndpoint
 	done := clusterapi.Provisioned(next.Status.Initialization.Provisioned) || ep.IsValid()
 	next.Status.Initialization.Provisioned, next.Status.Ready = &done, done
-	cond := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonProvisioned,
+	cond := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReasonProvisioned,
 		Message: "infrastructure provisioned; control-plane endpoint " + ep.String()}
 	if !done {
 		ec := meta.FindStatusCondition(next.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition)
@@ -250,8 +315,5 @@ func setCondition(vc *infrav1.VirtPodCluster, c metav1.Condition) {
 // patchStatus writes the status when it changed.
 func (r *Reconciler) patchStatus(ctx context.Context, vc, next *infrav1.VirtPodCluster) error {
 	next.Status.ObservedGeneration = next.Generation
-	if equality.Semantic.DeepEqual(vc.Status, next.Status) {
-		return nil
-	}
-	return clusterapi.PatchStatus(ctx, r.Client, vc, next)
+	return statuspatch.IgnoreStale(statuspatch.Patch(ctx, r.Client, vc, next))
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,21 +23,16 @@ import (
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/clusterapi"
+	"github.com/virtpod/virtpod/controllers/statuspatch"
 	"github.com/virtpod/virtpod/pkg/machinevm"
 )
 
 // Finalizer keeps a VirtPodMachine until its VM (and so the guest) is gone.
 const Finalizer = "virtpodmachine.infrastructure.cluster.x-k8s.io"
 
-// Reasons a user sees on the conditions.
-const (
-	ReasonWaitingForCluster       = "WaitingForClusterInfrastructure"
-	ReasonWaitingForBootstrapData = "WaitingForBootstrapData"
-	ReasonVMNotOwned              = "VirtualMachineNameTaken"
-	ReasonVMCreated               = "VirtualMachineCreated"
-	ReasonVMRunning               = "VirtualMachineRunning"
-	ReasonVMDeleting              = "Deleting"
-)
+// eventVirtualMachineCreated is the reason of the event that announces the machine's VM; no
+// condition carries it.
+const eventVirtualMachineCreated = "VirtualMachineCreated"
 
 // Reconciler reconciles VirtPodMachines.
 type Reconciler struct {
@@ -75,12 +69,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setCondition(next, clusterapi.PausedCondition(cluster, vpm))
 	switch {
 	case machine == nil || cluster == nil:
-		waiting(next, clusterapi.ReasonWaitingOwner, "waiting for Cluster API to make a Machine of an existing Cluster the owner of this VirtPodMachine")
+		waiting(next, infrav1.ReasonWaitingForOwner, "waiting for Cluster API to make a Machine of an existing Cluster the owner of this VirtPodMachine")
 	case clusterapi.Paused(cluster, vpm):
 		// Nothing changes while paused; the Paused condition says so.
 	default:
 		if err := r.steps(ctx, vpm, next, machine, cluster); errors.Is(err, errNameTaken) {
-			waiting(next, ReasonVMNotOwned, err.Error())
+			waiting(next, infrav1.ReasonVirtualMachineNameTaken, err.Error())
 			return reconcile.Result{}, errors.Join(err, r.patchStatus(ctx, vpm, next)) // retried with back-off: that VM's events do not reach us
 		} else if apierrors.IsConflict(err) {
 			return reconcile.Result{}, nil // we read a stale object; the newer one's event brings us back
@@ -100,10 +94,10 @@ func (r *Reconciler) steps(ctx context.Context, vpm, next *infrav1.VirtPodMachin
 	if vm == nil {
 		switch {
 		case !clusterapi.Provisioned(cl.Status.Initialization.InfrastructureProvisioned):
-			waiting(next, ReasonWaitingForCluster, "waiting for Cluster "+cl.Name+"'s infrastructure to be provisioned")
+			waiting(next, infrav1.ReasonWaitingForClusterInfrastructure, "waiting for Cluster "+cl.Name+"'s infrastructure to be provisioned")
 			return nil
 		case m.Spec.Bootstrap.DataSecretName == nil:
-			waiting(next, ReasonWaitingForBootstrapData, "waiting for the bootstrap provider to set Machine "+m.Name+"'s spec.bootstrap.dataSecretName")
+			waiting(next, infrav1.ReasonWaitingForBootstrapData, "waiting for the bootstrap provider to set Machine "+m.Name+"'s spec.bootstrap.dataSecretName")
 			return nil
 		}
 		if vm, err = r.create(ctx, vpm, next, m); err != nil || vm == nil {
@@ -153,12 +147,12 @@ func (r *Reconciler) create(ctx context.Context, vpm, next *infrav1.VirtPodMachi
 		msg := fmt.Sprintf("cannot create VirtualMachine %s: %v", vm.Name, err)
 		r.Recorder.Eventf(vpm, nil, corev1.EventTypeWarning, "CreateFailed", "CreateVirtualMachine", "%s", msg)
 		if apierrors.IsInvalid(err) {
-			waiting(next, "InvalidVirtualMachine", msg+"; fix spec.virtualMachine in the VirtPodMachineTemplate and roll the machines")
+			waiting(next, infrav1.ReasonInvalidVirtualMachine, msg+"; fix spec.virtualMachine in the VirtPodMachineTemplate and roll the machines")
 			return nil, nil // retrying cannot help
 		}
 		return nil, err
 	}
-	r.Recorder.Eventf(vpm, vm, corev1.EventTypeNormal, ReasonVMCreated, "CreateVirtualMachine", "created VirtualMachine %s for Machine %s (bootstrap data from Secret %s)", vm.Name, m.Name, *m.Spec.Bootstrap.DataSecretName)
+	r.Recorder.Eventf(vpm, vm, corev1.EventTypeNormal, eventVirtualMachineCreated, "CreateVirtualMachine", "created VirtualMachine %s for Machine %s (bootstrap data from Secret %s)", vm.Name, m.Name, *m.Spec.Bootstrap.DataSecretName)
 	return vm, nil
 }
 
@@ -187,10 +181,10 @@ func observe(next *infrav1.VirtPodMachine, vm *vmv1.VirtualMachine, m *clusterv1
 	running := vm.Status.Phase == vmv1.PhaseRunning
 	done := running || clusterapi.Provisioned(next.Status.Initialization.Provisioned)
 	next.Status.Initialization.Provisioned, next.Status.Ready = &done, done
-	cond := metav1.Condition{Type: infrav1.VirtualMachineReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonVMRunning,
+	cond := metav1.Condition{Type: infrav1.VirtualMachineReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReasonVirtualMachineRunning,
 		Message: "VirtualMachine " + vm.Name + " is running"}
 	if !running {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "VirtualMachine"+phaseOrPending(vm), vmMessage(vm)
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, phaseReasons[phaseOrPending(vm)], vmMessage(vm)
 	}
 	setCondition(next, cond)
 	ready := cond
@@ -198,16 +192,27 @@ func observe(next *infrav1.VirtPodMachine, vm *vmv1.VirtualMachine, m *clusterv1
 	setCondition(next, ready)
 }
 
-func phaseOrPending(vm *vmv1.VirtualMachine) string {
+// phaseReasons name a VM's phase on VirtualMachineReady: VirtualMachine<phase>.
+var phaseReasons = map[vmv1.Phase]string{
+	vmv1.PhasePending:    infrav1.ReasonVirtualMachinePending,
+	vmv1.PhaseScheduling: infrav1.ReasonVirtualMachineScheduling,
+	vmv1.PhaseStarting:   infrav1.ReasonVirtualMachineStarting,
+	vmv1.PhaseRunning:    infrav1.ReasonVirtualMachineRunning,
+	vmv1.PhaseStopping:   infrav1.ReasonVirtualMachineStopping,
+	vmv1.PhaseSucceeded:  infrav1.ReasonVirtualMachineSucceeded,
+	vmv1.PhaseFailed:     infrav1.ReasonVirtualMachineFailed,
+}
+
+func phaseOrPending(vm *vmv1.VirtualMachine) vmv1.Phase {
 	if vm.Status.Phase == "" {
-		return string(vmv1.PhasePending)
+		return vmv1.PhasePending
 	}
-	return string(vm.Status.Phase)
+	return vm.Status.Phase
 }
 
 // vmMessage passes on why the VM does not run, from its own Ready condition.
 func vmMessage(vm *vmv1.VirtualMachine) string {
-	msg := "VirtualMachine " + vm.Name + " is " + phaseOrPending(vm)
+	msg := "VirtualMachine " + vm.Name + " is " + string(phaseOrPending(vm))
 	if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionReady); c != nil && c.Message != "" {
 		msg += ": " + c.Message
 	}
@@ -229,10 +234,10 @@ func (r *Reconciler) delete(ctx context.Context, vpm *infrav1.VirtPodMachine) er
 			if err := r.Client.Delete(ctx, vm, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 				return err
 			}
-			r.Recorder.Eventf(vpm, vm, corev1.EventTypeNormal, ReasonVMDeleting, "DeleteVirtualMachine", "deleting VirtualMachine %s; the guest is stopped first", vm.Name)
+			r.Recorder.Eventf(vpm, vm, corev1.EventTypeNormal, infrav1.ReasonDeleting, "DeleteVirtualMachine", "deleting VirtualMachine %s; the guest is stopped first", vm.Name)
 		}
 		next := vpm.DeepCopy()
-		waiting(next, ReasonVMDeleting, "waiting for VirtualMachine "+vm.Name+" and its runner pod to be deleted")
+		waiting(next, infrav1.ReasonDeleting, "waiting for VirtualMachine "+vm.Name+" and its runner pod to be deleted")
 		return r.patchStatus(ctx, vpm, next) // the VM's delete event brings us back
 	}
 	patched := vpm.DeepCopy()
@@ -254,8 +259,5 @@ func setCondition(vpm *infrav1.VirtPodMachine, c metav1.Condition) {
 // patchStatus writes the status when it changed.
 func (r *Reconciler) patchStatus(ctx context.Context, vpm, next *infrav1.VirtPodMachine) error {
 	next.Status.ObservedGeneration = next.Generation
-	if equality.Semantic.DeepEqual(vpm.Status, next.Status) {
-		return nil
-	}
-	return clusterapi.PatchStatus(ctx, r.Client, vpm, next)
+	return statuspatch.IgnoreStale(statuspatch.Patch(ctx, r.Client, vpm, next))
 }

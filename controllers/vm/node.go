@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -15,50 +13,50 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
-// Reasons for a runner pod whose node is lost.
-const (
-	ReasonNodeNotReady = "NodeNotReady"
-	ReasonNodeDeleted  = "NodeDeleted"
-)
-
 // indexNode indexes VMs by status.node, to find the VMs on a node whose health changed.
 const indexNode = "status.node"
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
-// nodeHealth says so in Ready when the runner pod's node is not ready or was deleted. virtpod
-// never force-deletes the pod: on a node that only stopped reporting the guest may still run,
-// and while the pod object exists no second pod of the same name, so no second copy of the
-// guest, can start. Kubernetes removes the pod once the Node is deleted or tainted
-// out-of-service (PodGC); the pod's delete event then restarts the guest per its restartPolicy.
-func (r *Reconciler) nodeHealth(ctx context.Context, st *vmv1.VirtualMachineStatus, vm *vmv1.VirtualMachine, pod *corev1.Pod) error {
+// nodeHealth reads the runner pod's node and says why the guest is out of reach when that node
+// is not ready or was deleted (nil when it is fine). virtpod never force-deletes the pod: on a
+// node that only stopped reporting the guest may still run, and while the pod object exists no
+// second pod of the same name, so no second copy of the guest, can start. Kubernetes removes
+// the pod once the Node is deleted or tainted out-of-service (PodGC); the pod's delete event then
+// restarts the guest per its restartPolicy.
+func (r *Reconciler) nodeHealth(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) (*cause, error) {
 	if pod == nil || pod.Spec.NodeName == "" || podEnded(pod) {
-		return nil
+		return nil, nil
 	}
-	name := pod.Spec.NodeName
-	c := metav1.Condition{Type: vmv1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: vm.Generation}
 	node := &corev1.Node{}
-	err := r.Client.Get(ctx, types.NamespacedName{Name: name}, node)
-	switch ready := nodeReady(node); {
-	case apierrors.IsNotFound(err):
-		c.Reason = ReasonNodeDeleted
-		c.Message = fmt.Sprintf("node %s was deleted; Kubernetes removes runner pod %s within about a minute (PodGC), then %s", name, pod.Name, afterLoss(vm))
-	case err != nil:
-		return r.fail("get-node", err)
-	case ready == nil || ready.Status != corev1.ConditionTrue:
-		why := "no Ready condition"
-		if ready != nil {
-			why = fmt.Sprintf("Ready=%s: %s", ready.Status, ready.Message)
-		}
-		c.Reason = ReasonNodeNotReady
-		c.Message = fmt.Sprintf("node %s is not ready (%s); the guest may still run there, so no second copy starts while runner pod %s exists. "+
-			"If the node is down for good, delete it (kubectl delete node %s) or taint it (kubectl taint node %s node.kubernetes.io/out-of-service=nodeshutdown:NoExecute): "+
-			"Kubernetes then removes the pod, and %s", name, why, pod.Name, name, name, afterLoss(vm))
-	default:
+	err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node)
+	if apierrors.IsNotFound(err) {
+		return nodeLost(vm, pod, nil), nil
+	}
+	if err != nil {
+		return nil, r.fail("get-node", err)
+	}
+	return nodeLost(vm, pod, node), nil
+}
+
+// nodeLost words why the guest on pod's node is out of reach, and what an admin can do; nil
+// when the node is ready. A nil node was deleted.
+func nodeLost(vm *vmv1.VirtualMachine, pod *corev1.Pod, node *corev1.Node) *cause {
+	name := pod.Spec.NodeName
+	if node == nil {
+		return &cause{vmv1.ReasonNodeDeleted, fmt.Sprintf("node %s was deleted; Kubernetes removes runner pod %s within about a minute (PodGC), then %s", name, pod.Name, afterLoss(vm))}
+	}
+	ready := nodeReady(node)
+	if ready != nil && ready.Status == corev1.ConditionTrue {
 		return nil
 	}
-	meta.SetStatusCondition(&st.Conditions, c)
-	return nil
+	why := "no Ready condition"
+	if ready != nil {
+		why = fmt.Sprintf("Ready=%s: %s", ready.Status, ready.Message)
+	}
+	return &cause{vmv1.ReasonNodeNotReady, fmt.Sprintf("node %s is not ready (%s); the guest may still run there, so no second copy starts while runner pod %s exists. "+
+		"If the node is down for good, delete it (kubectl delete node %s) or taint it (kubectl taint node %s node.kubernetes.io/out-of-service=nodeshutdown:NoExecute): "+
+		"Kubernetes then removes the pod, and %s", name, why, pod.Name, name, name, afterLoss(vm))}
 }
 
 func afterLoss(vm *vmv1.VirtualMachine) string {

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,12 +21,9 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/imagemapwatch"
+	"github.com/virtpod/virtpod/controllers/statuspatch"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
-
-// AnnotationRestartCount on a runner pod is the VM's restartCount when the pod was made: the
-// run it belongs to.
-const AnnotationRestartCount = "vm.virtpod.io/restart-count"
 
 // Reconciler reconciles VirtualMachines.
 type Reconciler struct {
@@ -82,7 +78,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	next := vm.DeepCopy()
 	var result reconcile.Result
-	var held *metav1.Condition // why no runner pod is started, shown on Scheduled and Ready
+	var held *cause // why no runner pod is started, shown on Scheduled and Ready
 	switch {
 	case pod != nil && pod.DeletionTimestamp != nil:
 		// Stopping: the pod's delete event brings us back.
@@ -103,11 +99,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	case pod == nil && prov.blocked:
-		held = &prov.cond // no new start: ProviderAvailable says why
+		held = &prov.why // no new start: ProviderAvailable says why
 	case pod == nil:
 		var refused *podRefused
 		if result, pod, err = r.startPod(ctx, vm, next, opts); errors.As(err, &refused) {
-			held = refused.condition() // a change of the VM brings us back
+			held = refused.cause() // a change of the VM brings us back
 		} else if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -119,27 +115,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, r.fail("sync-labels", err)
 		}
 		if have := podspec.PodImages(pod); have != images && vm.Spec.ImageUpdatePolicy == vmv1.ImageUpdateRecreate {
-			if err := r.recreate(ctx, vm, next, pod, have, images); err != nil {
+			if err := r.recreate(ctx, vm, next, pod, images); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
 	}
 
+	// What the conditions are decided from, read before any is set.
+	f := facts{pod: pod, held: held}
+	if f.lost, err = r.nodeHealth(ctx, vm, pod); err != nil {
+		return reconcile.Result{}, err
+	}
+	if f.fit, err = r.whyNot(ctx, vm, pod, prov.class); err != nil {
+		return reconcile.Result{}, err
+	}
 	observe(&next.Status, vm.Generation, pod)
-	if err := r.nodeHealth(ctx, &next.Status, vm, pod); err != nil {
-		return reconcile.Result{}, err
-	}
-	imagesCurrent(&next.Status, vm, pod, images)
-	setConditions(&next.Status, prov.cond, emulationCondition(vm))
-	if held != nil {
-		for _, t := range []string{vmv1.ConditionScheduled, vmv1.ConditionReady} {
-			meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionFalse,
-				Reason: held.Reason, Message: held.Message, ObservedGeneration: vm.Generation})
-		}
-	}
-	if err := r.whyNot(ctx, &next.Status, vm, prov.class); err != nil {
-		return reconcile.Result{}, err
-	}
+	setScheduled(&next.Status, vm.Generation, f)
+	setReady(&next.Status, vm.Generation, f)
+	setImagesCurrent(&next.Status, vm.Generation, pod, images, false)
+	setProviderAvailable(&next.Status, vm.Generation, prov)
+	setSoftwareEmulation(&next.Status, vm)
 	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
 	} else if err != nil {
@@ -180,20 +175,19 @@ func (r *Reconciler) checkOwner(ctx context.Context, vm *vmv1.VirtualMachine, po
 
 // nameTaken reports a pod of someone else's under the runner's name; the error makes the queue
 // retry with back-off until it is gone, since that pod's events do not reach this controller.
-func (r *Reconciler) nameTaken(ctx context.Context, vm *vmv1.VirtualMachine, cause error) error {
+func (r *Reconciler) nameTaken(ctx context.Context, vm *vmv1.VirtualMachine, taken error) error {
 	next := vm.DeepCopy()
 	next.Status.Phase, next.Status.ObservedGeneration = vmv1.PhasePending, vm.Generation
-	for _, t := range []string{vmv1.ConditionScheduled, vmv1.ConditionReady} {
-		meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionFalse,
-			Reason: ReasonPodNameTaken, Message: cause.Error(), ObservedGeneration: vm.Generation})
-	}
+	f := facts{held: &cause{vmv1.ReasonPodNameTaken, taken.Error()}}
+	setScheduled(&next.Status, vm.Generation, f)
+	setReady(&next.Status, vm.Generation, f)
 	if !equality.Semantic.DeepEqual(vm.Status, next.Status) {
-		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, ReasonPodNameTaken, "CreatePod", "%v", cause)
+		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, vmv1.ReasonPodNameTaken, "CreatePod", "%v", taken)
 	}
 	if err := r.patchStatus(ctx, vm, next); err != nil {
 		return r.fail("patch-status", err)
 	}
-	return r.fail("pod-name-taken", cause)
+	return r.fail("pod-name-taken", taken)
 }
 
 // startPod creates the runner pod, after the restart back-off when the guest is restarting.
@@ -239,8 +233,8 @@ type podRefused struct{ err error }
 
 func (e *podRefused) Error() string { return e.err.Error() }
 
-func (e *podRefused) condition() *metav1.Condition {
-	return &metav1.Condition{Reason: ReasonRunnerPodInvalid, Message: "the API server refused the runner pod (spec.nodeSelector, " +
+func (e *podRefused) cause() *cause {
+	return &cause{vmv1.ReasonRunnerPodInvalid, "the API server refused the runner pod (spec.nodeSelector, " +
 		"spec.affinity, spec.tolerations and spec.podResources go into it as they are: correct the field it names): " + trim(e.err.Error())}
 }
 
@@ -255,26 +249,24 @@ func (r *Reconciler) options(ctx context.Context) (podspec.Options, error) {
 // recreate replaces a running pod whose images are no longer the VM's effective ones, for a VM
 // that opted in with imageUpdatePolicy Recreate. Status first, guarded like a restart, then the
 // delete: the guest gets its clean shutdown and the pod's delete event starts the new one.
-func (r *Reconciler) recreate(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod, have, want vmv1.Images) error {
+func (r *Reconciler) recreate(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod, want vmv1.Images) error {
 	if pod.DeletionTimestamp != nil {
 		return nil
 	}
-	why := imagesDiff(have, want)
 	next.Status.PodUID = ""
-	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: vmv1.ConditionImagesCurrent, Status: metav1.ConditionFalse,
-		Reason: ReasonRecreating, Message: "replacing the runner pod: " + why, ObservedGeneration: vm.Generation})
-	if err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(vm, client.MergeFromWithOptimisticLock{})); err != nil {
+	setImagesCurrent(&next.Status, vm.Generation, pod, want, true)
+	if err := statuspatch.Patch(ctx, r.Client, vm, next); err != nil {
 		return r.fail("patch-status", client.IgnoreNotFound(err))
 	}
 	vm.Status = *next.Status.DeepCopy()
-	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "ImagesChanged", "RecreatePod", "Recreating runner pod %s (imageUpdatePolicy Recreate): %s", pod.Name, why)
+	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "ImagesChanged", "RecreatePod", "Recreating runner pod %s (imageUpdatePolicy Recreate): %s", pod.Name, imagesDiff(podspec.PodImages(pod), want))
 	return r.fail("delete-pod", r.deletePod(ctx, pod))
 }
 
 // podEnded records how the runner ended and applies the restart policy.
 func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod) error {
 	if string(pod.UID) != vm.Status.PodUID {
-		if pod.Annotations[AnnotationRestartCount] != strconv.Itoa(int(vm.Status.RestartCount)) {
+		if counted(pod, vm) {
 			// Already counted (status written, delete lost): finish the restart.
 			return r.fail("delete-pod", r.deletePod(ctx, pod))
 		}
@@ -342,7 +334,7 @@ func (r *Reconciler) restart(ctx context.Context, vm, next *vmv1.VirtualMachine,
 	next.Status.RestartCount++
 	next.Status.PodUID = ""
 	next.Status.Phase = vmv1.PhasePending
-	if err := r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(vm, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := statuspatch.Patch(ctx, r.Client, vm, next); err != nil {
 		return r.fail("count-restart", err)
 	}
 	var related runtime.Object // a nil *Pod in the interface would panic in the recorder
@@ -376,13 +368,10 @@ func (r *Reconciler) syncLabels(ctx context.Context, vm *vmv1.VirtualMachine, po
 	return r.Client.Patch(ctx, patched, client.MergeFrom(pod))
 }
 
-// patchStatus writes what changed, guarded by the resourceVersion read, so a reconcile working
-// from a stale cache cannot overwrite newer status.
+// patchStatus writes what changed, guarded by the resourceVersion read (or of this reconcile's
+// own last write), so a reconcile working from a stale cache cannot overwrite newer status.
 func (r *Reconciler) patchStatus(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
-	if equality.Semantic.DeepEqual(vm.Status, next.Status) {
-		return nil
-	}
-	return r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(vm, client.MergeFromWithOptimisticLock{}))
+	return statuspatch.Patch(ctx, r.Client, vm, next)
 }
 
 func (r *Reconciler) fail(step string, err error) error {

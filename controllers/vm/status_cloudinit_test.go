@@ -28,7 +28,7 @@ func TestStartingNamesCloudInitSecret(t *testing.T) {
 		Reason: "PodSandboxNotReady", Message: "no pod sandbox exists"}}
 	reason, msg := startingReason(pod)
 	want := `no pod sandbox exists; the pod mounts cloud-init Secret "web-bootstrap" (keys value): if that Secret or a key is missing, the pod's FailedMount event says so`
-	if reason != ReasonStarting || msg != want {
+	if reason != vmv1.ReasonStarting || msg != want {
 		t.Fatalf("startingReason = %s, %q\nwant %q", reason, msg, want)
 	}
 	vm.Spec.Guest.CloudInit = nil

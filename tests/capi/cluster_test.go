@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
+	"github.com/virtpod/virtpod/controllers/clusterapi"
 	"github.com/virtpod/virtpod/pkg/controlplaneservice"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
@@ -344,4 +346,147 @@ func TestFailureDomains(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// warningEvent waits for a Warning event about the VirtPodCluster with the given reason whose
+// note contains want; events are written asynchronously.
+func warningEvent(t *testing.T, vc *infrav1.VirtPodCluster, reason, want string) {
+	t.Helper()
+	eventually(t, "Warning event "+reason, func() error {
+		list := &eventsv1.EventList{}
+		if err := env.Client.List(context.Background(), list, client.InNamespace(vc.Namespace)); err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind != "VirtPodCluster" || e.Regarding.Name != vc.Name {
+				continue
+			}
+			if e.Type == corev1.EventTypeWarning && e.Reason == reason && strings.Contains(e.Note, want) {
+				return nil
+			}
+			seen = append(seen, e.Type+" "+e.Reason+": "+e.Note)
+		}
+		return fmt.Errorf("events: %q", seen)
+	})
+}
+
+// publishedEndpoint waits until virtpod has written its Service's endpoint into the
+// VirtPodCluster, and returns it.
+func publishedEndpoint(t *testing.T, vc *infrav1.VirtPodCluster) (ep clusterv1.APIEndpoint) {
+	t.Helper()
+	eventually(t, "virtpod's endpoint published", func() error {
+		v := get(t, vc.DeepCopy())
+		if ep = v.Status.ServiceEndpoint; !ep.IsValid() || v.Spec.ControlPlaneEndpoint != ep {
+			return fmt.Errorf("endpoint %v, published %v", v.Spec.ControlPlaneEndpoint, ep)
+		}
+		return nil
+	})
+	return ep
+}
+
+// TestEndpointOverwrittenWithoutAnnotation: Kamaji run without cluster.x-k8s.io/managed-by
+// writes its endpoint over the one virtpod published from its Service. Cluster API keeps the
+// first endpoint in the Cluster, so the VirtPodCluster says so, as a False condition and a
+// Warning event that name the annotation, and leaves the endpoint alone.
+func TestEndpointOverwrittenWithoutAnnotation(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	cl, vc := newCluster(t, ns, "overwritten", nil, nil)
+	published := publishedEndpoint(t, vc)
+	provisionedCluster(t, cl, published)
+
+	// Kamaji's DynamicInfrastructureClusterPatch, without the annotation.
+	kamaji := clusterv1.APIEndpoint{Host: "10.0.0.60", Port: 6443}
+	patch := []byte(`{"spec":{"controlPlaneEndpoint":{"host":"10.0.0.60","port":6443}}}`)
+	if err := env.Client.Patch(ctx, get(t, vc), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "overwritten endpoint reported", func() error {
+		v := get(t, vc)
+		c := meta.FindStatusCondition(v.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1.ReasonEndpointOverwritten {
+			return fmt.Errorf("%s", condition(v.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition))
+		}
+		for _, want := range []string{infrav1.ManagedByAnnotation, kamaji.String(), published.String(), "Cluster " + cl.Name + " keeps"} {
+			if !strings.Contains(c.Message, want) {
+				t.Fatalf("message does not name %q: %s", want, c.Message)
+			}
+		}
+		return nil
+	})
+	warningEvent(t, vc, infrav1.ReasonEndpointOverwritten, infrav1.ManagedByAnnotation)
+	v := get(t, vc)
+	if v.Spec.ControlPlaneEndpoint != kamaji || !v.Status.Ready {
+		t.Fatalf("endpoint %v, ready %v: want Kamaji's left alone and provisioned kept", v.Spec.ControlPlaneEndpoint, v.Status.Ready)
+	}
+	if got := get(t, cl).Spec.ControlPlaneEndpoint; got != published {
+		t.Fatalf("Cluster endpoint %v: the condition says the Cluster keeps %v", got, published)
+	}
+
+	// Set back, as the message suggests: virtpod's endpoint again.
+	patch = fmt.Appendf(nil, `{"spec":{"controlPlaneEndpoint":{"host":%q,"port":%d}}}`, published.Host, published.Port)
+	if err := env.Client.Patch(ctx, get(t, vc), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "endpoint from the Service again", func() error {
+		v := get(t, vc)
+		if c := meta.FindStatusCondition(v.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition); c == nil || c.Status != metav1.ConditionTrue || c.Reason != infrav1.ReasonEndpointFromService {
+			return fmt.Errorf("%s", condition(v.Status.Conditions, infrav1.ControlPlaneEndpointReadyCondition))
+		}
+		return nil
+	})
+}
+
+// TestForeignServiceIsNotTakenOver: a Service someone else made under the control-plane
+// Service's name (without virtpod's label, so outside the controller's cache) is refused like a
+// foreign pod under a runner pod's name: never applied over, reported on the conditions and in
+// a Warning event; once it is gone virtpod makes its own.
+func TestForeignServiceIsNotTakenOver(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplaneservice.Name("foreign")},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "theirs"}, Ports: []corev1.ServicePort{{Name: "https", Port: 443}}}}
+	if err := env.Client.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	cl, vc := newCluster(t, ns, "foreign", nil, nil)
+	eventually(t, "name taken reported", func() error {
+		v := get(t, vc)
+		for _, typ := range []string{infrav1.ControlPlaneServiceReadyCondition, infrav1.ReadyCondition} {
+			c := meta.FindStatusCondition(v.Status.Conditions, typ)
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1.ReasonServiceNameTaken || !strings.Contains(c.Message, "Service "+foreign.Name) {
+				return fmt.Errorf("%s", condition(v.Status.Conditions, typ))
+			}
+		}
+		return nil
+	})
+	warningEvent(t, vc, infrav1.ReasonServiceNameTaken, foreign.Name)
+	s := get(t, foreign.DeepCopy())
+	if fmt.Sprint(s.Spec.Selector) != "map[app:theirs]" || len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Port != 443 || len(s.OwnerReferences) != 0 {
+		t.Fatalf("the foreign Service was changed: selector %v, ports %+v, owners %v", s.Spec.Selector, s.Spec.Ports, s.OwnerReferences)
+	}
+	for _, mf := range s.ManagedFields {
+		if mf.Manager == clusterapi.FieldOwner {
+			t.Fatalf("virtpod applied to the foreign Service: %+v", mf)
+		}
+	}
+	if v := get(t, vc); !v.Spec.ControlPlaneEndpoint.IsZero() || v.Status.Ready {
+		t.Fatalf("endpoint %v, ready %v from a Service that is not virtpod's", v.Spec.ControlPlaneEndpoint, v.Status.Ready)
+	}
+
+	if err := env.Client.Delete(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{}
+	eventually(t, "virtpod's own Service", func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), svc); err != nil {
+			return err
+		}
+		if !metav1.IsControlledBy(svc, get(t, vc)) {
+			return fmt.Errorf("owners %v", svc.OwnerReferences)
+		}
+		return nil
+	})
+	provisionedCluster(t, cl, clusterv1.APIEndpoint{Host: svc.Spec.ClusterIP, Port: 6443})
 }

@@ -32,17 +32,3 @@ const (
 	// ControlPlaneLabel marks a Machine (and its VirtPodMachine, VM and pod) as control plane.
 	ControlPlaneLabel = "cluster.x-k8s.io/control-plane"
 )
-
-// Condition types. Ready summarises each kind for Cluster API, which mirrors it into the owning
-// Cluster's or Machine's InfrastructureReady condition.
-const (
-	ReadyCondition  = "Ready"
-	PausedCondition = "Paused"
-	// ControlPlaneServiceReadyCondition: the control-plane Service exists and matches the
-	// template, or none is needed because the cluster is managed by someone else.
-	ControlPlaneServiceReadyCondition = "ControlPlaneServiceReady"
-	// ControlPlaneEndpointReadyCondition: spec.controlPlaneEndpoint holds a valid host and port.
-	ControlPlaneEndpointReadyCondition = "ControlPlaneEndpointReady"
-	// VirtualMachineReadyCondition: the machine's VirtualMachine exists and runs.
-	VirtualMachineReadyCondition = "VirtualMachineReady"
-)

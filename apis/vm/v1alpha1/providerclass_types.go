@@ -67,12 +67,6 @@ type ProviderClassStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// Condition types of a ProviderClass.
-const (
-	ConditionEnabled   = "Enabled"
-	ConditionAvailable = "Available"
-)
-
 // ProviderClass offers one hypervisor to VirtualMachines: whether it is enabled, where it may
 // run, and where it can. A class is named after its handler; a VM's spec.provider names it.
 // +kubebuilder:object:root=true

@@ -272,21 +272,6 @@ const (
 	PhaseFailed     Phase = "Failed"     // guest or runner failed and will not be restarted
 )
 
-// Condition types.
-const (
-	// ConditionScheduled is True once the runner pod is bound to a node.
-	ConditionScheduled = "Scheduled"
-	// ConditionReady is True while the guest runs.
-	ConditionReady = "Ready"
-	// ConditionImagesCurrent is True while the runner pod uses the VM's effective images.
-	ConditionImagesCurrent = "ImagesCurrent"
-	// ConditionProviderAvailable is True when the VM's ProviderClass exists, is enabled and
-	// allows what the VM asks for.
-	ConditionProviderAvailable = "ProviderAvailable"
-	// ConditionSoftwareEmulation is True when the guest runs under software emulation.
-	ConditionSoftwareEmulation = "SoftwareEmulation"
-)
-
 // Termination records how a runner pod ended.
 type Termination struct {
 	// exitCode of the runner.

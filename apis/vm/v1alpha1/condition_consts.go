@@ -1,0 +1,79 @@
+package v1alpha1
+
+// Condition types and reasons of the kinds in this group, in one place so that users, tools and
+// other controllers can import them. Each reason is named after its value. docs/api.md has a
+// table of every one, kept complete by apis/conditions_doc_test.go. A HypervisorNode has no
+// conditions: its kvm, emulation and providers carry their reasons in words.
+
+// VirtualMachine condition types.
+const (
+	// ConditionScheduled is True once the runner pod is bound to a node.
+	ConditionScheduled = "Scheduled"
+	// ConditionReady is True while the guest runs.
+	ConditionReady = "Ready"
+	// ConditionImagesCurrent is True while the runner pod uses the VM's effective images.
+	ConditionImagesCurrent = "ImagesCurrent"
+	// ConditionProviderAvailable is True when the VM's ProviderClass exists, is enabled and
+	// allows what the VM asks for.
+	ConditionProviderAvailable = "ProviderAvailable"
+	// ConditionSoftwareEmulation is True when the guest runs under software emulation.
+	ConditionSoftwareEmulation = "SoftwareEmulation"
+)
+
+// VirtualMachine reasons of Scheduled and Ready: where the runner pod and the guest are.
+const (
+	ReasonNoRunnerPod         = "NoRunnerPod"
+	ReasonRestartBackoff      = "RestartBackoff"
+	ReasonWaitingForScheduler = "WaitingForScheduler"
+	ReasonUnschedulable       = "Unschedulable"
+	ReasonScheduled           = "Scheduled"
+	ReasonStarting            = "Starting"
+	ReasonGuestBooting        = "GuestBooting"
+	ReasonGuestRunning        = "GuestRunning"
+	ReasonStopping            = "Stopping"
+	ReasonGuestStopped        = "GuestStopped"
+	ReasonRunnerFailed        = "RunnerFailed"
+	// ReasonPodNameTaken: a pod that is not the VM's holds the runner pod's name.
+	ReasonPodNameTaken = "PodNameTaken"
+	// ReasonRunnerPodInvalid: the API server refused the runner pod built from the VM's spec.
+	ReasonRunnerPodInvalid = "RunnerPodInvalid"
+	// ReasonNodeNotReady and ReasonNodeDeleted: the runner pod's node is lost.
+	ReasonNodeNotReady = "NodeNotReady"
+	ReasonNodeDeleted  = "NodeDeleted"
+)
+
+// VirtualMachine reasons of ImagesCurrent.
+const (
+	ReasonCurrent         = "Current"
+	ReasonRestartRequired = "RestartRequired"
+	ReasonRecreating      = "Recreating"
+)
+
+// VirtualMachine reasons of ProviderAvailable (which also hold Scheduled and Ready when no new
+// runner pod may start) and of SoftwareEmulation.
+const (
+	ReasonProviderAvailable   = "ProviderAvailable"
+	ReasonProviderNotFound    = "ProviderNotFound"
+	ReasonProviderDisabled    = "ProviderDisabled"
+	ReasonNoDefaultProvider   = "NoDefaultProvider"
+	ReasonEmulationNotAllowed = "EmulationNotAllowed"
+	ReasonEmulationRequested  = "EmulationRequested"
+	ReasonKVM                 = "KVM"
+)
+
+// ProviderClass condition types.
+const (
+	// ConditionEnabled is True unless an admin disabled the class.
+	ConditionEnabled = "Enabled"
+	// ConditionAvailable is True when at least one node can run the class's VMs now.
+	ConditionAvailable = "Available"
+)
+
+// ProviderClass reasons of Enabled and Available.
+const (
+	ReasonEnabled         = "Enabled"
+	ReasonDisabledByAdmin = "DisabledByAdmin"
+	ReasonNodesReady      = "NodesReady"
+	ReasonNoNodes         = "NoNodes"
+	ReasonNoReadyNodes    = "NoReadyNodes"
+)

@@ -1,0 +1,231 @@
+package vm
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// One setter per condition of a VirtualMachine. Each decides from what Reconcile gathered first
+// (the runner pod, why no new pod may start, the health of the pod's node, the nodes' fit), in
+// one place, so the order of the reconcile's steps cannot change what a condition says. Pure.
+
+// cause is why something is not so: a condition's reason and message.
+type cause struct{ reason, message string }
+
+// facts are what Scheduled and Ready are decided from.
+type facts struct {
+	pod  *corev1.Pod // the runner pod; nil when there is none
+	held *cause      // why no new runner pod starts (there is none then)
+	lost *cause      // the pod's node is not ready or was deleted (nodeHealth)
+	fit  string      // virtpod's account of the nodes, for a pod the scheduler cannot place (whyNot)
+}
+
+// setScheduled: whether the runner pod is on a node, and if not, why.
+func setScheduled(st *vmv1.VirtualMachineStatus, generation int64, f facts) {
+	c := metav1.Condition{Type: vmv1.ConditionScheduled, Status: metav1.ConditionFalse, ObservedGeneration: generation}
+	why, none := noPod(st, f)
+	switch {
+	case none && f.held == nil && terminal(st.Phase):
+		why = cause{vmv1.ReasonNoRunnerPod, "the guest has stopped and its runner pod is gone"}
+	case !none:
+		var bound bool
+		if bound, why = placement(f.pod); bound {
+			c.Status = metav1.ConditionTrue
+		}
+		if why.reason == vmv1.ReasonUnschedulable && f.fit != "" {
+			why.message += "; virtpod: " + f.fit
+		}
+	}
+	c.Reason, c.Message = why.reason, why.message
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// setReady: whether the guest runs, and if not, why. A lost node comes before what the pod
+// says, which is stale then: the guest may still run where nobody hears from it.
+func setReady(st *vmv1.VirtualMachineStatus, generation int64, f facts) {
+	c := metav1.Condition{Type: vmv1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: generation}
+	why, none := noPod(st, f)
+	switch pod := f.pod; {
+	case none:
+	case f.lost != nil:
+		why = *f.lost
+	case pod.DeletionTimestamp != nil:
+		why = cause{vmv1.ReasonStopping, "the guest is shutting down"}
+	case podEnded(pod):
+		why = cause{stoppedReason(st), stoppedMessage(st)}
+	case pod.Spec.NodeName == "":
+		_, why = placement(pod) // without virtpod's account, which Scheduled carries
+	case isReady(pod):
+		c.Status = metav1.ConditionTrue
+		why = cause{vmv1.ReasonGuestRunning, "the guest is running"}
+	default:
+		why.reason, why.message = startingReason(pod)
+	}
+	c.Reason, c.Message = why.reason, why.message
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// noPod is what Scheduled and Ready say while there is no runner pod (false when there is): why
+// none may start, the stopped guest (Ready's words; Scheduled says its own), the restart
+// back-off, or a pod on its way.
+func noPod(st *vmv1.VirtualMachineStatus, f facts) (cause, bool) {
+	switch {
+	case f.held != nil:
+		return *f.held, true
+	case f.pod != nil:
+		return cause{}, false
+	case terminal(st.Phase):
+		return cause{stoppedReason(st), stoppedMessage(st)}, true
+	case st.RestartCount > 0 && st.LastTermination != nil:
+		return cause{vmv1.ReasonRestartBackoff, fmt.Sprintf("restart %d after %s (back-off %s): %s",
+			st.RestartCount, st.LastTermination.Reason, restartDelay(st.RestartCount), st.LastTermination.Message)}, true
+	default:
+		return cause{vmv1.ReasonNoRunnerPod, "the runner pod is being created"}, true
+	}
+}
+
+// placement is what the scheduler says of the pod: on a node, or why not yet.
+func placement(pod *corev1.Pod) (bool, cause) {
+	if pod.Spec.NodeName != "" {
+		return true, cause{vmv1.ReasonScheduled, fmt.Sprintf("runner pod %s is on node %s", pod.Name, pod.Spec.NodeName)}
+	}
+	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Message != "" {
+		return false, cause{vmv1.ReasonUnschedulable, "runner pod cannot be scheduled: " + c.Message}
+	}
+	return false, cause{vmv1.ReasonWaitingForScheduler, "the runner pod waits for the scheduler"}
+}
+
+// unschedulable is a pod the scheduler has tried to place and could not: virtpod then adds its
+// own account of the nodes (whyNot).
+func unschedulable(pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	_, why := placement(pod)
+	return why.reason == vmv1.ReasonUnschedulable
+}
+
+// setImagesCurrent records the effective images and whether the runner pod uses them;
+// recreating says the pod is being replaced to use them (imageUpdatePolicy Recreate), which the
+// condition keeps saying until the old pod is gone.
+func setImagesCurrent(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, want vmv1.Images, recreating bool) {
+	st.Images = &want
+	if pod == nil || podEnded(pod) {
+		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionImagesCurrent)
+		return
+	}
+	c := metav1.Condition{Type: vmv1.ConditionImagesCurrent, Status: metav1.ConditionTrue, Reason: vmv1.ReasonCurrent,
+		Message: "the runner pod uses the effective images", ObservedGeneration: generation}
+	if have := podspec.PodImages(pod); have != want {
+		c.Status = metav1.ConditionFalse
+		switch old := meta.FindStatusCondition(st.Conditions, vmv1.ConditionImagesCurrent); {
+		case recreating:
+			c.Reason, c.Message = vmv1.ReasonRecreating, "replacing the runner pod: "+imagesDiff(have, want)
+		case old != nil && old.Reason == vmv1.ReasonRecreating:
+			return
+		default:
+			c.Reason = vmv1.ReasonRestartRequired
+			c.Message = imagesDiff(have, want) + "; they apply at the guest's next start (imageUpdatePolicy Recreate applies them now)"
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// setProviderAvailable: what the VM's ProviderClass allows (provider.go decides).
+func setProviderAvailable(st *vmv1.VirtualMachineStatus, generation int64, v verdict) {
+	c := metav1.Condition{Type: vmv1.ConditionProviderAvailable, Status: metav1.ConditionTrue,
+		Reason: v.why.reason, Message: v.why.message, ObservedGeneration: generation}
+	if v.blocked {
+		c.Status = metav1.ConditionFalse
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// setSoftwareEmulation says plainly whether the guest is emulated.
+func setSoftwareEmulation(st *vmv1.VirtualMachineStatus, vm *vmv1.VirtualMachine) {
+	c := metav1.Condition{Type: vmv1.ConditionSoftwareEmulation, Status: metav1.ConditionFalse, Reason: vmv1.ReasonKVM,
+		Message: "the guest runs with KVM", ObservedGeneration: vm.Generation}
+	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
+		c.Status, c.Reason = metav1.ConditionTrue, vmv1.ReasonEmulationRequested
+		c.Message = "the guest runs under software emulation (QEMU TCG), many times slower than with KVM, because the VM asked for it"
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// startingReason explains a scheduled pod whose guest is not running yet, from the runner
+// container's state: an image that cannot be pulled says so here.
+func startingReason(pod *corev1.Pod) (string, string) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != podspec.RunnerContainer {
+			continue
+		}
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+			msg := w.Reason
+			if w.Message != "" {
+				msg += ": " + w.Message
+			}
+			return vmv1.ReasonStarting, "runner container is waiting: " + msg
+		}
+		if cs.State.Running != nil {
+			return vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"
+		}
+	}
+	msg := fmt.Sprintf("runner pod is starting on node %s", pod.Spec.NodeName)
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionFalse && c.Message != "" {
+			msg = c.Message
+		}
+	}
+	if s := cloudInitSecret(pod); s != nil {
+		// A Secret or key that is not there leaves the pod here (ContainerCreating, "no pod
+		// sandbox exists") with nothing more in its status: only the kubelet's FailedMount event
+		// says why, and virtpod reads neither events nor Secrets. So name what the pod waits for.
+		keys := make([]string, len(s.Items))
+		for i, it := range s.Items {
+			keys[i] = it.Key
+		}
+		msg += fmt.Sprintf("; the pod mounts cloud-init Secret %q (keys %s): if that Secret or a key is missing, the pod's FailedMount event says so",
+			s.SecretName, strings.Join(keys, ", "))
+	}
+	return vmv1.ReasonStarting, msg
+}
+
+func cloudInitSecret(pod *corev1.Pod) *corev1.SecretVolumeSource {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == podspec.CloudInitVolume && v.Secret != nil {
+			return v.Secret
+		}
+	}
+	return nil
+}
+
+func stoppedReason(st *vmv1.VirtualMachineStatus) string {
+	if st.Phase == vmv1.PhaseFailed {
+		return vmv1.ReasonRunnerFailed
+	}
+	return vmv1.ReasonGuestStopped
+}
+
+func stoppedMessage(st *vmv1.VirtualMachineStatus) string {
+	if st.LastTermination == nil {
+		return "the guest has stopped"
+	}
+	return describe(st.LastTermination)
+}
+
+func imagesDiff(have, want vmv1.Images) string {
+	var parts []string
+	for _, d := range [][3]string{{"runner", have.Runner, want.Runner}, {"kernel", have.Kernel, want.Kernel}, {"rootDisk", have.RootDisk, want.RootDisk}} {
+		if d[1] != d[2] {
+			parts = append(parts, fmt.Sprintf("%s %s → %s", d[0], d[1], d[2]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

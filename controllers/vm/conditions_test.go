@@ -1,0 +1,284 @@
+package vm
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// want is a condition's status, reason and message.
+type want struct {
+	status          metav1.ConditionStatus
+	reason, message string
+}
+
+func check(t *testing.T, name string, conds []metav1.Condition, typ string, w want) {
+	t.Helper()
+	c := meta.FindStatusCondition(conds, typ)
+	if c == nil {
+		t.Errorf("%s: no %s condition", name, typ)
+		return
+	}
+	if c.Status != w.status || c.Reason != w.reason || c.Message != w.message || c.ObservedGeneration != 7 {
+		t.Errorf("%s: %s = %s/%s %q (generation %d)\nwant %s/%s %q", name, typ, c.Status, c.Reason, c.Message, c.ObservedGeneration, w.status, w.reason, w.message)
+	}
+}
+
+// pod is a runner pod in the given state.
+func pod(state ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-runner", UID: "uid-1"}}
+	for _, s := range state {
+		s(p)
+	}
+	return p
+}
+
+func onNode(p *corev1.Pod) { p.Spec.NodeName = "node-a" }
+func deleting(p *corev1.Pod) {
+	p.DeletionTimestamp = ptr.To(metav1.Now())
+}
+func failed(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }
+func ready(p *corev1.Pod) {
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+}
+func runnerUp(p *corev1.Pod) {
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+}
+func pullBackOff(p *corev1.Pod) {
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "r:1"`}}}}
+}
+func refusedByScheduler(p *corev1.Pod) {
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: "Unschedulable", Message: "0/3 nodes are available: 3 Insufficient devices.virtpod.io/kvm."})
+}
+
+// TestScheduledAndReady decides both conditions as Reconcile does (observe, then the setters)
+// for each state a VM can be in, and checks what a user sees.
+func TestScheduledAndReady(t *testing.T) {
+	boom := &vmv1.Termination{ExitCode: 1, Reason: "Error", Message: "qemu: no kernel"}
+	lost := &cause{vmv1.ReasonNodeNotReady, "node node-a is not ready (...)"}
+	for _, tc := range []struct {
+		name      string
+		status    vmv1.VirtualMachineStatus // before
+		f         facts
+		phase     vmv1.Phase
+		scheduled want
+		ready     want
+	}{
+		{name: "held by the provider", f: facts{held: &cause{vmv1.ReasonProviderDisabled, "ProviderClass qemu is disabled"}}, phase: vmv1.PhasePending,
+			scheduled: want{"False", vmv1.ReasonProviderDisabled, "ProviderClass qemu is disabled"},
+			ready:     want{"False", vmv1.ReasonProviderDisabled, "ProviderClass qemu is disabled"}},
+		{name: "held even after a stop", status: vmv1.VirtualMachineStatus{Phase: vmv1.PhaseFailed, LastTermination: boom},
+			f: facts{held: &cause{vmv1.ReasonPodNameTaken, "taken"}}, phase: vmv1.PhaseFailed,
+			scheduled: want{"False", vmv1.ReasonPodNameTaken, "taken"}, ready: want{"False", vmv1.ReasonPodNameTaken, "taken"}},
+		{name: "pod being created", phase: vmv1.PhasePending,
+			scheduled: want{"False", vmv1.ReasonNoRunnerPod, "the runner pod is being created"},
+			ready:     want{"False", vmv1.ReasonNoRunnerPod, "the runner pod is being created"}},
+		{name: "restart back-off", status: vmv1.VirtualMachineStatus{Phase: vmv1.PhaseRunning, RestartCount: 3, LastTermination: boom}, phase: vmv1.PhasePending,
+			scheduled: want{"False", vmv1.ReasonRestartBackoff, "restart 3 after Error (back-off 20s): qemu: no kernel"},
+			ready:     want{"False", vmv1.ReasonRestartBackoff, "restart 3 after Error (back-off 20s): qemu: no kernel"}},
+		{name: "failed for good, pod gone", status: vmv1.VirtualMachineStatus{Phase: vmv1.PhaseFailed, LastTermination: boom}, phase: vmv1.PhaseFailed,
+			scheduled: want{"False", vmv1.ReasonNoRunnerPod, "the guest has stopped and its runner pod is gone"},
+			ready:     want{"False", vmv1.ReasonRunnerFailed, "runner exited with code 1 (Error): qemu: no kernel"}},
+		{name: "powered off, nothing recorded", status: vmv1.VirtualMachineStatus{Phase: vmv1.PhaseSucceeded}, phase: vmv1.PhaseSucceeded,
+			scheduled: want{"False", vmv1.ReasonNoRunnerPod, "the guest has stopped and its runner pod is gone"},
+			ready:     want{"False", vmv1.ReasonGuestStopped, "the guest has stopped"}},
+		{name: "waiting for the scheduler", f: facts{pod: pod()}, phase: vmv1.PhaseScheduling,
+			scheduled: want{"False", vmv1.ReasonWaitingForScheduler, "the runner pod waits for the scheduler"},
+			ready:     want{"False", vmv1.ReasonWaitingForScheduler, "the runner pod waits for the scheduler"}},
+		{name: "unschedulable: virtpod's account on Scheduled only", f: facts{pod: pod(refusedByScheduler), fit: "0/3 nodes fit: 3 without usable KVM"}, phase: vmv1.PhaseScheduling,
+			scheduled: want{"False", vmv1.ReasonUnschedulable, "runner pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient devices.virtpod.io/kvm.; virtpod: 0/3 nodes fit: 3 without usable KVM"},
+			ready:     want{"False", vmv1.ReasonUnschedulable, "runner pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient devices.virtpod.io/kvm."}},
+		{name: "starting", f: facts{pod: pod(onNode)}, phase: vmv1.PhaseStarting,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonStarting, "runner pod is starting on node node-a"}},
+		{name: "image pull problem", f: facts{pod: pod(onNode, pullBackOff)}, phase: vmv1.PhaseStarting,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonStarting, `runner container is waiting: ImagePullBackOff: Back-off pulling image "r:1"`}},
+		{name: "guest booting", f: facts{pod: pod(onNode, runnerUp)}, phase: vmv1.PhaseStarting,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"}},
+		{name: "running", f: facts{pod: pod(onNode, runnerUp, ready)}, phase: vmv1.PhaseRunning,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running"}},
+		{name: "node lost while running", f: facts{pod: pod(onNode, runnerUp, ready), lost: lost}, phase: vmv1.PhaseRunning,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonNodeNotReady, lost.message}},
+		{name: "node lost while stopping", f: facts{pod: pod(onNode, ready, deleting), lost: lost}, phase: vmv1.PhaseStopping,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonNodeNotReady, lost.message}},
+		{name: "stopping", f: facts{pod: pod(onNode, ready, deleting)}, phase: vmv1.PhaseStopping,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonStopping, "the guest is shutting down"}},
+		{name: "ended and kept (restartPolicy Never)", status: vmv1.VirtualMachineStatus{PodUID: "uid-1", LastTermination: boom},
+			f: facts{pod: pod(onNode, failed)}, phase: vmv1.PhaseFailed,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonRunnerFailed, "runner exited with code 1 (Error): qemu: no kernel"}},
+	} {
+		st := tc.status
+		observe(&st, 7, tc.f.pod)
+		setScheduled(&st, 7, tc.f)
+		setReady(&st, 7, tc.f)
+		if st.Phase != tc.phase {
+			t.Errorf("%s: phase %s, want %s", tc.name, st.Phase, tc.phase)
+		}
+		check(t, tc.name, st.Conditions, vmv1.ConditionScheduled, tc.scheduled)
+		check(t, tc.name, st.Conditions, vmv1.ConditionReady, tc.ready)
+	}
+}
+
+// TestSettersIgnoreOrder: each setter decides from the facts alone, so running them in another
+// order, or again, gives the same conditions.
+func TestSettersIgnoreOrder(t *testing.T) {
+	f := facts{pod: pod(onNode, runnerUp, ready), lost: &cause{vmv1.ReasonNodeDeleted, "node node-a was deleted"}}
+	a, b := vmv1.VirtualMachineStatus{}, vmv1.VirtualMachineStatus{}
+	observe(&a, 7, f.pod)
+	setScheduled(&a, 7, f)
+	setReady(&a, 7, f)
+	observe(&b, 7, f.pod)
+	setReady(&b, 7, f)
+	setScheduled(&b, 7, f)
+	setReady(&b, 7, f)
+	for _, typ := range []string{vmv1.ConditionScheduled, vmv1.ConditionReady} {
+		ca, cb := meta.FindStatusCondition(a.Conditions, typ), meta.FindStatusCondition(b.Conditions, typ)
+		if ca.Status != cb.Status || ca.Reason != cb.Reason || ca.Message != cb.Message {
+			t.Errorf("%s differs with the order: %+v vs %+v", typ, ca, cb)
+		}
+	}
+}
+
+func TestNodeLost(t *testing.T) {
+	node := func(conds ...corev1.NodeCondition) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{Conditions: conds}}
+	}
+	always := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RestartPolicy: vmv1.RestartAlways}}
+	never := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RestartPolicy: vmv1.RestartNever}}
+	for _, tc := range []struct {
+		name string
+		vm   *vmv1.VirtualMachine
+		node *corev1.Node
+		want *cause
+	}{
+		{"ready", always, node(corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}), nil},
+		{"deleted", always, nil, &cause{vmv1.ReasonNodeDeleted,
+			"node node-a was deleted; Kubernetes removes runner pod web-runner within about a minute (PodGC), then the guest starts on another node (restartPolicy Always)"}},
+		{"deleted, never restarted", never, nil, &cause{vmv1.ReasonNodeDeleted,
+			"node node-a was deleted; Kubernetes removes runner pod web-runner within about a minute (PodGC), then the VM is marked Failed (restartPolicy Never)"}},
+		{"stopped reporting", always, node(corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Message: "Kubelet stopped posting node status."}),
+			&cause{vmv1.ReasonNodeNotReady, "node node-a is not ready (Ready=Unknown: Kubelet stopped posting node status.); the guest may still run there, " +
+				"so no second copy starts while runner pod web-runner exists. If the node is down for good, delete it (kubectl delete node node-a) or taint it " +
+				"(kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute): Kubernetes then removes the pod, and the guest starts on another node (restartPolicy Always)"}},
+		{"no Ready condition", never, node(), &cause{vmv1.ReasonNodeNotReady, "node node-a is not ready (no Ready condition); the guest may still run there, " +
+			"so no second copy starts while runner pod web-runner exists. If the node is down for good, delete it (kubectl delete node node-a) or taint it " +
+			"(kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute): Kubernetes then removes the pod, and the VM is marked Failed (restartPolicy Never)"}},
+	} {
+		got := nodeLost(tc.vm, pod(onNode), tc.node)
+		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+			t.Errorf("%s: nodeLost = %+v\nwant %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestImagesCurrent(t *testing.T) {
+	vm := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: vmv1.VirtualMachineSpec{
+		Guest: vmv1.GuestSpec{CPUs: 1, Memory: resource.MustParse("256Mi"), KernelImage: "k:1", RootDisk: vmv1.RootDisk{Image: "d:1"}}}}
+	running := podspec.Build(vm, podspec.DefaultOptions())
+	ended := running.DeepCopy()
+	ended.Status.Phase = corev1.PodSucceeded
+	same := podspec.PodImages(running)
+	newer := same
+	newer.Runner = "virtpod/runner:v2"
+	recreatingBefore := []metav1.Condition{{Type: vmv1.ConditionImagesCurrent, Status: metav1.ConditionFalse, Reason: vmv1.ReasonRecreating,
+		Message: "replacing the runner pod: runner virtpod/runner:latest → virtpod/runner:v2", ObservedGeneration: 7}}
+	for _, tc := range []struct {
+		name       string
+		before     []metav1.Condition
+		pod        *corev1.Pod
+		want       vmv1.Images
+		recreating bool
+		cond       *want // nil: no ImagesCurrent condition
+	}{
+		{name: "no pod", pod: nil, want: same},
+		{name: "pod ended", before: recreatingBefore, pod: ended, want: newer},
+		{name: "current", pod: running, want: same, cond: &want{"True", vmv1.ReasonCurrent, "the runner pod uses the effective images"}},
+		{name: "changed", pod: running, want: newer, cond: &want{"False", vmv1.ReasonRestartRequired,
+			"runner virtpod/runner:latest → virtpod/runner:v2; they apply at the guest's next start (imageUpdatePolicy Recreate applies them now)"}},
+		{name: "being recreated", pod: running, want: newer, recreating: true, cond: &want{"False", vmv1.ReasonRecreating,
+			"replacing the runner pod: runner virtpod/runner:latest → virtpod/runner:v2"}},
+		{name: "still being recreated", before: recreatingBefore, pod: running, want: newer, cond: &want{"False", vmv1.ReasonRecreating,
+			"replacing the runner pod: runner virtpod/runner:latest → virtpod/runner:v2"}},
+		{name: "recreated", before: recreatingBefore, pod: running, want: same, cond: &want{"True", vmv1.ReasonCurrent, "the runner pod uses the effective images"}},
+	} {
+		st := vmv1.VirtualMachineStatus{Conditions: append([]metav1.Condition(nil), tc.before...)}
+		setImagesCurrent(&st, 7, tc.pod, tc.want, tc.recreating)
+		if st.Images == nil || *st.Images != tc.want {
+			t.Errorf("%s: status.images %+v, want %+v", tc.name, st.Images, tc.want)
+		}
+		if tc.cond == nil {
+			if c := meta.FindStatusCondition(st.Conditions, vmv1.ConditionImagesCurrent); c != nil {
+				t.Errorf("%s: ImagesCurrent %+v, want none", tc.name, c)
+			}
+			continue
+		}
+		check(t, tc.name, st.Conditions, vmv1.ConditionImagesCurrent, *tc.cond)
+	}
+}
+
+func TestProviderAvailable(t *testing.T) {
+	vm := func(accel vmv1.Acceleration) *vmv1.VirtualMachine {
+		return &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{Provider: vmv1.ProviderQEMU, Acceleration: accel}}
+	}
+	class := func(edit func(*vmv1.ProviderClass)) *vmv1.ProviderClass {
+		c := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu"}, Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU}}
+		edit(c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		v    verdict
+		want want
+	}{
+		{"no class", judge(vm(vmv1.AccelerationKVM), nil), want{"False", vmv1.ReasonProviderNotFound,
+			"ProviderClass qemu does not exist, so no node is offered for it; an admin creates it (kubectl get providerclasses lists those there are)"}},
+		{"disabled", judge(vm(vmv1.AccelerationKVM), class(func(c *vmv1.ProviderClass) { c.Spec.Enabled, c.Spec.DisabledReason = ptr.To(false), "host upgrade" })),
+			want{"False", vmv1.ReasonProviderDisabled, "ProviderClass qemu is disabled by an admin: host upgrade; a running guest keeps running, but none starts until it is enabled (vmctl provider enable qemu)"}},
+		{"emulation not allowed", judge(vm(vmv1.AccelerationEmulated), class(func(*vmv1.ProviderClass) {})), want{"False", vmv1.ReasonEmulationNotAllowed,
+			"the VM asks for software emulation and ProviderClass qemu does not allow it (spec.allowEmulation); use acceleration KVM or ask an admin"}},
+		{"available", judge(vm(vmv1.AccelerationEmulated), class(func(c *vmv1.ProviderClass) {
+			c.Spec.AllowEmulation = true
+			c.Status.Conditions = []metav1.Condition{{Type: vmv1.ConditionAvailable, Status: metav1.ConditionTrue, Message: "2/2 nodes fit"}}
+		})), want{"True", vmv1.ReasonProviderAvailable, "ProviderClass qemu is enabled; 2/2 nodes fit"}},
+		{"no default", noDefault(nil), want{"False", vmv1.ReasonNoDefaultProvider,
+			`spec.provider is empty and no ProviderClass is the default (annotation provider.virtpod.io/is-default-class="true"); set spec.provider or ask an admin to mark one`}},
+		{"two defaults", noDefault([]string{"cloud-hypervisor", "qemu"}), want{"False", vmv1.ReasonNoDefaultProvider,
+			"spec.provider is empty and 2 ProviderClasses claim to be the default ([cloud-hypervisor qemu]); set spec.provider or ask an admin to keep one"}},
+	} {
+		if tc.v.blocked != (tc.want.status == metav1.ConditionFalse) {
+			t.Errorf("%s: blocked = %v", tc.name, tc.v.blocked)
+		}
+		st := vmv1.VirtualMachineStatus{}
+		setProviderAvailable(&st, 7, tc.v)
+		check(t, tc.name, st.Conditions, vmv1.ConditionProviderAvailable, tc.want)
+	}
+}
+
+func TestSoftwareEmulation(t *testing.T) {
+	for accel, w := range map[vmv1.Acceleration]want{
+		vmv1.AccelerationKVM: {"False", vmv1.ReasonKVM, "the guest runs with KVM"},
+		vmv1.AccelerationEmulated: {"True", vmv1.ReasonEmulationRequested,
+			"the guest runs under software emulation (QEMU TCG), many times slower than with KVM, because the VM asked for it"},
+	} {
+		st := vmv1.VirtualMachineStatus{}
+		setSoftwareEmulation(&st, &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Generation: 7}, Spec: vmv1.VirtualMachineSpec{Acceleration: accel}})
+		check(t, string(accel), st.Conditions, vmv1.ConditionSoftwareEmulation, w)
+	}
+}
