@@ -19,6 +19,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/kvmprobe"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/spoofguard"
 )
 
 // Binary names, as they appear in the "provider binary not found" message.
@@ -142,6 +143,11 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		if err != nil {
 			return failf(ExitError, "--network=pod: %v", err)
 		}
+		// The guest may speak on the pod network only as itself (docs/security.md).
+		if err := spoofguard.Install(plumbing.Tap, plumbing.GuestMAC, pod.Addr.IP); err != nil {
+			return failf(ExitError, "--network=pod: %v", err)
+		}
+		board.setDropped(spoofguard.Dropped)
 		ipArg = pod.KernelIPArg(cfg.Name)
 		log.Info("guest network", zap.String("ip", pod.Addr.String()), zap.Stringer("gateway", pod.Gateway),
 			zap.Stringer("guestMAC", plumbing.GuestMAC), zap.Stringer("podMAC", plumbing.PodMAC), zap.String("tap", plumbing.Tap))
