@@ -43,7 +43,7 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	run(t, "ip", "-n", other, "link", "set", "eth0", "up")
 	otherMAC := linkMAC(t, other, "eth0")
 	// The node learns the other pod's MAC before the guest starts lying about it.
-	run(t, "ping", "-c", "1", "-W", "2", otherIP)
+	run(t, "busybox", "ping", "-c", "1", "-W", "2", otherIP)
 
 	const spoofMAC = "02:00:5e:00:00:99"
 	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-spoof"), "--network=pod", "--resolv-conf="+ns.resolvConf,
@@ -67,7 +67,7 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	if _, err := httpGet(ctx, "http://"+ns.podIP+"/"); err != nil {
 		t.Fatalf("guest HTTP at the pod IP: %v", err)
 	}
-	run(t, "ip", "netns", "exec", other, "ping", "-c", "1", "-W", "2", ns.gwIP)
+	run(t, "ip", "netns", "exec", other, "busybox", "ping", "-c", "1", "-W", "2", ns.gwIP)
 
 	out, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--path=/status", "--print").Output()
 	if err != nil {
