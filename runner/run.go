@@ -15,6 +15,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/guestnet"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/spoofguard"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/kvm"
 )
@@ -133,6 +134,11 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		if err != nil {
 			return failf(ExitError, "--network=pod: %v", err)
 		}
+		// The guest may speak on the pod network only as itself (docs/security.md).
+		if err := spoofguard.Install(plumbing.Tap, plumbing.GuestMAC, pod.Addr.IP); err != nil {
+			return failf(ExitError, "--network=pod: %v", err)
+		}
+		board.setDropped(spoofguard.Dropped)
 		ipArg = pod.KernelIPArg(cfg.Name)
 		log.Info("guest network", zap.String("ip", pod.Addr.String()), zap.Stringer("gateway", pod.Gateway),
 			zap.Stringer("guestMAC", plumbing.GuestMAC), zap.Stringer("podMAC", plumbing.PodMAC), zap.String("tap", plumbing.Tap))

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Guest states reported by /status.
@@ -29,12 +32,17 @@ type Status struct {
 	Acceleration  string  `json:"acceleration"`
 	UptimeSeconds float64 `json:"uptimeSeconds"`
 	Reason        string  `json:"reason,omitempty"`
+	// SpoofDropped counts the frames the guest sent as someone else (by counter: mac, arp, ip,
+	// other), dropped on its tap; absent when the guest has no pod network.
+	SpoofDropped map[string]uint64 `json:"spoofDropped,omitempty"`
 }
 
 type statusBoard struct {
 	mu      sync.Mutex
 	s       Status
 	running time.Time // when the guest last started running
+	// dropped reads the anti-spoofing counters; nil until the guard is installed.
+	dropped func() (map[string]uint64, error)
 }
 
 func (b *statusBoard) set(state, reason string) {
@@ -56,6 +64,9 @@ func (b *statusBoard) get() Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.s
+	if b.dropped != nil {
+		s.SpoofDropped, _ = b.dropped() // a read error leaves the field out, never the document
+	}
 	if !b.running.IsZero() {
 		s.UptimeSeconds = time.Since(b.running).Round(time.Millisecond).Seconds()
 	}
@@ -80,6 +91,9 @@ func (b *statusBoard) handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(b.get())
 	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(dropCollector{b})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
 }
 
@@ -100,4 +114,25 @@ func (b *statusBoard) serve(ctx context.Context, addr string) (func(), error) {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}, nil
+}
+
+func (b *statusBoard) setDropped(f func() (map[string]uint64, error)) {
+	b.mu.Lock()
+	b.dropped = f
+	b.mu.Unlock()
+}
+
+var spoofDroppedDesc = prometheus.NewDesc("virtpod_runner_spoofed_frames_dropped_total",
+	"Frames the guest sent with a source other than its own MAC and the pod IP, dropped on its tap, by counter (mac, arp, ip, other).",
+	[]string{"counter"}, nil)
+
+// dropCollector reads the guard's counters at scrape time: the kernel keeps them.
+type dropCollector struct{ b *statusBoard }
+
+func (c dropCollector) Describe(ch chan<- *prometheus.Desc) { ch <- spoofDroppedDesc }
+
+func (c dropCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, v := range c.b.get().SpoofDropped {
+		ch <- prometheus.MustNewConstMetric(spoofDroppedDesc, prometheus.CounterValue, float64(v), k)
+	}
 }

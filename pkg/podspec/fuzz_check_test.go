@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
@@ -99,5 +101,46 @@ func checkRunnerArgs(t *testing.T, vm *vmv1.VirtualMachine, c *corev1.Container)
 	}
 	if n := hasPrefixCount(c.Args, "--port="); n != len(g.Ports) {
 		t.Fatalf("%d --port arguments for %d ports: %q", n, len(g.Ports), c.Args)
+	}
+}
+
+// fuzzClass is an admin's ProviderClass that lets VMs pick runner images of one repository.
+var fuzzClass = &vmv1.ProviderClass{Spec: vmv1.ProviderClassSpec{
+	RunnerImage:         "registry.example.com/virtpod/runner:v1",
+	AllowedRunnerImages: []string{"localhost/virtpod/runner"},
+}}
+
+// checkRunnerIsTheAdmins: what runs with the runner's privileges is the admin's choice, whatever
+// the VM says. The runner image is the class's, the controller's or one the class allows; its
+// command, security context and mounts, and the pod's security context, are those of a plain VM
+// built with the same options; every volume is an image, an emptyDir or the cloud-init Secret.
+func checkRunnerIsTheAdmins(t *testing.T, pod *corev1.Pod, opts podspec.Options) {
+	t.Helper()
+	r := runnerOf(pod)
+	if r.Image != opts.RunnerImage && !opts.Class.Spec.AllowsRunnerImage(r.Image) {
+		t.Fatalf("runner image %q is neither the controller's nor allowed by the ProviderClass", r.Image)
+	}
+	plain := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: "plain"},
+		Spec: vmv1.VirtualMachineSpec{Guest: vmv1.GuestSpec{CPUs: 1, KernelImage: "k", RootDisk: vmv1.RootDisk{Image: "d"}}}}
+	ref := podspec.Build(plain, opts)
+	want := runnerOf(ref)
+	if !slices.Equal(r.Command, want.Command) || !equality.Semantic.DeepEqual(r.SecurityContext, want.SecurityContext) ||
+		!equality.Semantic.DeepEqual(pod.Spec.SecurityContext, ref.Spec.SecurityContext) {
+		t.Fatalf("the VM changed the runner's command or security context:\n got %q %+v %+v\nwant %q %+v %+v",
+			r.Command, r.SecurityContext, pod.Spec.SecurityContext, want.Command, want.SecurityContext, ref.Spec.SecurityContext)
+	}
+	mounts := map[string]string{}
+	for _, m := range want.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	for _, m := range r.VolumeMounts {
+		if p, ok := mounts[m.Name]; ok && p != m.MountPath || !ok && m.Name != podspec.CloudInitVolume {
+			t.Fatalf("the VM changed the runner's mounts: %s at %s", m.Name, m.MountPath)
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Image == nil && v.EmptyDir == nil && (v.Secret == nil || v.Name != podspec.CloudInitVolume) {
+			t.Fatalf("volume %s is neither an image, an emptyDir nor the cloud-init Secret: %+v", v.Name, v.VolumeSource)
+		}
 	}
 }

@@ -64,11 +64,17 @@ func FuzzRender(f *testing.F) {
 
 		opts := podspec.DefaultOptions()
 		opts.CopyImages = copyImages
+		opts.Class = fuzzClass
+		if !fuzzClass.Spec.AllowsRunnerImage(vm.Spec.RunnerImage) {
+			t.Logf("the runner-image policy and the controller refuse runner image %q", vm.Spec.RunnerImage)
+			return
+		}
 		pod := podspec.Build(vm, opts)
 		if again := podspec.Build(vm.DeepCopy(), opts); !equality.Semantic.DeepEqual(pod, again) {
 			t.Fatal("Build gave two different pods for the same VM")
 		}
 		checkPod(t, vm, pod)
+		checkRunnerIsTheAdmins(t, pod, opts)
 
 		sent := pod.DeepCopy()
 		err := c.Create(ctx, sent, client.DryRunAll)

@@ -129,10 +129,15 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	return c
 }
 
-// Images are the images vm's next runner pod is built from: the spec's, with the controller's
-// default runner image, after the image map.
+// Images are the images vm's next runner pod is built from: the spec's, with the runner image
+// of the VM's ProviderClass or else the controller's default, after the image map. Whether the
+// VM may name its own runner image is the ProviderClass's to say (AllowsRunnerImage), checked by
+// admission and by the controller before it builds a pod.
 func Images(vm *vmv1.VirtualMachine, opts Options) vmv1.Images {
 	runner := vm.Spec.RunnerImage
+	if runner == "" && opts.Class != nil {
+		runner = opts.Class.Spec.RunnerImage
+	}
 	if runner == "" {
 		runner = opts.RunnerImage
 	}

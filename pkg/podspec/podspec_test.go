@@ -57,6 +57,9 @@ func TestGolden(t *testing.T) {
 					Tolerations: []corev1.Toleration{{Key: "vms-only", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}},
 				Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")}}}
 		},
+		"class-runner-image": func(_ *vmv1.VirtualMachine, o *podspec.Options) {
+			o.Class = &vmv1.ProviderClass{Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, RunnerImage: "registry.example.com/virtpod/runner:v2"}}
+		},
 		"cloud-init-seed": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "web-bootstrap"}, UserDataKey: "value", NetworkDataKey: "network"}
 		},

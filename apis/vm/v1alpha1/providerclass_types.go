@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -33,9 +35,44 @@ type ProviderClassSpec struct {
 	// +optional
 	Scheduling *ProviderScheduling `json:"scheduling,omitempty"`
 
+	// runnerImage is the runner image for VMs of this class that name none; empty means the
+	// controller's --runner-image. The controller's image map still applies to it.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$')",message="spec.runnerImage must be an image reference such as registry.example.com/virtpod/runner:v1"
+	// +optional
+	RunnerImage string `json:"runnerImage,omitempty"`
+
+	// allowedRunnerImages are the runner images a VM of this class may name in its own
+	// spec.runnerImage; the runner container holds NET_ADMIN and /dev/kvm, so only an admin
+	// decides what runs there. An entry is an image reference (that image exactly, as the VM
+	// spells it) or a repository without tag or digest (any tag or digest of it). Empty: VMs of
+	// this class may not name a runner image. A ValidatingAdmissionPolicy refuses others at
+	// admission (config/admission) and the controller holds any that got past it.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`
+	// +listType=set
+	// +optional
+	AllowedRunnerImages []string `json:"allowedRunnerImages,omitempty"`
+
 	// overhead is added to each runner pod's resource requests, for the hypervisor itself.
 	// +optional
 	Overhead corev1.ResourceList `json:"overhead,omitempty"`
+}
+
+// AllowsRunnerImage says whether a VM of this class may name image as its runner image: the
+// class's own runner image, or one allowedRunnerImages lists (exactly, or by repository). The
+// admission policy in config/admission says the same in CEL; a test holds them to one table.
+func (s *ProviderClassSpec) AllowsRunnerImage(image string) bool {
+	if image == "" || image == s.RunnerImage {
+		return true
+	}
+	for _, a := range s.AllowedRunnerImages {
+		if image == a || strings.HasPrefix(image, a+":") || strings.HasPrefix(image, a+"@") {
+			return true
+		}
+	}
+	return false
 }
 
 // ProviderScheduling are node constraints merged into each runner pod of the class.

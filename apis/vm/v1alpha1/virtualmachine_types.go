@@ -61,7 +61,9 @@ type VirtualMachineSpec struct {
 	Guest GuestSpec `json:"guest"`
 
 	// runnerImage is the image of the runner container that runs the hypervisor. Empty means the
-	// controller's default (its --runner-image flag).
+	// ProviderClass's runnerImage, or else the controller's default (its --runner-image flag). The
+	// runner holds NET_ADMIN and /dev/kvm, so a VM may name an image only when its ProviderClass
+	// allows it (spec.allowedRunnerImages); anything else is refused at admission.
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$')",message="spec.runnerImage must be an image reference such as registry.example.com/virtpod/runner:v1"
 	// +optional

@@ -266,6 +266,11 @@ func (in *ProviderClassSpec) DeepCopyInto(out *ProviderClassSpec) {
 		*out = new(ProviderScheduling)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.AllowedRunnerImages != nil {
+		in, out := &in.AllowedRunnerImages, &out.AllowedRunnerImages
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Overhead != nil {
 		in, out := &in.Overhead, &out.Overhead
 		*out = make(v1.ResourceList, len(*in))

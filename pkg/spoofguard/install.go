@@ -1,0 +1,124 @@
+package spoofguard
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Table is the nftables table (netdev family) that holds the guard in the pod's namespace.
+const Table = "virtpod-guard"
+
+const chainName = "guest-ingress"
+
+// Install adds the guard to the tap in the current network namespace, replacing an earlier
+// one (a runner restarted in the same pod). It needs CAP_NET_ADMIN, which the runner has.
+func Install(tap string, mac net.HardwareAddr, ip net.IP) error {
+	rules, err := Rules(mac, ip)
+	if err != nil {
+		return err
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if err := remove(c); err != nil {
+		return err
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyNetdev, Name: Table})
+	for _, name := range Counters {
+		c.AddObj(&nftables.CounterObj{Table: t, Name: name})
+	}
+	accept := nftables.ChainPolicyAccept
+	ch := c.AddChain(&nftables.Chain{
+		Name: chainName, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookIngress, Priority: nftables.ChainPriorityFilter,
+		Device: tap, Policy: &accept,
+	})
+	for _, r := range rules {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs(r)})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("install the anti-spoofing filter on %s: %w (the kernel needs nf_tables with the netdev family)", tap, err)
+	}
+	return nil
+}
+
+// Remove deletes the guard; it is gone with the pod's namespace anyway.
+func Remove() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if err := remove(c); err != nil {
+		return err
+	}
+	return c.Flush()
+}
+
+func remove(c *nftables.Conn) error {
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyNetdev)
+	if err != nil {
+		return fmt.Errorf("list nftables tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == Table {
+			c.DelTable(t)
+		}
+	}
+	return nil
+}
+
+// Dropped reads the drop counters: frames per counter name since Install.
+func Dropped() (map[string]uint64, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	objs, err := c.GetObjects(&nftables.Table{Family: nftables.TableFamilyNetdev, Name: Table})
+	if err != nil {
+		return nil, fmt.Errorf("read the anti-spoofing counters: %w", err)
+	}
+	out := make(map[string]uint64, len(Counters))
+	for _, o := range objs {
+		if co, ok := o.(*nftables.CounterObj); ok {
+			out[co.Name] = co.Packets
+		}
+	}
+	return out, nil
+}
+
+func exprs(r Rule) []expr.Any {
+	var out []expr.Any
+	for _, m := range r.Matches {
+		op := expr.CmpOpNeq
+		if m.Equal {
+			op = expr.CmpOpEq
+		}
+		out = append(out,
+			&expr.Payload{DestRegister: 1, Base: payloadBase(m.Field.Base), Offset: m.Field.Offset, Len: m.Field.Len},
+			&expr.Cmp{Op: op, Register: 1, Data: m.Value})
+	}
+	if r.Counter != "" {
+		out = append(out, &expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: r.Counter})
+	}
+	kind := expr.VerdictDrop
+	if r.Verdict == Accept {
+		kind = expr.VerdictAccept
+	}
+	return append(out, &expr.Verdict{Kind: kind})
+}
+
+func payloadBase(b Base) expr.PayloadBase {
+	switch b {
+	case Network:
+		return expr.PayloadBaseNetworkHeader
+	case Transport:
+		return expr.PayloadBaseTransportHeader
+	default:
+		return expr.PayloadBaseLLHeader
+	}
+}

@@ -1,0 +1,156 @@
+// Package spoofguard keeps a guest on the pod network speaking only as itself: a netdev ingress
+// filter on the guest's tap passes frames from the guest's own MAC carrying the pod's IPv4
+// address (plus DHCP discovery and ARP probes, which must come from 0.0.0.0), and counts and
+// drops everything else before it reaches the bridge and the pod network.
+//
+// The rules are described as data (Rules) so they can be read and golden-tested without a
+// kernel; Install turns them into nftables objects through netlink.
+package spoofguard
+
+import (
+	"fmt"
+	"net"
+	"strings"
+)
+
+// Counter names: why a frame was dropped. They are the labels of the runner's drop metric.
+const (
+	CounterMAC   = "mac"   // a source MAC other than the guest's
+	CounterARP   = "arp"   // an ARP sender other than the guest's MAC and the pod IP
+	CounterIP    = "ip"    // an IPv4 source other than the pod IP
+	CounterOther = "other" // any other protocol (IPv6, VLAN tags, …): the pod network here is IPv4
+)
+
+// Counters lists every counter, in the order rules use them.
+var Counters = []string{CounterMAC, CounterARP, CounterIP, CounterOther}
+
+// Field is a packet field a rule compares.
+type Field struct {
+	Name   string // as nft spells it
+	Base   Base
+	Offset uint32
+	Len    uint32
+}
+
+// Base says which header a field's offset counts from.
+type Base int
+
+// Header bases.
+const (
+	LinkLayer Base = iota
+	Network
+	Transport
+)
+
+// Fields the rules use. Offsets are fixed by the protocols: Ethernet (RFC 894), ARP for IPv4 over
+// Ethernet (RFC 826), IPv4 (RFC 791), UDP (RFC 768).
+var (
+	EtherSaddr = Field{"ether saddr", LinkLayer, 6, 6}
+	EtherType  = Field{"ether type", LinkLayer, 12, 2}
+	ARPSha     = Field{"arp saddr ether", Network, 8, 6}
+	ARPSpa     = Field{"arp saddr ip", Network, 14, 4}
+	IPProto    = Field{"ip protocol", Network, 9, 1}
+	IPSaddr    = Field{"ip saddr", Network, 12, 4}
+	UDPDport   = Field{"udp dport", Transport, 2, 2}
+)
+
+// Match compares a field with a value.
+type Match struct {
+	Field Field
+	Equal bool
+	Value []byte
+}
+
+// Verdict is what a rule does with a matching frame.
+type Verdict int
+
+// Verdicts.
+const (
+	Accept Verdict = iota
+	Drop
+)
+
+// Rule matches when every Match holds; Counter (when set) counts the frame before the verdict.
+type Rule struct {
+	Matches []Match
+	Counter string
+	Verdict Verdict
+}
+
+var (
+	etherTypeARP  = []byte{0x08, 0x06}
+	etherTypeIPv4 = []byte{0x08, 0x00}
+	ipAny         = []byte{0, 0, 0, 0}
+	protoUDP      = []byte{17}
+	portDHCP      = []byte{0, 67}
+)
+
+// Rules are the tap's ingress rules for a guest with this MAC and IPv4 address, evaluated in
+// order; the last drops whatever no earlier rule accepted.
+func Rules(mac net.HardwareAddr, ip net.IP) ([]Rule, error) {
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("guest MAC %q is not a 48-bit Ethernet address", mac)
+	}
+	ip4 := ip.To4()
+	if ip4 == nil || ip4.Equal(net.IPv4zero) {
+		return nil, fmt.Errorf("guest address %q is not a usable IPv4 address", ip)
+	}
+	m, a := []byte(mac), []byte(ip4)
+	isARP := Match{EtherType, true, etherTypeARP}
+	isIPv4 := Match{EtherType, true, etherTypeIPv4}
+	return []Rule{
+		{Matches: []Match{{EtherSaddr, false, m}}, Counter: CounterMAC, Verdict: Drop},
+		{Matches: []Match{isARP, {ARPSha, false, m}}, Counter: CounterARP, Verdict: Drop},
+		{Matches: []Match{isARP, {ARPSpa, true, a}}, Verdict: Accept},
+		// An ARP probe (RFC 5227) asks about an address before using it, from 0.0.0.0.
+		{Matches: []Match{isARP, {ARPSpa, true, ipAny}}, Verdict: Accept},
+		{Matches: []Match{isARP}, Counter: CounterARP, Verdict: Drop},
+		{Matches: []Match{isIPv4, {IPSaddr, true, a}}, Verdict: Accept},
+		// DHCP discovery and requests come from 0.0.0.0 before the guest has its address.
+		{Matches: []Match{isIPv4, {IPSaddr, true, ipAny}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Verdict: Accept},
+		{Matches: []Match{isIPv4}, Counter: CounterIP, Verdict: Drop},
+		{Counter: CounterOther, Verdict: Drop},
+	}, nil
+}
+
+// String renders a rule the way nft would list it, for logs, docs and golden tests.
+func (r Rule) String() string {
+	var parts []string
+	for _, m := range r.Matches {
+		op := "!= "
+		if m.Equal {
+			op = ""
+		}
+		parts = append(parts, m.Field.Name+" "+op+formatValue(m.Field, m.Value))
+	}
+	if r.Counter != "" {
+		parts = append(parts, fmt.Sprintf("counter name %q", r.Counter))
+	}
+	if r.Verdict == Accept {
+		parts = append(parts, "accept")
+	} else {
+		parts = append(parts, "drop")
+	}
+	return strings.Join(parts, " ")
+}
+
+func formatValue(f Field, v []byte) string {
+	switch {
+	case f == EtherType && len(v) == 2:
+		switch {
+		case v[0] == 0x08 && v[1] == 0x06:
+			return "arp"
+		case v[0] == 0x08 && v[1] == 0x00:
+			return "ip"
+		}
+	case len(v) == 6:
+		return net.HardwareAddr(v).String()
+	case len(v) == 4:
+		return net.IP(v).String()
+	case f == IPProto && len(v) == 1 && v[0] == 17:
+		return "udp"
+	case len(v) == 2:
+		return fmt.Sprint(int(v[0])<<8 | int(v[1]))
+	}
+	return fmt.Sprintf("%x", v)
+}

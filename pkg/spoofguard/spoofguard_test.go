@@ -1,0 +1,281 @@
+package spoofguard
+
+import (
+	"bytes"
+	"encoding/binary"
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/virtpod/virtpod/tests/prereq"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden file")
+
+var (
+	guestMAC = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x01, 0x02}
+	podIP    = net.IPv4(10, 213, 1, 2).To4()
+	otherIP  = net.IPv4(10, 213, 1, 3).To4() // another pod on the node's bridge
+	otherMAC = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x01, 0x03}
+)
+
+func TestRulesGolden(t *testing.T) {
+	rules, err := Rules(guestMAC, podIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, r := range rules {
+		b.WriteString(r.String() + "\n")
+	}
+	golden := filepath.Join("testdata", "rules.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != string(want) {
+		t.Errorf("rules differ from %s (go test -update to accept):\n%s", golden, b.String())
+	}
+}
+
+func TestRulesRefuseBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		mac net.HardwareAddr
+		ip  net.IP
+		err string
+	}{
+		{nil, podIP, "MAC"},
+		{net.HardwareAddr{1, 2, 3, 4, 5, 6, 7, 8}, podIP, "MAC"},
+		{guestMAC, nil, "IPv4"},
+		{guestMAC, net.IPv4zero, "IPv4"},
+		{guestMAC, net.ParseIP("fd00::2"), "IPv4"},
+	} {
+		if _, err := Rules(tc.mac, tc.ip); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("Rules(%v, %v) = %v, want an error about the %s", tc.mac, tc.ip, err, tc.err)
+		}
+	}
+}
+
+// TestGuardInKernel installs the guard in a fresh network namespace on one port of a bridge, as
+// the runner does on the tap, sends real frames into that port and watches which ones come out of
+// another port of the bridge, and what the counters say.
+func TestGuardInKernel(t *testing.T) {
+	prereq.Need(t, os.Geteuid() == 0, "needs root: a network namespace, a bridge and nftables")
+	frames := []struct {
+		name    string
+		frame   []byte
+		passes  bool
+		counter string
+	}{
+		{"ARP reply for the pod IP", arp(guestMAC, guestMAC, podIP), true, ""},
+		{"ARP probe from 0.0.0.0", arp(guestMAC, guestMAC, net.IPv4zero.To4()), true, ""},
+		{"UDP from the pod IP", udp(guestMAC, podIP, 5353), true, ""},
+		{"DHCP discover from 0.0.0.0", udp(guestMAC, net.IPv4zero.To4(), 67), true, ""},
+		{"another MAC", udp(otherMAC, podIP, 5353), false, CounterMAC},
+		{"gratuitous ARP claiming another pod's IP", arp(guestMAC, guestMAC, otherIP), false, CounterARP},
+		{"ARP naming another sender MAC", arp(guestMAC, otherMAC, podIP), false, CounterARP},
+		{"UDP from another pod's IP", udp(guestMAC, otherIP, 5353), false, CounterIP},
+		{"UDP from 0.0.0.0 that is not DHCP", udp(guestMAC, net.IPv4zero.To4(), 53), false, CounterIP},
+		{"IPv6", ipv6(guestMAC), false, CounterOther},
+	}
+
+	type sent struct {
+		got     [][]byte
+		dropped map[string]uint64
+		err     error
+	}
+	done := make(chan sent)
+	go func() {
+		runtime.LockOSThread() // the thread stays in the namespace and is never reused
+		var s sent
+		defer func() { done <- s }()
+		ns, err := netns.New()
+		if err != nil {
+			s.err = err
+			return
+		}
+		defer ns.Close()
+		s.err = func() error {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/disable_ipv6", []byte("1"), 0o644); err != nil {
+				return err
+			}
+			br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+			if err := netlink.LinkAdd(br); err != nil {
+				return err
+			}
+			// tap0 stands in for the guest's tap: frames written into inj0 arrive on it.
+			for _, p := range [][2]string{{"tap0", "inj0"}, {"out0", "cap0"}} {
+				if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p[0]}, PeerName: p[1]}); err != nil {
+					return err
+				}
+				l, _ := netlink.LinkByName(p[0])
+				if err := netlink.LinkSetMaster(l, br); err != nil {
+					return err
+				}
+			}
+			for _, n := range []string{"br0", "tap0", "inj0", "out0", "cap0"} {
+				l, _ := netlink.LinkByName(n)
+				if err := netlink.LinkSetUp(l); err != nil {
+					return err
+				}
+			}
+			if err := Install("tap0", guestMAC, podIP); err != nil {
+				return err
+			}
+			// Installing twice replaces the first guard (a runner restarted in its pod).
+			if err := Install("tap0", guestMAC, podIP); err != nil {
+				return err
+			}
+			capfd, err := packetSocket("cap0")
+			if err != nil {
+				return err
+			}
+			defer unix.Close(capfd)
+			injfd, err := packetSocket("inj0")
+			if err != nil {
+				return err
+			}
+			defer unix.Close(injfd)
+			time.Sleep(100 * time.Millisecond) // bridge ports forwarding (no STP: immediate, but be safe)
+			for _, f := range frames {
+				if _, err := unix.Write(injfd, f.frame); err != nil {
+					return err
+				}
+			}
+			s.got = readFrames(capfd, time.Second)
+			s.dropped, err = Dropped()
+			return err
+		}()
+	}()
+	s := <-done
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	want := map[string]uint64{}
+	for i, f := range frames {
+		seen := false
+		for _, g := range s.got {
+			if bytes.Contains(g, tag(i)) {
+				seen = true
+			}
+		}
+		if seen != f.passes {
+			t.Errorf("%s: came out of the bridge = %v, want %v", f.name, seen, f.passes)
+		}
+		if f.counter != "" {
+			want[f.counter]++
+		}
+	}
+	for _, c := range Counters {
+		if s.dropped[c] != want[c] {
+			t.Errorf("counter %q = %d, want %d (all: %v)", c, s.dropped[c], want[c], s.dropped)
+		}
+	}
+}
+
+var next int
+
+// tag marks a frame's payload so the capture side can tell the test's frames apart.
+func tag(i int) []byte { return []byte("virtpod-spoofguard-frame-" + string(rune('A'+i)) + ";") }
+
+func ether(src net.HardwareAddr, typ uint16, payload []byte) []byte {
+	b := append([]byte{}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	b = append(b, src...)
+	b = binary.BigEndian.AppendUint16(b, typ)
+	b = append(b, payload...)
+	b = append(b, tag(next)...)
+	next++
+	for len(b) < 60 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+func arp(src, sha net.HardwareAddr, spa net.IP) []byte {
+	p := []byte{0, 1, 8, 0, 6, 4, 0, 2}
+	p = append(p, sha...)
+	p = append(p, spa...)
+	p = append(p, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	p = append(p, spa...)
+	return ether(src, 0x0806, p)
+}
+
+func udp(src net.HardwareAddr, saddr net.IP, dport uint16) []byte {
+	data := tag(next)
+	u := binary.BigEndian.AppendUint16(nil, 68)
+	u = binary.BigEndian.AppendUint16(u, dport)
+	u = binary.BigEndian.AppendUint16(u, uint16(8+len(data)))
+	u = append(u, 0, 0) // no UDP checksum
+	u = append(u, data...)
+	h := []byte{0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0}
+	binary.BigEndian.PutUint16(h[2:], uint16(20+len(u)))
+	h = append(h, saddr...)
+	h = append(h, 255, 255, 255, 255)
+	binary.BigEndian.PutUint16(h[10:], checksum(h))
+	return ether(src, 0x0800, append(h, u...))
+}
+
+func ipv6(src net.HardwareAddr) []byte {
+	h := make([]byte, 40)
+	h[0] = 0x60
+	h[6], h[7] = 59, 1 // no next header
+	h[8], h[9] = 0xfe, 0x80
+	return ether(src, 0x86dd, h)
+}
+
+func checksum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return ^uint16(s)
+}
+
+func packetSocket(ifname string) (int, error) {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index}); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func readFrames(fd int, wait time.Duration) [][]byte {
+	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	var out [][]byte
+	for end := time.Now().Add(wait); time.Now().Before(end); {
+		buf := make([]byte, 2048)
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err == nil && n > 0 {
+			out = append(out, buf[:n])
+		}
+	}
+	return out
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -1,0 +1,116 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/virtpod/virtpod/pkg/spoofguard"
+	"github.com/virtpod/virtpod/runner"
+)
+
+// TestGuestCannotSpoofOtherPods: a guest that announces another pod's address, sends from it and
+// sends from another MAC reaches nothing and disturbs nothing — the node still knows the other
+// pod at its own MAC — while its own traffic still flows and the runner counts the drops.
+func TestGuestCannotSpoofOtherPods(t *testing.T) {
+	guest := needGuestHost(t)
+	ns := newPodNetns(t, 4)
+	// Put the pod and another pod on one bridge, as the bridge CNI plugin does on a node.
+	br := fmt.Sprintf("vpt4b%d", os.Getpid()%10000)
+	other := fmt.Sprintf("vpt-%d-4o", os.Getpid())
+	otherIf := fmt.Sprintf("vpt4o%d", os.Getpid()%10000)
+	otherIP := "10.213.4.3"
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "del", other).Run()
+		_ = exec.Command("ip", "link", "del", otherIf).Run()
+		_ = exec.Command("ip", "link", "del", br).Run()
+	})
+	run(t, "ip", "addr", "del", ns.gwIP+"/24", "dev", ns.hostIf)
+	run(t, "ip", "link", "add", br, "type", "bridge")
+	run(t, "ip", "addr", "add", ns.gwIP+"/24", "dev", br)
+	run(t, "ip", "link", "set", br, "up")
+	run(t, "ip", "link", "set", ns.hostIf, "master", br)
+	run(t, "ip", "netns", "add", other)
+	run(t, "ip", "link", "add", otherIf, "type", "veth", "peer", "name", "eth0", "netns", other)
+	run(t, "ip", "link", "set", otherIf, "master", br)
+	run(t, "ip", "link", "set", otherIf, "up")
+	run(t, "ip", "-n", other, "addr", "add", otherIP+"/24", "dev", "eth0")
+	run(t, "ip", "-n", other, "link", "set", "eth0", "up")
+	otherMAC := linkMAC(t, other, "eth0")
+	// The node learns the other pod's MAC before the guest starts lying about it.
+	run(t, "busybox", "ping", "-c", "1", "-W", "2", otherIP)
+
+	const spoofMAC = "02:00:5e:00:00:99"
+	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-spoof"), "--network=pod", "--resolv-conf="+ns.resolvConf,
+		"--kernel-args=rw virtpod.spoof="+otherIP+" virtpod.spoof-mac="+spoofMAC)...)
+	r.waitMarker(t, bootTimeout)
+	for _, want := range []string{"virtpod guest: sent as " + otherIP, "virtpod guest: sent as MAC " + spoofMAC} {
+		if !strings.Contains(r.stdout.String(), want) {
+			t.Fatalf("the guest did not play its part (%q missing):\n%s", want, tail(r.stdout.String(), 20))
+		}
+	}
+
+	if got := neighMAC(t, "", otherIP); got != otherMAC {
+		t.Errorf("the node's neighbour entry for %s is %q after the guest's gratuitous ARP, want the other pod's %s", otherIP, got, otherMAC)
+	}
+	if fdb := run(t, "bridge", "fdb", "show", "br", br); strings.Contains(fdb, spoofMAC) {
+		t.Errorf("the bridge learned the spoofed MAC %s:\n%s", spoofMAC, fdb)
+	}
+	// Normal traffic still flows both ways: the guest at the pod IP, the other pod at its own.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := httpGet(ctx, "http://"+ns.podIP+"/"); err != nil {
+		t.Fatalf("guest HTTP at the pod IP: %v", err)
+	}
+	run(t, "ip", "netns", "exec", other, "busybox", "ping", "-c", "1", "-W", "2", ns.gwIP)
+
+	out, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--path=/status", "--print").Output()
+	if err != nil {
+		t.Fatalf("runner /status: %v", err)
+	}
+	var st runner.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("/status %q: %v", out, err)
+	}
+	if st.SpoofDropped[spoofguard.CounterARP] == 0 || st.SpoofDropped[spoofguard.CounterMAC] == 0 {
+		t.Errorf("/status spoofDropped = %v, want arp and mac drops counted", st.SpoofDropped)
+	}
+	metrics, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--path=/metrics", "--print").Output()
+	if err != nil || !strings.Contains(string(metrics), `virtpod_runner_spoofed_frames_dropped_total{counter="arp"}`) {
+		t.Errorf("/metrics (err %v) lacks the drop counter:\n%s", err, metrics)
+	}
+}
+
+func linkMAC(t *testing.T, netns, dev string) string {
+	t.Helper()
+	var links []struct {
+		Address string `json:"address"`
+	}
+	if err := json.Unmarshal([]byte(run(t, "ip", "-j", "-n", netns, "link", "show", dev)), &links); err != nil || len(links) != 1 {
+		t.Fatalf("read %s's MAC in %s: %v", dev, netns, err)
+	}
+	return links[0].Address
+}
+
+func neighMAC(t *testing.T, netns, ip string) string {
+	t.Helper()
+	args := []string{"-j", "neigh", "show", ip}
+	if netns != "" {
+		args = append([]string{"-n", netns}, args...)
+	}
+	var entries []struct {
+		Lladdr string `json:"lladdr"`
+	}
+	if err := json.Unmarshal([]byte(run(t, "ip", args...)), &entries); err != nil {
+		t.Fatalf("ip neigh: %v", err)
+	}
+	if len(entries) == 0 {
+		return ""
+	}
+	return entries[0].Lladdr
+}
