@@ -31,7 +31,7 @@ func clusterctlRepo(t *testing.T) (clusterctl, config string) {
 	prereq.Need(t, clusterctl != "" && kubectl != "" && err1 == nil && err2 == nil,
 		"clusterctl ($TEST_ASSET_CLUSTERCTL, make capi) and kubectl ($KUBECTL, make k8s-binaries) are needed")
 	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(kubeapi.Root(), "tools", "clusterctl-repo.sh"), dir)
+	cmd := exec.Command(filepath.Join(kubeapi.Root(), "tools", "dev", "clusterctl-repo.sh"), dir)
 	cmd.Env = append(os.Environ(), "KUBECTL="+kubectl)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clusterctl-repo.sh: %v\n%s", err, out)

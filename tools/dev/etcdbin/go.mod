@@ -1,4 +1,4 @@
-module github.com/virtpod/virtpod/tools/etcdbin
+module github.com/virtpod/virtpod/tools/dev/etcdbin
 
 // Builds the pinned etcd server from the Go module proxy.
 

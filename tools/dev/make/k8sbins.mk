@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 \
 	-X k8s.io/client-go/pkg/version.gitMinor=37
-K8S_BUILD := cd tools/k8sbins && CGO_ENABLED=0 go build -trimpath -ldflags '$(K8S_LDFLAGS)'
+K8S_BUILD := cd tools/dev/k8sbins && CGO_ENABLED=0 go build -trimpath -ldflags '$(K8S_LDFLAGS)'
 
 $(K8S_BIN)/kube-apiserver:
 	@mkdir -p $(K8S_BIN)
@@ -31,7 +31,7 @@ k8s-binaries: control-plane $(addprefix $(K8S_BIN)/,$(K8S_CMDS)) ## Build every 
 
 $(ETCD_BIN)/etcd:
 	@mkdir -p $(ETCD_BIN)
-	cd tools/etcdbin && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o $@.tmp go.etcd.io/etcd/server/v3 && mv $@.tmp $@
+	cd tools/dev/etcdbin && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o $@.tmp go.etcd.io/etcd/server/v3 && mv $@.tmp $@
 
 .PHONY: control-plane
 control-plane: $(K8S_BIN)/kube-apiserver $(ETCD_BIN)/etcd ## Build kube-apiserver and etcd for envtest.
@@ -42,7 +42,7 @@ CONTAINERD_BIN := $(VIRTPOD_CACHE)/containerd-$(CONTAINERD_VERSION)
 CONTAINERD_CMDS := containerd containerd-shim-runc-v2 ctr
 $(addprefix $(CONTAINERD_BIN)/,$(CONTAINERD_CMDS)): $(CONTAINERD_BIN)/%:
 	@mkdir -p $(CONTAINERD_BIN)
-	cd tools/containerdbin && CGO_ENABLED=0 go build -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
+	cd tools/dev/containerdbin && CGO_ENABLED=0 go build -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
 		-ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)' \
 		-o $@.tmp github.com/containerd/containerd/v2/cmd/$* && mv $@.tmp $@
 

@@ -1,4 +1,4 @@
-module github.com/virtpod/virtpod/tools/capibin
+module github.com/virtpod/virtpod/tools/dev/capibin
 
 // Builds the pinned Cluster API core manager and clusterctl from the Go module proxy.
 

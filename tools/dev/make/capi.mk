@@ -1,11 +1,11 @@
 # The Cluster API core manager, clusterctl and Cluster API's CRDs, pinned and built from the Go
-# module proxy (tools/capibin), for testing virtpod's infrastructure provider against them.
+# module proxy (tools/dev/capibin), for testing virtpod's infrastructure provider against them.
 CAPI_VERSION := v1.14.2
 CAPI_DIR := $(VIRTPOD_CACHE)/capi-$(CAPI_VERSION)
 CAPI_LDFLAGS := -s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$(CAPI_VERSION) \
 	-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14 \
 	-X sigs.k8s.io/cluster-api/version.gitTreeState=clean
-CAPI_BUILD := cd tools/capibin && CGO_ENABLED=0 go build -trimpath -ldflags '$(CAPI_LDFLAGS)'
+CAPI_BUILD := cd tools/dev/capibin && CGO_ENABLED=0 go build -trimpath -ldflags '$(CAPI_LDFLAGS)'
 
 $(CAPI_DIR)/cluster-api-manager:
 	@mkdir -p $(CAPI_DIR)
@@ -17,7 +17,7 @@ $(CAPI_DIR)/clusterctl:
 
 $(CAPI_DIR)/crd/.copied:
 	@mkdir -p $(CAPI_DIR)/crd
-	cd tools/capibin && go mod download sigs.k8s.io/cluster-api && \
+	cd tools/dev/capibin && go mod download sigs.k8s.io/cluster-api && \
 		cp "$$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)"/core/config/crd/bases/*.yaml $(CAPI_DIR)/crd/
 	chmod 644 $(CAPI_DIR)/crd/*.yaml && touch $@
 
@@ -34,4 +34,4 @@ test-capi: control-plane $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kubectl c
 CLUSTERCTL_REPO ?= _output/clusterctl
 .PHONY: clusterctl-repo
 clusterctl-repo: $(K8S_BIN)/kubectl ## Write a clusterctl local repository for virtpod to $(CLUSTERCTL_REPO) (docs/capi.md).
-	KUBECTL=$(K8S_BIN)/kubectl tools/clusterctl-repo.sh $(CLUSTERCTL_REPO)
+	KUBECTL=$(K8S_BIN)/kubectl tools/dev/clusterctl-repo.sh $(CLUSTERCTL_REPO)

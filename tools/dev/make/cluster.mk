@@ -1,5 +1,5 @@
-# The local one-node cluster (tools/localcluster), `make demo`, and the end-to-end tests.
-LOCALCLUSTER := go run ./tools/localcluster
+# The local one-node cluster (tools/dev/localcluster), `make demo`, and the end-to-end tests.
+LOCALCLUSTER := go run ./tools/dev/localcluster
 KUBECTL      := $(K8S_BIN)/kubectl
 CLUSTER_KUBECONFIG := $(VIRTPOD_CACHE)/cluster/kubeconfig/admin.kubeconfig
 
@@ -17,7 +17,7 @@ cluster-status: ## Show the local cluster's components and node.
 	$(LOCALCLUSTER) status
 
 demo: cluster-up ## A one-node cluster, the controller, and a running VM.
-	KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) bash tools/demo.sh
+	KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) bash tools/dev/demo.sh
 
 demo-down: cluster-down ## Stop the demo cluster.
 

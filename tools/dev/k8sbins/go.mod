@@ -1,4 +1,4 @@
-module github.com/virtpod/virtpod/tools/k8sbins
+module github.com/virtpod/virtpod/tools/dev/k8sbins
 
 // Builds the pinned Kubernetes binaries from the Go module proxy. k8s.io/kubernetes
 // points its staging modules at ./staging, which a module download lacks, so each

@@ -83,11 +83,11 @@ func build(out string, force bool) error {
 	}
 	for _, tool := range []string{"apt-get", "apt-cache", "dpkg", "mkfs.ext4"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s not found: run tools/ci/install-deps.sh (Debian) first", tool)
+			return fmt.Errorf("%s not found: run tools/dev/ci/install-deps.sh (Debian) first", tool)
 		}
 	}
 	if _, err := os.Stat(busyboxPath); err != nil {
-		return fmt.Errorf("%s not found: install busybox-static (tools/ci/install-deps.sh)", busyboxPath)
+		return fmt.Errorf("%s not found: install busybox-static (tools/dev/ci/install-deps.sh)", busyboxPath)
 	}
 	work, err := os.MkdirTemp("", "guestfixture-")
 	if err != nil {

@@ -1,4 +1,4 @@
-module github.com/virtpod/virtpod/tools/containerdbin
+module github.com/virtpod/virtpod/tools/dev/containerdbin
 
 // Builds the pinned containerd, its runc shim and ctr from the Go module proxy.
 

@@ -3,7 +3,7 @@
 # config/local = config/default with the local image tags), apply the sample VM, wait until it
 # runs, and show it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 : "${KUBECTL:?set by make demo}" "${KUBECONFIG:?set by make demo}"
 k() { "$KUBECTL" "$@"; }
 

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by retag.sh and the Tiltfile: the local cluster's defaults (tools/localcluster) and the
+# Shared by retag.sh and the Tiltfile: the local cluster's defaults (tools/dev/localcluster) and the
 # writer of the controller's image-map ConfigMap. Sourced, not run. Every default can be
 # overridden from the environment.
 VIRTPOD_CACHE="${VIRTPOD_CACHE:-$HOME/.cache/virtpod}"

@@ -6,7 +6,7 @@
 # imageUpdatePolicy: Recreate). Prints the new reference. NEWTAG may also be a whole reference
 # (REPOSITORY:TAG), used as it is.
 #
-#   tools/devloop/retag.sh localhost/virtpod/runner:dev tilt-3f2a1c
+#   tools/dev/devloop/retag.sh localhost/virtpod/runner:dev tilt-3f2a1c
 #   -> localhost/virtpod/runner:tilt-3f2a1c, and the map line
 #      "localhost/virtpod/runner localhost/virtpod/runner:tilt-3f2a1c"
 #

@@ -13,7 +13,7 @@ import (
 // TestCpioReadByBusybox checks the newc writer against an independent reader, busybox cpio.
 func TestCpioReadByBusybox(t *testing.T) {
 	_, err := os.Stat(busyboxPath)
-	prereq.Need(t, err == nil, "busybox not found (install busybox-static: tools/ci/install-deps.sh)")
+	prereq.Need(t, err == nil, "busybox not found (install busybox-static: tools/dev/ci/install-deps.sh)")
 	var buf bytes.Buffer
 	c := &cpioWriter{w: &buf}
 	c.Dir("bin")

@@ -7,7 +7,7 @@ set -euo pipefail
 out=${1:?usage: clusterctl-repo.sh DIR}
 version=${VIRTPOD_RELEASE:-v0.1.0}
 kubectl=${KUBECTL:-kubectl}
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$out/infrastructure-virtpod/$version
 mkdir -p "$dir"
 "$kubectl" kustomize "$root/config/capi" >"$dir/infrastructure-components.yaml"
