@@ -56,7 +56,7 @@ func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
 	for _, p := range programs {
 		r, err := l.HostPath(p)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s not found: install Debian's qemu-system-x86 and qemu-utils (tools/ci/install-deps.sh)", p)
+			return nil, fmt.Errorf("%s not found: install Debian's qemu-system-x86 and qemu-utils (tools/dev/ci/install-deps.sh)", p)
 		}
 		if err != nil {
 			return nil, err
