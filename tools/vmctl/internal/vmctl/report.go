@@ -1,4 +1,4 @@
-package main
+package vmctl
 
 import (
 	"fmt"
@@ -14,19 +14,19 @@ import (
 	"github.com/virtpod/virtpod/controllers/providerclass"
 )
 
-// Report is what `vmctl status` shows. It is its own stable shape (not the API objects), so
+// report is what `vmctl status` shows. It is its own stable shape (not the API objects), so
 // scripts reading -o json do not break when the CRDs grow fields.
-type Report struct {
-	Providers        []ProviderRow `json:"providers"`
-	Nodes            []NodeRow     `json:"nodes"`
+type report struct {
+	Providers        []providerRow `json:"providers"`
+	Nodes            []nodeRow     `json:"nodes"`
 	DefaultProvider  string        `json:"defaultProvider"`
 	DefaultAvailable bool          `json:"defaultAvailable"`
 	// Problem says why the exit code is non-zero; empty when the default class is usable.
 	Problem string `json:"problem,omitempty"`
 }
 
-// ProviderRow is one ProviderClass.
-type ProviderRow struct {
+// providerRow is one ProviderClass.
+type providerRow struct {
 	Name           string   `json:"name"`
 	Handler        string   `json:"handler"`
 	Default        bool     `json:"default"`
@@ -41,22 +41,22 @@ type ProviderRow struct {
 	AllowEmulation bool     `json:"allowEmulation"`
 }
 
-// NodeRow is one HypervisorNode report.
-type NodeRow struct {
+// nodeRow is one HypervisorNode report.
+type nodeRow struct {
 	Name            string         `json:"name"`
 	KVM             string         `json:"kvm"`
 	KVMReason       string         `json:"kvmReason,omitempty"`
 	Emulation       bool           `json:"emulation"`
 	EmulationReason string         `json:"emulationReason,omitempty"`
-	Providers       []NodeProvider `json:"providers"`
+	Providers       []nodeProvider `json:"providers"`
 	Arch            string         `json:"arch,omitempty"`
 	Heartbeat       *time.Time     `json:"heartbeat,omitempty"`
 	HeartbeatAge    string         `json:"heartbeatAge"`
 	Stale           bool           `json:"stale"`
 }
 
-// NodeProvider is one hypervisor on one node: its version, or why it cannot run there.
-type NodeProvider struct {
+// nodeProvider is one hypervisor on one node: its version, or why it cannot run there.
+type nodeProvider struct {
 	Name      string `json:"name"`
 	Available bool   `json:"available"`
 	Version   string `json:"version,omitempty"`
@@ -66,14 +66,14 @@ type NodeProvider struct {
 // noStatus is shown when a class has no Available condition yet: only the controller sets it.
 const noStatus = "no status yet; is virtpod-controller running?"
 
-// BuildReport turns the listed objects into the report. now decides staleness, so tests can
+// buildReport turns the listed objects into the report. now decides staleness, so tests can
 // fix the clock.
-func BuildReport(classes []vmv1.ProviderClass, nodes []vmv1.HypervisorNode, now time.Time) Report {
-	r := Report{Providers: []ProviderRow{}, Nodes: []NodeRow{}}
+func buildReport(classes []vmv1.ProviderClass, nodes []vmv1.HypervisorNode, now time.Time) report {
+	r := report{Providers: []providerRow{}, Nodes: []nodeRow{}}
 	var defaults []string
 	for i := range classes {
 		c := &classes[i]
-		row := ProviderRow{
+		row := providerRow{
 			Name:           c.Name,
 			Handler:        string(c.Spec.Handler),
 			Default:        c.Annotations[vmv1.AnnotationDefaultClass] == "true",
@@ -100,7 +100,7 @@ func BuildReport(classes []vmv1.ProviderClass, nodes []vmv1.HypervisorNode, now 
 	sort.Strings(defaults)
 
 	for i := range nodes {
-		r.Nodes = append(r.Nodes, nodeRow(&nodes[i], now))
+		r.Nodes = append(r.Nodes, newNodeRow(&nodes[i], now))
 	}
 	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].Name < r.Nodes[j].Name })
 
@@ -128,15 +128,15 @@ func BuildReport(classes []vmv1.ProviderClass, nodes []vmv1.HypervisorNode, now 
 	return r
 }
 
-func nodeRow(hv *vmv1.HypervisorNode, now time.Time) NodeRow {
+func newNodeRow(hv *vmv1.HypervisorNode, now time.Time) nodeRow {
 	st := &hv.Status
-	row := NodeRow{
+	row := nodeRow{
 		Name:            hv.Name,
 		KVM:             string(st.KVM.State),
 		Emulation:       st.Emulation.Available,
 		EmulationReason: st.Emulation.Reason,
 		Arch:            st.Arch,
-		Providers:       []NodeProvider{},
+		Providers:       []nodeProvider{},
 	}
 	if row.KVM == "" {
 		row.KVM = "Unknown" // an agent that has not probed yet
@@ -145,7 +145,7 @@ func nodeRow(hv *vmv1.HypervisorNode, now time.Time) NodeRow {
 		row.KVMReason = st.KVM.Reason
 	}
 	for _, p := range st.Providers {
-		np := NodeProvider{Name: string(p.Name), Available: p.Available, Version: p.Version}
+		np := nodeProvider{Name: string(p.Name), Available: p.Available, Version: p.Version}
 		if !p.Available {
 			np.Reason = p.Reason
 		}

@@ -1,4 +1,4 @@
-package main
+package vmctl
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ func TestPluginUsage(t *testing.T) {
 		"./vmctl":                        "vmctl provider disable NAME --reason TEXT",
 	} {
 		var out, errOut bytes.Buffer
-		if code := run([]string{argv0, "provider", "disable", "--help"}, &out, &errOut); code != 0 {
+		if code := Run([]string{argv0, "provider", "disable", "--help"}, &out, &errOut); code != 0 {
 			t.Fatalf("%s: exit %d, %s", argv0, code, errOut.String())
 		}
 		if !strings.Contains(out.String(), want) {
@@ -24,12 +24,12 @@ func TestPluginUsage(t *testing.T) {
 
 func TestBadOutputAndMissingReason(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run([]string{"vmctl", "status", "-o", "xml"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "table, json or yaml") {
+	if code := Run([]string{"vmctl", "status", "-o", "xml"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "table, json or yaml") {
 		t.Errorf("-o xml: exit %d, %q", code, errOut.String())
 	}
 	errOut.Reset()
 	// Refused before any connection is attempted, so no cluster is needed.
-	if code := run([]string{"vmctl", "provider", "disable", "qemu", "--reason", "  "}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "--reason is required") {
+	if code := Run([]string{"vmctl", "provider", "disable", "qemu", "--reason", "  "}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "--reason is required") {
 		t.Errorf("blank reason: exit %d, %q", code, errOut.String())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package vmctl
 
 import (
 	"encoding/json"
@@ -38,7 +38,7 @@ Exits 1 when the default provider class is missing or not Available.`,
 			if err := c.List(ctx, nodes); err != nil {
 				return apiError("hypervisornodes", "listing hypervisornodes", err)
 			}
-			r := BuildReport(classes.Items, nodes.Items, a.now())
+			r := buildReport(classes.Items, nodes.Items, a.now())
 			if err := write(a, output, r); err != nil {
 				return err
 			}
@@ -53,7 +53,7 @@ Exits 1 when the default provider class is missing or not Available.`,
 	return cmd
 }
 
-func write(a *app, output string, r Report) error {
+func write(a *app, output string, r report) error {
 	switch output {
 	case "json":
 		b, err := json.MarshalIndent(r, "", "  ")
@@ -70,7 +70,7 @@ func write(a *app, output string, r Report) error {
 		_, err = a.stdout.Write(b)
 		return err
 	default:
-		return RenderTable(a.stdout, r)
+		return renderTable(a.stdout, r)
 	}
 }
 

@@ -1,7 +1,6 @@
-package main
+package vmctl
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -59,34 +58,6 @@ func fixture() ([]vmv1.ProviderClass, []vmv1.HypervisorNode) {
 	return []vmv1.ProviderClass{qemu, ch}, nodes
 }
 
-func TestRenderTable(t *testing.T) {
-	classes, nodes := fixture()
-	r := BuildReport(classes, nodes, clockNow)
-	var b bytes.Buffer
-	if err := RenderTable(&b, r); err != nil {
-		t.Fatal(err)
-	}
-	want := `PROVIDERS
-NAME              HANDLER           DEFAULT  ENABLED             AVAILABLE  READY  VERSIONS  EMULATION  MESSAGE
-cloud-hypervisor  cloud-hypervisor  -        no (no binary yet)  False      0/3    -         no         disabled by an admin: no binary yet; 0/3 nodes fit: 3 without cloud-hypervisor
-qemu              qemu              yes      yes                 True       1/3    8.2.2     allowed    1/3 nodes fit: 1 with a stale report (is the node agent running?), 1 without usable KVM
-
-NODES
-NAME    KVM                                          EMULATION  CLOUD-HYPERVISOR                      QEMU   HEARTBEAT
-node-a  Usable                                       yes        missing (cloud-hypervisor not found)  8.2.2  12s
-node-b  Unusable (guest code did not run within 2s)  yes        not reported                          8.2.2  40s
-node-c  Usable                                       yes        missing (cloud-hypervisor not found)  8.2.2  10m (stale)
-
-default provider: qemu (available)
-`
-	if got := b.String(); got != want {
-		t.Errorf("table:\n%s\nwant:\n%s", got, want)
-	}
-	if r.Problem != "" || !r.DefaultAvailable || r.DefaultProvider != "qemu" {
-		t.Errorf("default: %+v", r)
-	}
-}
-
 func TestReportProblems(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -108,7 +79,7 @@ func TestReportProblems(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			classes, nodes := fixture()
-			r := BuildReport(tc.edit(classes), nodes, clockNow)
+			r := buildReport(tc.edit(classes), nodes, clockNow)
 			if tc.problem == "" && r.Problem != "" || !strings.Contains(r.Problem, tc.problem) {
 				t.Errorf("problem %q, want %q", r.Problem, tc.problem)
 			}
@@ -122,7 +93,7 @@ func TestReportProblems(t *testing.T) {
 // TestReportJSON pins the field names scripts rely on.
 func TestReportJSON(t *testing.T) {
 	classes, nodes := fixture()
-	b, err := json.Marshal(BuildReport(classes, nodes, clockNow))
+	b, err := json.Marshal(buildReport(classes, nodes, clockNow))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +121,7 @@ func TestReportJSON(t *testing.T) {
 
 func TestNodeNeverReported(t *testing.T) {
 	hv := vmv1.HypervisorNode{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}}
-	r := BuildReport(nil, []vmv1.HypervisorNode{hv}, clockNow)
+	r := buildReport(nil, []vmv1.HypervisorNode{hv}, clockNow)
 	if n := r.Nodes[0]; n.KVM != "Unknown" || n.HeartbeatAge != "never" || !n.Stale || n.Heartbeat != nil {
 		t.Errorf("node: %+v", n)
 	}

@@ -1,4 +1,4 @@
-package main
+package vmctl
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func needAPI(t *testing.T) string {
 // vmctl runs the command in-process, as a user would from a shell.
 func vmctl(args ...string) (stdout, stderr string, code int) {
 	var o, e bytes.Buffer
-	code = run(append([]string{"vmctl"}, args...), &o, &e)
+	code = Run(append([]string{"vmctl"}, args...), &o, &e)
 	return o.String(), e.String(), code
 }
 
@@ -126,8 +126,10 @@ func TestStatusAndProviderAgainstAPIServer(t *testing.T) {
 		for _, want := range []string{
 			"1/2 nodes fit: 1 with a stale report",
 			"cloud-hypervisor  cloud-hypervisor  -        yes",
-			"missing (cloud-hypervisor: not found in PATH)",
-			"Unusable (paravirtual KVM hangs guests)",
+			"missing [", // the reasons are notes under the table
+			"node-a: cloud-hypervisor: cloud-hypervisor: not found in PATH",
+			"Unusable [",
+			"node-a: kvm: paravirtual KVM hangs guests",
 			"10m (stale)",
 			"not reported", // node-b says nothing of cloud-hypervisor
 			"default provider: qemu (available)",
@@ -141,7 +143,7 @@ func TestStatusAndProviderAgainstAPIServer(t *testing.T) {
 
 	t.Run("status json", func(t *testing.T) {
 		out, _, code := vmctl("--kubeconfig", kc, "status", "-o", "json")
-		var r Report
+		var r report
 		if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
 			t.Fatalf("exit %d, %v:\n%s", code, err, out)
 		}
@@ -200,7 +202,7 @@ func TestStatusAndProviderAgainstAPIServer(t *testing.T) {
 		}
 		// The table shows the spec's reason even before a controller updates the condition.
 		out, _, _ = vmctl("--kubeconfig", kc, "status")
-		if !strings.Contains(out, "no (no binary on these hosts yet)") {
+		if !strings.Contains(out, "no [") || !strings.Contains(out, "cloud-hypervisor: disabled: no binary on these hosts yet") {
 			t.Errorf("status after disable:\n%s", out)
 		}
 
@@ -233,7 +235,7 @@ func TestStatusAndProviderAgainstAPIServer(t *testing.T) {
 			t.Errorf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 		}
 		out, _, code = vmctl("--kubeconfig", kc, "status", "-o", "json")
-		var r Report
+		var r report
 		if err := json.Unmarshal([]byte(out), &r); err != nil || code != 1 || r.DefaultAvailable {
 			t.Errorf("json: exit %d, %v, %+v", code, err, r)
 		}

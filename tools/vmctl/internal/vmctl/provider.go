@@ -1,4 +1,4 @@
-package main
+package vmctl
 
 import (
 	"encoding/json"
