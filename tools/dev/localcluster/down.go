@@ -65,22 +65,9 @@ func (c *cluster) down() error {
 }
 
 // leftovers checks what down promises: no component or container process, no mount, bridge or
-// chain of ours.
+// chain of ours. Processes count only when this cluster started them (owned).
 func (c *cluster) leftovers() []string {
-	var left []string
-	for _, name := range components {
-		if pid, ok := c.alive(name); ok {
-			left = append(left, fmt.Sprintf("%s still runs (pid %d)", name, pid))
-		}
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, _ := os.ReadFile(p)
-		cmd := strings.ReplaceAll(string(b), "\x00", " ")
-		if strings.Contains(cmd, c.socket()) || strings.HasPrefix(cmd, c.k8sBin) || strings.HasPrefix(cmd, c.ctrdBin) {
-			left = append(left, "process left: "+cmd)
-		}
-	}
+	left := c.leftoverProcesses()
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], c.dir+"/") || strings.HasPrefix(f[4], containerdState) || strings.HasPrefix(f[4], "/run/netns/cni-")) {
@@ -158,16 +145,11 @@ func removeCgroups(name string) {
 	}
 }
 
-// killMatching kills processes whose command line contains s.
-func killMatching(s string) {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
-			continue
-		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
-			_ = killWait(pid, 5*time.Second)
+// killMatching kills the processes with an argument that names path or something under it.
+func killMatching(path string) {
+	for _, p := range processes() {
+		if mentions(p.argv, path) {
+			_ = killWait(p.pid, 5*time.Second)
 		}
 	}
 }
