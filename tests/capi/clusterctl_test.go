@@ -81,7 +81,9 @@ func TestClusterctlProvider(t *testing.T) {
 		}
 		if o.GetKind() == "Deployment" {
 			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-			if raw, _ := json.Marshal(containers); !strings.Contains(string(raw), `"--cluster-api"`) {
+			// --cluster-api=$(CLUSTER_API), its value set by name in env (config/manager).
+			if raw, _ := json.Marshal(containers); !strings.Contains(string(raw), `"--cluster-api=$(CLUSTER_API)"`) ||
+				!strings.Contains(string(raw), `{"name":"CLUSTER_API","value":"true"}`) {
 				t.Errorf("controller Deployment does not run the provider (--cluster-api): %s", raw)
 			}
 		}
