@@ -43,17 +43,7 @@ func TestBadLinesAreReportedAndGoodOnesKept(t *testing.T) {
 		11: "part of a cycle", 12: "part of a cycle", 13: "part of a cycle", 14: "part of a cycle",
 		16: "is not an image reference", 17: "is not an image reference",
 	}
-	if len(problems) != len(want) {
-		t.Errorf("%d problems, want %d: %v", len(problems), len(want), problems)
-	}
-	for _, p := range problems {
-		if w, ok := want[p.Line]; !ok || !strings.Contains(p.Reason, w) {
-			t.Errorf("line %d: got %q, want a reason containing %q", p.Line, p.Reason, w)
-		}
-		if !strings.Contains(p.String(), "line ") {
-			t.Errorf("problem text does not name its line: %s", p)
-		}
-	}
+	checkProblems(t, problems, want)
 	if m.Len() != 4 {
 		t.Errorf("%d mappings in effect, want the 4 good lines", m.Len())
 	}
@@ -70,6 +60,23 @@ func TestBadLinesAreReportedAndGoodOnesKept(t *testing.T) {
 	} {
 		if got := m.Resolve(from); got != to {
 			t.Errorf("Resolve(%s) = %s, want %s", from, got, to)
+		}
+	}
+}
+
+// checkProblems: exactly the lines of want are reported, each with a reason containing its
+// text, and each problem's text names its line.
+func checkProblems(t *testing.T, problems []imagemap.Problem, want map[int]string) {
+	t.Helper()
+	if len(problems) != len(want) {
+		t.Errorf("%d problems, want %d: %v", len(problems), len(want), problems)
+	}
+	for _, p := range problems {
+		if w, ok := want[p.Line]; !ok || !strings.Contains(p.Reason, w) {
+			t.Errorf("line %d: got %q, want a reason containing %q", p.Line, p.Reason, w)
+		}
+		if !strings.Contains(p.String(), "line ") {
+			t.Errorf("problem text does not name its line: %s", p)
 		}
 	}
 }
@@ -171,12 +178,5 @@ func TestNormalisedProblems(t *testing.T) {
 		3: "maps an image to itself",
 		4: "part of a cycle", 5: "part of a cycle",
 	}
-	if len(problems) != len(want) {
-		t.Errorf("%d problems, want %d: %v", len(problems), len(want), problems)
-	}
-	for _, p := range problems {
-		if w, ok := want[p.Line]; !ok || !strings.Contains(p.Reason, w) {
-			t.Errorf("line %d: got %q, want a reason containing %q", p.Line, p.Reason, w)
-		}
-	}
+	checkProblems(t, problems, want)
 }

@@ -50,14 +50,20 @@ func clusterctlRun(t *testing.T, bin string, env []string, args ...string) []*un
 	if err != nil {
 		t.Fatalf("clusterctl %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
+	return decodeObjects(t, "clusterctl output", out)
+}
+
+// decodeObjects decodes the YAML (or JSON) documents of data; empty ones are left out.
+func decodeObjects(t *testing.T, what string, data []byte) []*unstructured.Unstructured {
+	t.Helper()
 	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 			return objs
 		} else if err != nil {
-			t.Fatalf("clusterctl output: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		if len(u.Object) > 0 {
 			objs = append(objs, u)

@@ -1,10 +1,6 @@
 package capi
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/virtpod/virtpod/tests/kubeapi"
@@ -103,29 +98,6 @@ func str(v any) string {
 	return strings.TrimSpace(string(b))
 }
 
-// yamlDocuments splits YAML text into its documents, decoded; empty ones are left out.
-func yamlDocuments(t *testing.T, text []byte) []map[string]any {
-	t.Helper()
-	var docs []map[string]any
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(text)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := yaml.Unmarshal(doc, &m); err != nil {
-			t.Fatal(err)
-		}
-		if len(m) > 0 {
-			docs = append(docs, m)
-		}
-	}
-}
-
 // TestKamajiProblems: the check itself finds a wrong version, an unknown field and a value the
 // CRD refuses.
 func TestKamajiProblems(t *testing.T) {
@@ -165,12 +137,12 @@ func TestKamajiExamples(t *testing.T) {
 	}
 	for name, text := range map[string]string{"the template": string(template), "docs/kamaji.md": strings.Join(docYAML, "---\n")} {
 		n := 0
-		for _, obj := range yamlDocuments(t, []byte(text)) {
-			if obj["kind"] != "KamajiControlPlane" {
+		for _, obj := range decodeObjects(t, name, []byte(text)) {
+			if obj.GetKind() != "KamajiControlPlane" {
 				continue
 			}
 			n++
-			for _, p := range kamajiProblems(obj) {
+			for _, p := range kamajiProblems(obj.Object) {
 				t.Errorf("%s: %s", name, p)
 			}
 		}
