@@ -2,12 +2,12 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-include tools/make/k8sbins.mk
-include tools/make/runner.mk
-include tools/make/images.mk
-include tools/make/cluster.mk
-include tools/make/agent.mk
-include tools/make/capi.mk
+include tools/dev/make/k8sbins.mk
+include tools/dev/make/runner.mk
+include tools/dev/make/images.mk
+include tools/dev/make/cluster.mk
+include tools/dev/make/agent.mk
+include tools/dev/make/capi.mk
 
 CONTROLLER_GEN := go tool controller-gen
 

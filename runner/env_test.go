@@ -27,7 +27,7 @@ const marker = "VIRTPOD-GUEST-READY"
 // where a skip would hide that the suite did not run.
 func need(t *testing.T, ok bool, why string) {
 	t.Helper()
-	prereq.Need(t, ok, why+"; run tools/ci/install-deps.sh and make guest-fixture")
+	prereq.Need(t, ok, why+"; run tools/dev/ci/install-deps.sh and make guest-fixture")
 }
 
 func haveBinary(name string) bool {

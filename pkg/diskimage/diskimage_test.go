@@ -13,7 +13,7 @@ func qemuImg(t *testing.T) string {
 	p, err := exec.LookPath("qemu-img")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("qemu-img not found (install qemu-utils: tools/ci/install-deps.sh)")
+			t.Fatal("qemu-img not found (install qemu-utils: tools/dev/ci/install-deps.sh)")
 		}
 		t.Skip("qemu-img not found; install qemu-utils")
 	}

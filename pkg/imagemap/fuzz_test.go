@@ -13,6 +13,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("a:1 b:1\nb:1 a:1\n", "a:1")
 	f.Add("x y z\n# c\n\nBad:1 x:1", "x:1")
 	f.Add("r r:1\nr:1 q@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "r:2")
+	f.Add("busybox docker.io/library/busybox:1.36\nindex.docker.io/library/alpine:3 alpine:3.20\n", "docker.io/library/busybox:latest")
 	f.Fuzz(func(t *testing.T, text, ref string) {
 		m, problems := imagemap.Parse(text)
 		lines := 1

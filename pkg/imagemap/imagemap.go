@@ -9,7 +9,8 @@ import (
 // Key is the ConfigMap data key that holds the map.
 const Key = "images"
 
-// Map resolves image references. The zero Map maps nothing.
+// Map resolves image references. The zero Map maps nothing. Both maps are keyed by normalised
+// references, so a line matches however a VM spells the same image.
 type Map struct {
 	exact map[string]string // pinned reference → replacement
 	repos map[string]string // repository (any tag or digest of it) → replacement
@@ -28,15 +29,29 @@ type entry struct {
 	line     int
 	text     string
 	from, to string
+	// key is FROM normalised: its whole reference when pinned, else its repository.
+	key    string
+	pinned bool
+}
+
+// fromKey is what a FROM matches: one pinned reference, or every reference of a repository.
+func fromKey(from string) (key string, isPinned bool) {
+	full, repo := normalised(from)
+	if pinned(from) {
+		return full, true
+	}
+	return repo, false
 }
 
 // Parse reads the map: one mapping a line, `FROM TO`; `#` starts a comment. FROM is a pinned
 // reference (tag or digest) matched exactly, or a repository matching any tag or digest of it;
-// TO is a pinned reference. Bad lines are returned as problems and left out; the rest work.
+// TO is a pinned reference. References are compared normalised (see normalised), so two
+// spellings of one FROM are a duplicate. Bad lines are returned as problems and left out; the
+// rest work.
 func Parse(text string) (Map, []Problem) {
 	var entries []entry
 	var problems []Problem
-	seen := map[string]int{}
+	seen := map[string]entry{} // by key: a FROM mapped once, however it is spelled
 	for i, raw := range strings.Split(text, "\n") {
 		line := raw
 		if c := strings.IndexByte(line, '#'); c >= 0 {
@@ -49,22 +64,23 @@ func Parse(text string) (Map, []Problem) {
 		bad := func(reason string) {
 			problems = append(problems, Problem{Line: i + 1, Text: strings.TrimSpace(raw), Reason: reason})
 		}
-		switch {
-		case len(f) != 2:
-			bad("want two image references, FROM TO")
-		case !ValidReference(f[0]):
-			bad(fmt.Sprintf("FROM %q is not an image reference such as registry.example.com/vm/kernel or registry.example.com/vm/kernel:6.1", f[0]))
-		case !ValidReference(f[1]):
-			bad(fmt.Sprintf("TO %q is not an image reference such as localhost/virtpod/runner:dev", f[1]))
-		case !pinned(f[1]):
-			bad(fmt.Sprintf("TO %q names no tag or digest; give one, e.g. %s:dev", f[1], f[1]))
-		case f[0] == f[1]:
+		if reason := checkFields(f); reason != "" {
+			bad(reason)
+			continue
+		}
+		e := entry{line: i + 1, text: strings.TrimSpace(raw), from: f[0], to: f[1]}
+		e.key, e.pinned = fromKey(e.from)
+		toFull, _ := normalised(e.to)
+		switch prev, dup := seen[e.key]; {
+		case e.pinned && e.key == toFull:
 			bad("maps an image to itself")
-		case seen[f[0]] != 0:
-			bad(fmt.Sprintf("FROM %q is already mapped on line %d", f[0], seen[f[0]]))
+		case dup && prev.from == e.from:
+			bad(fmt.Sprintf("FROM %q is already mapped on line %d", e.from, prev.line))
+		case dup:
+			bad(fmt.Sprintf("FROM %q is already mapped on line %d, spelled %q", e.from, prev.line, prev.from))
 		default:
-			seen[f[0]] = i + 1
-			entries = append(entries, entry{line: i + 1, text: strings.TrimSpace(raw), from: f[0], to: f[1]})
+			seen[e.key] = e
+			entries = append(entries, e)
 		}
 	}
 	entries, cyclic := dropCycles(entries)
@@ -72,13 +88,28 @@ func Parse(text string) (Map, []Problem) {
 	sort.Slice(problems, func(a, b int) bool { return problems[a].Line < problems[b].Line })
 	m := Map{exact: map[string]string{}, repos: map[string]string{}}
 	for _, e := range entries {
-		if pinned(e.from) {
-			m.exact[e.from] = e.to
+		if e.pinned {
+			m.exact[e.key] = e.to
 		} else {
-			m.repos[e.from] = e.to
+			m.repos[e.key] = e.to
 		}
 	}
 	return m, problems
+}
+
+// checkFields says what is wrong with a line's fields on their own, or "" when nothing is.
+func checkFields(f []string) string {
+	switch {
+	case len(f) != 2:
+		return "want two image references, FROM TO"
+	case !ValidReference(f[0]):
+		return fmt.Sprintf("FROM %q is not an image reference such as registry.example.com/vm/kernel or registry.example.com/vm/kernel:6.1", f[0])
+	case !ValidReference(f[1]):
+		return fmt.Sprintf("TO %q is not an image reference such as localhost/virtpod/runner:dev", f[1])
+	case !pinned(f[1]):
+		return fmt.Sprintf("TO %q names no tag or digest; give one, e.g. %s:dev", f[1], f[1])
+	}
+	return ""
 }
 
 // dropCycles removes entries that, applied one after another, would lead back to themselves
@@ -87,9 +118,9 @@ func Parse(text string) (Map, []Problem) {
 // not a cycle.
 func dropCycles(entries []entry) ([]entry, []Problem) {
 	next := func(i int) int {
-		to := entries[i].to
+		full, repo := normalised(entries[i].to)
 		for j, e := range entries {
-			if j != i && (e.from == to || (!pinned(e.from) && e.from == Repository(to))) {
+			if j != i && (e.pinned && e.key == full || !e.pinned && e.key == repo) {
 				return j
 			}
 		}
@@ -128,11 +159,16 @@ func dropCycles(entries []entry) ([]entry, []Problem) {
 }
 
 // Resolve returns the image to use for ref: its exact mapping, else its repository's, else ref.
+// ref is compared normalised, so docker.io/library/busybox:latest finds a line for busybox.
 func (m Map) Resolve(ref string) string {
-	if to, ok := m.exact[ref]; ok {
+	if len(m.exact) == 0 && len(m.repos) == 0 {
+		return ref // the map is off or empty: no parsing on every render
+	}
+	full, repo := normalised(ref)
+	if to, ok := m.exact[full]; ok {
 		return to
 	}
-	if to, ok := m.repos[Repository(ref)]; ok {
+	if to, ok := m.repos[repo]; ok {
 		return to
 	}
 	return ref

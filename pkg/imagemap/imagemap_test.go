@@ -43,17 +43,7 @@ func TestBadLinesAreReportedAndGoodOnesKept(t *testing.T) {
 		11: "part of a cycle", 12: "part of a cycle", 13: "part of a cycle", 14: "part of a cycle",
 		16: "is not an image reference", 17: "is not an image reference",
 	}
-	if len(problems) != len(want) {
-		t.Errorf("%d problems, want %d: %v", len(problems), len(want), problems)
-	}
-	for _, p := range problems {
-		if w, ok := want[p.Line]; !ok || !strings.Contains(p.Reason, w) {
-			t.Errorf("line %d: got %q, want a reason containing %q", p.Line, p.Reason, w)
-		}
-		if !strings.Contains(p.String(), "line ") {
-			t.Errorf("problem text does not name its line: %s", p)
-		}
-	}
+	checkProblems(t, problems, want)
 	if m.Len() != 4 {
 		t.Errorf("%d mappings in effect, want the 4 good lines", m.Len())
 	}
@@ -70,6 +60,23 @@ func TestBadLinesAreReportedAndGoodOnesKept(t *testing.T) {
 	} {
 		if got := m.Resolve(from); got != to {
 			t.Errorf("Resolve(%s) = %s, want %s", from, got, to)
+		}
+	}
+}
+
+// checkProblems: exactly the lines of want are reported, each with a reason containing its
+// text, and each problem's text names its line.
+func checkProblems(t *testing.T, problems []imagemap.Problem, want map[int]string) {
+	t.Helper()
+	if len(problems) != len(want) {
+		t.Errorf("%d problems, want %d: %v", len(problems), len(want), problems)
+	}
+	for _, p := range problems {
+		if w, ok := want[p.Line]; !ok || !strings.Contains(p.Reason, w) {
+			t.Errorf("line %d: got %q, want a reason containing %q", p.Line, p.Reason, w)
+		}
+		if !strings.Contains(p.String(), "line ") {
+			t.Errorf("problem text does not name its line: %s", p)
 		}
 	}
 }
@@ -109,4 +116,67 @@ func TestPatternMatchesCRD(t *testing.T) {
 	if n := strings.Count(string(crd), "self.matches('"+escaped+"')"); n != 3 {
 		t.Fatalf("the CRD uses the reference pattern %d times, want 3 (runnerImage, kernelImage, rootDisk.image)", n)
 	}
+}
+
+// TestNormalisedSpellings: a line matches every spelling of its image a runtime would pull the
+// same way — docker.io/library and index.docker.io, a missing tag as :latest, a tag beside a
+// digest — in FROM and in what is resolved, and nothing else.
+func TestNormalisedSpellings(t *testing.T) {
+	m, problems := imagemap.Parse(strings.Join([]string{
+		"busybox docker.io/library/busybox:1.36",                                  // repository, short spelling
+		"docker.io/library/alpine:3.20 localhost/alpine:dev",                      // exact, long spelling
+		"docker.io/library/redis:latest localhost/redis:dev",                      // exact :latest
+		"registry.example.com/vm/kernel" + digest + " localhost/k:dev",            // exact digest
+		"index.docker.io/library/nginx localhost/nginx:dev",                       // repository, longest spelling
+		"registry.example.com:5000/vm/disk registry.example.com:5000/vm/disk:dev", // port kept
+	}, "\n"))
+	if len(problems) != 0 {
+		t.Fatalf("problems: %v", problems)
+	}
+	for from, to := range map[string]string{
+		"busybox":                                  "docker.io/library/busybox:1.36",
+		"busybox:latest":                           "docker.io/library/busybox:1.36",
+		"docker.io/library/busybox:latest":         "docker.io/library/busybox:1.36",
+		"docker.io/busybox":                        "docker.io/library/busybox:1.36",
+		"library/busybox:1.0":                      "docker.io/library/busybox:1.36",
+		"index.docker.io/library/busybox" + digest: "docker.io/library/busybox:1.36",
+		"alpine:3.20":                              "localhost/alpine:dev",
+		"index.docker.io/library/alpine:3.20":      "localhost/alpine:dev",
+		"alpine":                                   "alpine", // :latest, not :3.20
+		"alpine:3.21":                              "alpine:3.21",
+		"redis":                                    "localhost/redis:dev", // no tag is :latest
+		"docker.io/redis":                          "localhost/redis:dev",
+		"redis:7":                                  "redis:7",
+		"registry.example.com/vm/kernel:6.1" + digest: "localhost/k:dev", // the digest decides
+		"registry.example.com/vm/kernel:6.1":          "registry.example.com/vm/kernel:6.1",
+		"nginx:1.27":                                  "localhost/nginx:dev",
+		"docker.io/library/nginx" + digest:            "localhost/nginx:dev",
+		"registry.example.com:5000/vm/disk:v1":        "registry.example.com:5000/vm/disk:dev",
+		"registry.example.com/vm/disk:v1":             "registry.example.com/vm/disk:v1", // another registry
+		"localhost/busybox":                           "localhost/busybox",
+		"docker.io/other/busybox":                     "docker.io/other/busybox",
+		"quay.io/library/busybox":                     "quay.io/library/busybox",
+	} {
+		if got := m.Resolve(from); got != to {
+			t.Errorf("Resolve(%s) = %s, want %s", from, got, to)
+		}
+	}
+}
+
+// TestNormalisedProblems: duplicates, self-maps and cycles are found across spellings too.
+func TestNormalisedProblems(t *testing.T) {
+	_, problems := imagemap.Parse(strings.Join([]string{
+		"busybox localhost/b:1",                            // 1 kept
+		"docker.io/library/busybox localhost/b:2",          // 2 the same FROM as line 1
+		"busybox:1 docker.io/library/busybox:1",            // 3 to itself
+		"alpine:1 docker.io/library/redis:1",               // 4 cycle alpine → redis → alpine
+		"index.docker.io/library/redis:1 library/alpine:1", // 5
+		"localhost/c localhost/c:1",                        // 6 kept: a repository to a tag of itself
+	}, "\n"))
+	want := map[int]string{
+		2: `FROM "docker.io/library/busybox" is already mapped on line 1, spelled "busybox"`,
+		3: "maps an image to itself",
+		4: "part of a cycle", 5: "part of a cycle",
+	}
+	checkProblems(t, problems, want)
 }

@@ -5,6 +5,8 @@ package imagemap
 import (
 	"regexp"
 	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
 )
 
 // ReferencePattern is what an image reference must look like: [registry[:port]/]path[:tag]
@@ -31,3 +33,17 @@ func Repository(ref string) string {
 
 // pinned reports whether ref names a tag or digest, not just a repository.
 func pinned(ref string) bool { return Repository(ref) != ref }
+
+// normalised is how the map compares references, on both sides: as a container runtime reads
+// them, so busybox, docker.io/library/busybox and index.docker.io/library/busybox are one
+// repository. full is the whole reference: a bare repository stands for its :latest, which is
+// what a runtime pulls; beside a digest the tag is dropped, since the digest decides. repo is
+// the repository alone. A reference the name package refuses though the pattern accepts it
+// (a repository path over 255 characters) is compared as spelled.
+func normalised(ref string) (full, repo string) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return ref, Repository(ref)
+	}
+	return r.Name(), r.Context().Name()
+}

@@ -104,7 +104,7 @@ func TestProbeThisMachine(t *testing.T) {
 	_, errKVM := os.Stat("/dev/kvm")
 	_, errQEMU := os.Stat(binaries.QEMU)
 	_, errPVM := os.Stat("/sys/module/kvm_pvm")
-	prereq.Need(t, errKVM == nil && errQEMU == nil && errPVM == nil, "needs /dev/kvm served by kvm_pvm and Debian's qemu-system-x86 (tools/ci/install-deps.sh)")
+	prereq.Need(t, errKVM == nil && errQEMU == nil && errPVM == nil, "needs /dev/kvm served by kvm_pvm and Debian's qemu-system-x86 (tools/dev/ci/install-deps.sh)")
 	_, errCH := os.Stat(binaries.CloudHypervisor)
 	prereq.Need(t, errCH != nil, "cloud-hypervisor is installed here; this test expects it missing")
 

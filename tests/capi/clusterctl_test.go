@@ -31,7 +31,7 @@ func clusterctlRepo(t *testing.T) (clusterctl, config string) {
 	prereq.Need(t, clusterctl != "" && kubectl != "" && err1 == nil && err2 == nil,
 		"clusterctl ($TEST_ASSET_CLUSTERCTL, make capi) and kubectl ($KUBECTL, make k8s-binaries) are needed")
 	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(kubeapi.Root(), "tools", "clusterctl-repo.sh"), dir)
+	cmd := exec.Command(filepath.Join(kubeapi.Root(), "tools", "dev", "clusterctl-repo.sh"), dir)
 	cmd.Env = append(os.Environ(), "KUBECTL="+kubectl)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clusterctl-repo.sh: %v\n%s", err, out)
@@ -50,14 +50,20 @@ func clusterctlRun(t *testing.T, bin string, env []string, args ...string) []*un
 	if err != nil {
 		t.Fatalf("clusterctl %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
+	return decodeObjects(t, "clusterctl output", out)
+}
+
+// decodeObjects decodes the YAML (or JSON) documents of data; empty ones are left out.
+func decodeObjects(t *testing.T, what string, data []byte) []*unstructured.Unstructured {
+	t.Helper()
 	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 			return objs
 		} else if err != nil {
-			t.Fatalf("clusterctl output: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		if len(u.Object) > 0 {
 			objs = append(objs, u)
@@ -81,7 +87,9 @@ func TestClusterctlProvider(t *testing.T) {
 		}
 		if o.GetKind() == "Deployment" {
 			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-			if raw, _ := json.Marshal(containers); !strings.Contains(string(raw), `"--cluster-api"`) {
+			// --cluster-api=$(CLUSTER_API), its value set by name in env (config/manager).
+			if raw, _ := json.Marshal(containers); !strings.Contains(string(raw), `"--cluster-api=$(CLUSTER_API)"`) ||
+				!strings.Contains(string(raw), `{"name":"CLUSTER_API","value":"true"}`) {
 				t.Errorf("controller Deployment does not run the provider (--cluster-api): %s", raw)
 			}
 		}
@@ -104,11 +112,19 @@ func TestClusterctlTemplates(t *testing.T) {
 			if flavor != "" {
 				args = append(args, "--flavor", flavor)
 			}
-			checked := 0
+			checked, kamaji := 0, 0
 			for _, o := range clusterctlRun(t, bin, vars, args...) {
+				if o.GetKind() == "KamajiControlPlane" {
+					// Its CRD is not installed here: checked against Kamaji's v1alpha2 fields instead.
+					for _, p := range kamajiProblems(o.Object) {
+						t.Errorf("KamajiControlPlane %s: %s", o.GetName(), p)
+					}
+					kamaji++
+					continue
+				}
 				group := o.GroupVersionKind().Group
 				if group != infrav1.GroupVersion.Group && group != "cluster.x-k8s.io" {
-					continue // KubeadmControlPlane, KamajiControlPlane...: their CRDs are not installed here
+					continue // KubeadmControlPlane, KubeadmConfigTemplate: their CRDs are not installed here
 				}
 				if err := env.Client.Create(context.Background(), o, client.DryRunAll); err != nil {
 					t.Errorf("%s %s refused: %v", o.GetKind(), o.GetName(), err)
@@ -121,6 +137,13 @@ func TestClusterctlTemplates(t *testing.T) {
 			}
 			if checked < 4 {
 				t.Errorf("only %d objects checked", checked)
+			}
+			want := 0
+			if flavor == "kamaji" {
+				want = 1
+			}
+			if kamaji != want {
+				t.Errorf("%d KamajiControlPlanes, want %d", kamaji, want)
 			}
 		})
 	}

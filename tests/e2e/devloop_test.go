@@ -41,7 +41,7 @@ func TestDevLoopRollsVM(t *testing.T) {
 
 	tag := fmt.Sprintf("tilt-e2e-%d", time.Now().Unix())
 	want := "localhost/virtpod/runner:" + tag
-	script := exec.Command("bash", kubeapi.Root()+"/tools/devloop/retag.sh", "localhost/virtpod/runner:dev", want)
+	script := exec.Command("bash", kubeapi.Root()+"/tools/dev/devloop/retag.sh", "localhost/virtpod/runner:dev", want)
 	script.Env = os.Environ()
 	if out, err := script.CombinedOutput(); err != nil {
 		t.Fatalf("retag.sh: %v\n%s", err, out)

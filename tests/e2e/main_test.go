@@ -1,5 +1,5 @@
 // Package e2e tests virtpod through the whole stack on the local one-node cluster
-// (tools/localcluster): kubectl apply of a VirtualMachine ends with a guest running in a pod a
+// (tools/dev/localcluster): kubectl apply of a VirtualMachine ends with a guest running in a pod a
 // kubelet started. Run with `make test-e2e`, which brings the cluster up.
 package e2e
 

@@ -103,7 +103,7 @@ func TestPauseImage(t *testing.T) {
 }
 
 func TestToolboxImage(t *testing.T) {
-	needTool(t, "/bin/busybox", "install busybox-static (tools/ci/install-deps.sh)", fileExists("/bin/busybox"))
+	needTool(t, "/bin/busybox", "install busybox-static (tools/dev/ci/install-deps.sh)", fileExists("/bin/busybox"))
 	img, _ := build(t, "toolbox")
 	cfg := config(t, img)
 	if len(cfg.Entrypoint) != 0 || !slices.Equal(cfg.Cmd, []string{"sh"}) {
@@ -133,7 +133,7 @@ func TestToolboxRejectsDynamicBusybox(t *testing.T) {
 // TestImagesAreReproducible: the same inputs give the same image, so rebuilding changes nothing
 // in containerd.
 func TestImagesAreReproducible(t *testing.T) {
-	needTool(t, "/bin/busybox", "install busybox-static (tools/ci/install-deps.sh)", fileExists("/bin/busybox"))
+	needTool(t, "/bin/busybox", "install busybox-static (tools/dev/ci/install-deps.sh)", fileExists("/bin/busybox"))
 	a, _ := build(t, "toolbox")
 	b, _ := build(t, "toolbox")
 	da, _ := a.Digest()

@@ -15,8 +15,8 @@ import (
 // tag, unpacked, with the digest the archive has, and a container runs from it.
 func TestImportIntoContainerd(t *testing.T) {
 	needTool(t, "running containerd", "run the test as root", os.Geteuid() == 0)
-	needTool(t, "/bin/busybox", "install busybox-static (tools/ci/install-deps.sh)", fileExists("/bin/busybox"))
-	needTool(t, "runc", "install runc (tools/ci/install-deps.sh)", haveCommands("runc"))
+	needTool(t, "/bin/busybox", "install busybox-static (tools/dev/ci/install-deps.sh)", fileExists("/bin/busybox"))
+	needTool(t, "runc", "install runc (tools/dev/ci/install-deps.sh)", haveCommands("runc"))
 	dir := containerdtest.Dir(t)
 	sock := containerdtest.Start(t, dir)
 	ctr := filepath.Join(dir, "ctr")

@@ -64,7 +64,7 @@ func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
 	for _, p := range programs {
 		r, err := l.HostPath(p)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s not found: install Debian's %s (tools/ci/install-deps.sh)", p, qemuPackages[p])
+			return nil, fmt.Errorf("%s not found: install Debian's %s (tools/dev/ci/install-deps.sh)", p, qemuPackages[p])
 		}
 		if err != nil {
 			return nil, err

@@ -28,7 +28,7 @@ const bootTimeout = 180 * time.Second
 
 func needQEMU(t *testing.T) {
 	t.Helper()
-	needTool(t, "QEMU on this machine", "install qemu-system-x86 and qemu-utils (tools/ci/install-deps.sh)",
+	needTool(t, "QEMU on this machine", "install qemu-system-x86 and qemu-utils (tools/dev/ci/install-deps.sh)",
 		fileExists(qemuSystem) && fileExists(qemuImg))
 }
 
