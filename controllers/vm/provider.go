@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +53,12 @@ func judge(vm *vmv1.VirtualMachine, class *vmv1.ProviderClass) verdict {
 	}
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated && !class.Spec.AllowEmulation {
 		return block(vmv1.ReasonEmulationNotAllowed, "the VM asks for software emulation and ProviderClass %s does not allow it (spec.allowEmulation); use acceleration KVM or ask an admin", name)
+	}
+	if img := vm.Spec.RunnerImage; !class.Spec.AllowsRunnerImage(img) {
+		// Admission refuses this (config/admission); a VM stored before the policy, or whose
+		// class changed since, is held here: the runner runs with NET_ADMIN and /dev/kvm.
+		return block(vmv1.ReasonRunnerImageNotAllowed, "spec.runnerImage %s is not allowed by ProviderClass %s (allowed: %s); remove spec.runnerImage to use the class's runner image, or ask an admin to add it to the class's spec.allowedRunnerImages",
+			img, name, allowedList(class))
 	}
 	v := verdict{class: class, why: cause{vmv1.ReasonProviderAvailable, fmt.Sprintf("ProviderClass %s is enabled", name)}}
 	if c := meta.FindStatusCondition(class.Status.Conditions, vmv1.ConditionAvailable); c != nil {
@@ -119,4 +126,11 @@ func (r *Reconciler) whyNot(ctx context.Context, vm *vmv1.VirtualMachine, pod *c
 		byName[nodes.Items[i].Name] = &nodes.Items[i]
 	}
 	return providerclass.Evaluate(class, vm.Spec.Acceleration, hvs.Items, byName, r.now()).Summary(), nil
+}
+
+func allowedList(class *vmv1.ProviderClass) string {
+	if len(class.Spec.AllowedRunnerImages) == 0 {
+		return "none"
+	}
+	return strings.Join(class.Spec.AllowedRunnerImages, ", ")
 }

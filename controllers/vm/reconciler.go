@@ -214,7 +214,11 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 		}
 		r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, "CreatePodFailed", "CreatePod", "Could not create runner pod %s: %v", pod.Name, err)
 		if apierrors.IsInvalid(err) {
-			return reconcile.Result{}, nil, &podRefused{err} // retrying the same pod cannot help
+			return reconcile.Result{}, nil, &podRefused{err: err} // retrying the same pod cannot help
+		}
+		if level, ok := podSecurityLevel(err); ok {
+			// A relabelled namespace brings us back (the namespace watch in setup.go).
+			return reconcile.Result{}, nil, &podRefused{err: err, podSecurity: level}
 		}
 		return reconcile.Result{}, nil, r.fail("create-pod", err)
 	}
@@ -229,11 +233,19 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 
 // podRefused is the API server's refusal of a runner pod for what the VM's spec put in it: the
 // CRD cannot check everything a Pod's validation does (affinity, podResources, label values).
-type podRefused struct{ err error }
+type podRefused struct {
+	err         error
+	podSecurity string // the Pod Security level that refused the pod, when it was that
+}
 
 func (e *podRefused) Error() string { return e.err.Error() }
 
 func (e *podRefused) cause() *cause {
+	if e.podSecurity != "" {
+		return &cause{vmv1.ReasonPodSecurityForbidden, fmt.Sprintf("the namespace enforces Pod Security level %q, which refuses runner pods "+
+			"(they need NET_ADMIN and MKNOD): label the namespace %s=privileged, or run the VM in a namespace that allows it: %s",
+			e.podSecurity, podSecurityEnforceLabel, trim(e.err.Error()))}
+	}
 	return &cause{vmv1.ReasonRunnerPodInvalid, "the API server refused the runner pod (spec.nodeSelector, " +
 		"spec.affinity, spec.tolerations and spec.podResources go into it as they are: correct the field it names): " + trim(e.err.Error())}
 }

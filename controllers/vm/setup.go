@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,6 +56,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameVal
 		builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 			return nodeReadyStatus(e.ObjectOld.(*corev1.Node)) != nodeReadyStatus(e.ObjectNew.(*corev1.Node))
 		}}))
+	// A namespace whose Pod Security labels change may now admit the runner pods it refused.
+	b = b.Watches(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}},
+		handler.EnqueueRequestsFromMapFunc(r.vmsRefusedByPodSecurity),
+		builder.OnlyMetadata, builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false }, DeleteFunc: func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false }, UpdateFunc: podSecurityChanged}))
 	return b.Complete(r)
 }
 

@@ -37,6 +37,9 @@ const (
 	ReasonPodNameTaken = "PodNameTaken"
 	// ReasonRunnerPodInvalid: the API server refused the runner pod built from the VM's spec.
 	ReasonRunnerPodInvalid = "RunnerPodInvalid"
+	// ReasonPodSecurityForbidden: the namespace's Pod Security level refuses runner pods, which
+	// need NET_ADMIN and MKNOD (level privileged).
+	ReasonPodSecurityForbidden = "PodSecurityForbidden"
 	// ReasonNodeNotReady and ReasonNodeDeleted: the runner pod's node is lost.
 	ReasonNodeNotReady = "NodeNotReady"
 	ReasonNodeDeleted  = "NodeDeleted"
@@ -57,6 +60,8 @@ const (
 	ReasonProviderDisabled    = "ProviderDisabled"
 	ReasonNoDefaultProvider   = "NoDefaultProvider"
 	ReasonEmulationNotAllowed = "EmulationNotAllowed"
+	// ReasonRunnerImageNotAllowed: spec.runnerImage is not one the ProviderClass allows.
+	ReasonRunnerImageNotAllowed = "RunnerImageNotAllowed"
 	ReasonEmulationRequested  = "EmulationRequested"
 	ReasonKVM                 = "KVM"
 )
