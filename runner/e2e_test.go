@@ -208,7 +208,9 @@ func TestKVMWithoutProbe(t *testing.T) {
 		want       string
 		minT, maxT time.Duration
 	}{
-		{"cpu-host", nil, "could not start it", 0, 10 * time.Second},
+		// Some kvm-pvm hosts make QEMU abort on -cpu host, others run it and the guest hangs
+		// silently: either way the runner must end in seconds, by QEMU's exit or its watchdog.
+		{"cpu-host", []string{"--boot-watchdog=10s"}, "could not start it|the guest kernel printed nothing within 10s", 0, 25 * time.Second},
 		{"watchdog", []string{"--cpu-model=qemu64", "--boot-watchdog=10s"}, "the guest kernel printed nothing within 10s", 10 * time.Second, 25 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,7 +221,7 @@ func TestKVMWithoutProbe(t *testing.T) {
 			r := startRunner(t, "", append(args, tc.extra...)...)
 			code, msg := r.waitExit(t, 40*time.Second)
 			took := time.Since(start)
-			if code != runner.ExitKVMUnusable || !strings.Contains(msg, "KVM could not run the guest") || !strings.Contains(msg, tc.want) {
+			if code != runner.ExitKVMUnusable || !strings.Contains(msg, "KVM could not run the guest") || !containsAny(msg, strings.Split(tc.want, "|")) {
 				t.Fatalf("exit %d, termination message %q", code, msg)
 			}
 			if took < tc.minT || took > tc.maxT {
@@ -229,4 +231,13 @@ func TestKVMWithoutProbe(t *testing.T) {
 			t.Logf("guest console: %q", tail(r.stdout.String(), 3))
 		})
 	}
+}
+
+func containsAny(s string, parts []string) bool {
+	for _, p := range parts {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
 }
