@@ -65,6 +65,25 @@ func dialPlugin(t *testing.T, dir, endpoint string) pluginapi.DevicePluginClient
 	return pluginapi.NewDevicePluginClient(conn)
 }
 
+// healthFollows: the stream lists n devices, unhealthy first, then healthy and unhealthy again
+// as set says.
+func healthFollows(t *testing.T, s grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse], n int, set func(bool), what string) {
+	t.Helper()
+	if got, h := recvDevices(t, s); got != n || h[pluginapi.Unhealthy] != n {
+		t.Fatalf("first list: %d devices, health %v; want %d unhealthy", got, h, n)
+	}
+	for _, healthy := range []bool{true, false} {
+		set(healthy)
+		want := pluginapi.Unhealthy
+		if healthy {
+			want = pluginapi.Healthy
+		}
+		if got, h := recvDevices(t, s); got != n || h[want] != n {
+			t.Fatalf("after %s = %v: %d devices, health %v; want %d %s", what, healthy, got, h, n, want)
+		}
+	}
+}
+
 func recvDevices(t *testing.T, s grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse]) (n int, health map[string]int) {
 	t.Helper()
 	r, err := s.Recv()
@@ -101,17 +120,7 @@ func TestPluginWithKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Unhealthy until told otherwise: no probe has passed yet.
-	if n, h := recvDevices(t, lw); n != 8 || h[pluginapi.Unhealthy] != 8 {
-		t.Fatalf("first list: %d devices, health %v; want 8 unhealthy", n, h)
-	}
-	p.SetHealthy(true)
-	if n, h := recvDevices(t, lw); n != 8 || h[pluginapi.Healthy] != 8 {
-		t.Fatalf("after SetHealthy(true): %d devices, health %v", n, h)
-	}
-	p.SetHealthy(false)
-	if _, h := recvDevices(t, lw); h[pluginapi.Unhealthy] != 8 {
-		t.Fatalf("after SetHealthy(false): health %v", h)
-	}
+	healthFollows(t, lw, 8, p.SetHealthy, "SetHealthy")
 
 	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"kvm0"}}, {DevicesIds: []string{"kvm1"}}}})
 	if err != nil {
@@ -263,15 +272,5 @@ func TestProbeAndKVMResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, h := recvDevices(t, lw2); n != 4 || h[pluginapi.Unhealthy] != 4 {
-		t.Fatalf("kvm: %d devices, health %v; want 4 unhealthy", n, h)
-	}
-	usable.Store(true)
-	if n, h := recvDevices(t, lw2); n != 4 || h[pluginapi.Healthy] != 4 {
-		t.Fatalf("kvm after the HypervisorNode says Usable: %d devices, health %v", n, h)
-	}
-	usable.Store(false)
-	if _, h := recvDevices(t, lw2); h[pluginapi.Unhealthy] != 4 {
-		t.Fatalf("kvm after the HypervisorNode says not Usable: health %v", h)
-	}
+	healthFollows(t, lw2, 4, usable.Store, "the HypervisorNode's kvm Usable")
 }
