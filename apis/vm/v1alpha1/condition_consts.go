@@ -62,8 +62,8 @@ const (
 	ReasonEmulationNotAllowed = "EmulationNotAllowed"
 	// ReasonRunnerImageNotAllowed: spec.runnerImage is not one the ProviderClass allows.
 	ReasonRunnerImageNotAllowed = "RunnerImageNotAllowed"
-	ReasonEmulationRequested  = "EmulationRequested"
-	ReasonKVM                 = "KVM"
+	ReasonEmulationRequested    = "EmulationRequested"
+	ReasonKVM                   = "KVM"
 )
 
 // ProviderClass condition types.
