@@ -46,10 +46,10 @@ func (w *mainWithController) Run() int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// The cluster's default class, as config/providers ships it (with emulation, as
-	// config/local allows it).
+	// The cluster's default class, as config/providers ships it (with emulation, and the runner
+	// images VMs may name, as config/local allows them: here the image-map tests' runner).
 	qemu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
-		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true, AllowedRunnerImages: []string{"localhost/imagemap/runner"}}}
 	if err := env.Client.Create(ctx, qemu); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -24,13 +24,13 @@ func TestRunnerImageNotAllowedHoldsVM(t *testing.T) {
 	vm := kubeapi.SampleVM(ns, "own-runner")
 	vm.Spec.RunnerImage = "evil.example.com/runner:v1"
 	create(t, vm)
-	got := providerCond(t, vm, metav1.ConditionFalse, vmv1.ReasonRunnerImageNotAllowed, "spec.runnerImage evil.example.com/runner:v1 is not allowed by ProviderClass qemu (allowed: none)")
+	got := providerCond(t, vm, metav1.ConditionFalse, vmv1.ReasonRunnerImageNotAllowed, "spec.runnerImage evil.example.com/runner:v1 is not allowed by ProviderClass qemu (allowed: localhost/imagemap/runner)")
 	if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionReady); c == nil || c.Reason != vmv1.ReasonRunnerImageNotAllowed {
 		t.Errorf("Ready does not say why: %+v", c)
 	}
 	noPod(t, vm)
 
-	defer editClass(t, "qemu", func(s *vmv1.ProviderClassSpec) { s.AllowedRunnerImages = []string{"evil.example.com/runner"} })()
+	defer editClass(t, "qemu", func(s *vmv1.ProviderClassSpec) { s.AllowedRunnerImages = append(s.AllowedRunnerImages, "evil.example.com/runner") })()
 	pod := waitPod(t, vm, "")
 	for _, c := range pod.Spec.Containers {
 		if c.Name == podspec.RunnerContainer && c.Image != vm.Spec.RunnerImage {
