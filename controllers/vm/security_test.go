@@ -30,7 +30,9 @@ func TestRunnerImageNotAllowedHoldsVM(t *testing.T) {
 	}
 	noPod(t, vm)
 
-	defer editClass(t, "qemu", func(s *vmv1.ProviderClassSpec) { s.AllowedRunnerImages = append(s.AllowedRunnerImages, "evil.example.com/runner") })()
+	defer editClass(t, "qemu", func(s *vmv1.ProviderClassSpec) {
+		s.AllowedRunnerImages = append(s.AllowedRunnerImages, "evil.example.com/runner")
+	})()
 	pod := waitPod(t, vm, "")
 	for _, c := range pod.Spec.Containers {
 		if c.Name == podspec.RunnerContainer && c.Image != vm.Spec.RunnerImage {
