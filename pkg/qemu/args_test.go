@@ -143,14 +143,14 @@ func TestUserStringsCannotInject(t *testing.T) {
 
 func TestRejects(t *testing.T) {
 	for name, mutate := range map[string]func(*Spec){
-		"unsafe cache":      func(s *Spec) { s.DiskCache = "unsafe" },
-		"unknown accel":     func(s *Spec) { s.Acceleration = "hvf" },
-		"newline cmdline":   func(s *Spec) { s.Cmdline = "a\n-b" },
-		"tap without MAC":   func(s *Spec) { s.MAC = nil },
-		"missing kernel":    func(s *Spec) { s.Kernel = "" },
-		"unknown format":    func(s *Spec) { s.DiskFormat = "vmdk" },
-		"too little memory": func(s *Spec) { s.MemoryMiB = 8 },
-		"newline seed path": func(s *Spec) { s.SeedPath = "/s\n-drive" },
+		"unsafe cache":        func(s *Spec) { s.DiskCache = "unsafe" },
+		"unknown accel":       func(s *Spec) { s.Acceleration = "hvf" },
+		"newline cmdline":     func(s *Spec) { s.Cmdline = "a\n-b" },
+		"tap without MAC":     func(s *Spec) { s.MAC = nil },
+		"missing kernel":      func(s *Spec) { s.Kernel = "" },
+		"unknown format":      func(s *Spec) { s.DiskFormat = "vmdk" },
+		"too little memory":   func(s *Spec) { s.MemoryMiB = 8 },
+		"newline seed path":   func(s *Spec) { s.SeedPath = "/s\n-drive" },
 		"kernel and firmware": func(s *Spec) { s.Firmware, s.FirmwareCode = FirmwareBIOS, "/bios.bin" },
 	} {
 		s := baseSpec()
