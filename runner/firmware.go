@@ -215,6 +215,10 @@ var _ hypervisor = (*bootWatch)(nil)
 
 // noBootableOutcome is the run's end when the firmware found nothing to boot.
 func noBootableOutcome(cfg runnerconfig.Config, line string) Outcome {
-	return failf(ExitNoBootableDisk, "the root disk has no bootloader (the %s firmware found nothing to boot: %q): use a bootable image, or set guest.kernelImage",
+	// OVMF's line ends in a device path nobody needs to read.
+	if i := strings.Index(line, " from Fv("); i > 0 {
+		line = line[:i]
+	}
+	return failf(ExitNoBootableDisk, "the root disk has no bootloader (the %s firmware found nothing to boot: %s): use a bootable image, or set guest.kernelImage",
 		strings.ToUpper(cfg.Firmware), line)
 }
