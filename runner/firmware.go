@@ -133,24 +133,28 @@ func (w *bootWatch) Exited() <-chan struct{} { return w.exited }
 func (w *bootWatch) forward() {
 	in := w.hypervisor.Events()
 	for {
-		select {
-		case ev := <-in:
-			w.events <- ev
-		case line := <-w.found:
-			w.events <- event{kind: eventNoBootableDevice, reason: line}
-		case <-w.hypervisor.Exited():
-			for {
-				select {
-				case ev := <-in:
-					w.events <- ev
-				case line := <-w.found:
-					w.events <- event{kind: eventNoBootableDevice, reason: line}
-				default:
-					close(w.exited)
-					return
-				}
-			}
+		ev, ok := w.next(in, w.hypervisor.Exited())
+		if !ok {
+			break
 		}
+		w.events <- ev
+	}
+	for len(in) > 0 || len(w.found) > 0 {
+		ev, _ := w.next(in, nil)
+		w.events <- ev
+	}
+	close(w.exited)
+}
+
+// next waits for the hypervisor's next event or the console's finding; false once stop closes.
+func (w *bootWatch) next(in <-chan event, stop <-chan struct{}) (event, bool) {
+	select {
+	case ev := <-in:
+		return ev, true
+	case line := <-w.found:
+		return event{kind: eventNoBootableDevice, reason: line}, true
+	case <-stop:
+		return event{}, false
 	}
 }
 
