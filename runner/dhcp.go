@@ -8,6 +8,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/virtpod/virtpod/pkg/dhcpserver"
 	"github.com/virtpod/virtpod/pkg/guestnet"
@@ -38,6 +39,13 @@ func startDHCP(ctx context.Context, pl *guestnet.Plumbing, name string, log *zap
 	if err := lease.Validate(); err != nil {
 		return err
 	}
+	// The server reads the tap with a packet socket, which takes CAP_NET_RAW: find out now, not
+	// from a guest that never gets an address.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		return fmt.Errorf("dhcp: packet socket: %w (the runner needs CAP_NET_RAW to serve the guest's DHCP)", err)
+	}
+	unix.Close(fd)
 	br, err := netlink.LinkByName(pl.Bridge)
 	if err != nil {
 		return fmt.Errorf("dhcp: bridge %s: %w", pl.Bridge, err)
