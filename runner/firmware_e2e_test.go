@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,6 +80,12 @@ func TestDebianGuestBootsFromItsDisk(t *testing.T) {
 				time.Since(start).Round(time.Second), leased.Round(time.Second), (time.Since(start) - leased).Round(time.Second))
 			if !strings.Contains(r.stdout.String(), "Linux version") {
 				t.Errorf("the guest's kernel log is not on the console")
+			}
+			// The guest's own view: cloud-init's network table on the console lists the pod IP.
+			if !slices.ContainsFunc(strings.Split(r.stdout.String(), "\n"), func(l string) bool {
+				return strings.Contains(l, "ci-info:") && strings.Contains(l, " "+ns.podIP+" ")
+			}) {
+				t.Errorf("cloud-init's network table on the console does not list %s", ns.podIP)
 			}
 
 			r.signal(t, syscall.SIGTERM)
