@@ -18,6 +18,7 @@ import (
 
 type cloudHypervisorInputs struct {
 	initrd, cmdline, serial, apiSocket string
+	firmware                           string // without a kernel: the UEFI firmware the disk boots through
 	seed                               string // cloud-init seed image; "" for none
 	overlay                            diskimage.Overlay
 	direct                             bool
@@ -63,7 +64,7 @@ func (c *chVM) Quit(ctx context.Context) error {
 // Start launches cloud-hypervisor with only its API socket and creates (not boots) the VM.
 func (c *chVM) Start(ctx context.Context) error {
 	spec := cloudhypervisor.Spec{
-		CPUs: c.cfg.CPUs, MemoryMiB: c.cfg.MemoryMiB, Kernel: c.cfg.Kernel, Initrd: c.in.initrd, Cmdline: c.in.cmdline,
+		CPUs: c.cfg.CPUs, MemoryMiB: c.cfg.MemoryMiB, Kernel: c.cfg.Kernel, Initrd: c.in.initrd, Cmdline: c.in.cmdline, Firmware: c.in.firmware,
 		DiskPath: c.in.overlay.Path, DiskFormat: c.in.overlay.Format, DirectIO: c.in.direct, SerialSocket: c.in.serial,
 		SeedPath: c.in.seed,
 	}

@@ -15,14 +15,15 @@ import (
 type eventKind int
 
 const (
-	eventRunning  eventKind = iota // the guest's vCPUs run
-	eventPaused                    // the guest stopped running (an I/O error, a debugger, ...)
-	eventShutdown                  // the hypervisor is shutting down; guest says whether the guest asked
-	eventPanicked                  // the guest kernel reported a panic
+	eventRunning          eventKind = iota // the guest's vCPUs run
+	eventPaused                            // the guest stopped running (an I/O error, a debugger, ...)
+	eventShutdown                          // the hypervisor is shutting down; guest says whether the guest asked
+	eventPanicked                          // the guest kernel reported a panic
+	eventNoBootableDevice                  // the firmware found nothing to boot on the root disk
 )
 
 func (k eventKind) String() string {
-	return [...]string{"running", "paused", "shutdown", "panicked"}[k]
+	return [...]string{"running", "paused", "shutdown", "panicked", "no bootable device"}[k]
 }
 
 type event struct {

@@ -14,6 +14,7 @@ const (
 	ExitHypervisorFailed = 4 // the hypervisor crashed or was killed
 	ExitGraceExpired     = 5 // the guest ignored the power button for the grace period
 	ExitGuestPanicked    = 6 // the guest kernel panicked
+	ExitNoBootableDisk   = 7 // booting through firmware, the root disk had nothing to boot
 )
 
 // Outcome is how a run ended.

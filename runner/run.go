@@ -95,7 +95,13 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		}
 	}
 
-	if _, err := os.Stat(cfg.Kernel); err != nil {
+	var fw firmwareFiles
+	if cfg.Kernel == "" {
+		if fw, err = prepareFirmware(cfg); err != nil {
+			return failf(ExitError, "--firmware=%s: %v", cfg.Firmware, err)
+		}
+		log.Info("booting the root disk through firmware", zap.String("firmware", fw.kind), zap.String("code", fw.code), zap.String("vars", fw.vars))
+	} else if _, err := os.Stat(cfg.Kernel); err != nil {
 		return failf(ExitError, "--kernel: %v", err)
 	}
 	initrd := cfg.Initrd
@@ -139,11 +145,22 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			return failf(ExitError, "--network=pod: %v", err)
 		}
 		board.setDropped(spoofguard.Dropped)
+		dhcpCtx, stopDHCP := context.WithCancel(ctx)
+		defer stopDHCP()
+		if err := startDHCP(dhcpCtx, plumbing, cfg.Name, log); err != nil {
+			if cfg.Kernel == "" { // a disk's own OS configures its network by DHCP
+				return failf(ExitError, "--network=pod: %v", err)
+			}
+			log.Warn("no DHCP server; the guest has its address from ip=", zap.Error(err))
+		}
 		ipArg = pod.KernelIPArg(cfg.Name)
 		log.Info("guest network", zap.String("ip", pod.Addr.String()), zap.Stringer("gateway", pod.Gateway),
 			zap.Stringer("guestMAC", plumbing.GuestMAC), zap.Stringer("podMAC", plumbing.PodMAC), zap.String("tap", plumbing.Tap))
 	}
-	cmdline := kernelCmdline(cfg.KernelArgs, ipArg)
+	cmdline := ""
+	if cfg.Kernel != "" {
+		cmdline = kernelCmdline(cfg.KernelArgs, ipArg)
+	}
 
 	var hv hypervisor
 	serial := filepath.Join(cfg.StateDir, serialSocketName)
@@ -159,6 +176,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			DiskPath: overlay.Path, DiskFormat: overlay.Format, DiskCache: cache, SeedPath: seed,
 			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),
 		}
+		fw.qemu(&spec)
 		var tap *os.File
 		if plumbing != nil {
 			spec.MAC, tap = plumbing.GuestMAC, plumbing.TapFile
@@ -166,9 +184,12 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		hv = newQEMU(binary, o.Launcher, spec, tap, log)
 	case runnerconfig.ProviderCloudHypervisor:
 		hv = newCloudHypervisor(binary, cfg, cloudHypervisorInputs{
-			initrd: initrd, cmdline: cmdline, overlay: overlay, direct: direct, serial: serial, seed: seed,
+			initrd: initrd, cmdline: cmdline, firmware: fw.code, overlay: overlay, direct: direct, serial: serial, seed: seed,
 			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
 		}, log)
+	}
+	if cfg.Kernel == "" {
+		hv, o.Stdout = watchFirmwareBoot(hv, o.Stdout)
 	}
 	return supervise(ctx, cfg, o, board, hv, filepath.Join(cfg.StateDir, consoleSocketName), serial)
 }

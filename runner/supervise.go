@@ -23,6 +23,7 @@ type runState struct {
 	forced        bool   // the grace period ran out and the hypervisor was stopped
 	watchdogFired bool
 	panicked      string
+	noBootable    string // the firmware's console line saying it found nothing to boot
 	shutdown      *event
 	kernelOutput  <-chan struct{} // closed once the guest kernel printed a line
 }
@@ -107,8 +108,11 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			quit("grace period over")
 		case ev := <-hv.Events():
 			st.apply(ev, board, log)
-			if ev.kind == eventPanicked {
+			switch ev.kind {
+			case eventPanicked:
 				quit("guest panicked")
+			case eventNoBootableDevice:
+				quit("no bootable device")
 			}
 		case <-hv.Exited():
 			for drained := false; !drained; {
@@ -145,6 +149,8 @@ func (st *runState) apply(ev event, board *statusBoard, log *zap.Logger) {
 		board.set(StateStopping, ev.reason)
 	case eventPanicked:
 		st.panicked = ev.reason
+	case eventNoBootableDevice:
+		st.noBootable = ev.reason
 	}
 }
 
@@ -156,6 +162,8 @@ func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor) O
 	switch {
 	case st.watchdogFired:
 		return failf(ExitKVMUnusable, "acceleration kvm: KVM could not run the guest: the guest kernel printed nothing within %s (at most the boot stub's lines); this node's KVM cannot run guest kernels (schedule the VM on a node with hardware virtualization, or set acceleration to Emulated)", o.BootWatchdog)
+	case st.noBootable != "":
+		return noBootableOutcome(cfg, st.noBootable)
 	case st.panicked != "":
 		return failf(ExitGuestPanicked, "guest kernel panicked (%s)", st.panicked)
 	case st.forced:

@@ -34,6 +34,9 @@ type MemoryConfig struct {
 }
 
 type PayloadConfig struct {
+	// Firmware boots the guest from its disk's bootloader, instead of Kernel: a firmware built
+	// for cloud-hypervisor (its OVMF build, CLOUDHV.fd, or rust-hypervisor-firmware).
+	Firmware  string `json:"firmware,omitempty"`
 	Kernel    string `json:"kernel,omitempty"`
 	Cmdline   string `json:"cmdline,omitempty"`
 	Initramfs string `json:"initramfs,omitempty"`
@@ -69,6 +72,8 @@ type Spec struct {
 	Kernel    string
 	Initrd    string
 	Cmdline   string
+	// Firmware, only without a Kernel: the guest boots from its root disk through it.
+	Firmware string
 
 	DiskPath   string
 	DiskFormat string // qcow2 or raw
@@ -93,8 +98,16 @@ func Build(s Spec) (VMConfig, error) {
 	if s.MemoryMiB < 16 {
 		errs = append(errs, fmt.Errorf("memory %d MiB: must be at least 16", s.MemoryMiB))
 	}
-	if s.Kernel == "" || s.DiskPath == "" || s.SerialSocket == "" {
-		errs = append(errs, errors.New("kernel, disk path and serial socket are required"))
+	if s.DiskPath == "" || s.SerialSocket == "" {
+		errs = append(errs, errors.New("disk path and serial socket are required"))
+	}
+	switch {
+	case s.Kernel == "" && s.Firmware == "":
+		errs = append(errs, errors.New("a kernel or a firmware is required"))
+	case s.Kernel != "" && s.Firmware != "":
+		errs = append(errs, errors.New("a kernel or a firmware, not both"))
+	case s.Kernel == "" && (s.Initrd != "" || s.Cmdline != ""):
+		errs = append(errs, errors.New("an initrd or kernel command line needs a kernel; a disk's bootloader brings its own"))
 	}
 	imageType := map[string]string{"qcow2": "Qcow2", "raw": "Raw"}[s.DiskFormat]
 	if imageType == "" {
@@ -111,7 +124,7 @@ func Build(s Spec) (VMConfig, error) {
 	}
 	// JSON strings are Unicode: encoding/json would turn invalid UTF-8 into U+FFFD, naming
 	// another file or changing the command line without a word.
-	for _, v := range []string{s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.TapName, s.SerialSocket} {
+	for _, v := range []string{s.Kernel, s.Initrd, s.Cmdline, s.Firmware, s.DiskPath, s.SeedPath, s.TapName, s.SerialSocket} {
 		if !utf8.ValidString(v) {
 			errs = append(errs, fmt.Errorf("%q is not UTF-8, which cloud-hypervisor's JSON API cannot carry", v))
 		}
@@ -122,7 +135,7 @@ func Build(s Spec) (VMConfig, error) {
 	c := VMConfig{
 		CPUs:    CPUsConfig{BootVCPUs: s.CPUs, MaxVCPUs: s.CPUs},
 		Memory:  MemoryConfig{Size: s.MemoryMiB << 20},
-		Payload: PayloadConfig{Kernel: s.Kernel, Initramfs: s.Initrd, Cmdline: s.Cmdline},
+		Payload: PayloadConfig{Firmware: s.Firmware, Kernel: s.Kernel, Initramfs: s.Initrd, Cmdline: s.Cmdline},
 		Disks: []DiskConfig{{
 			ID: "root", Path: s.DiskPath, Direct: s.DirectIO, ImageType: imageType,
 			BackingFiles: s.DiskFormat == "qcow2",

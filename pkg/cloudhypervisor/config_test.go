@@ -41,7 +41,15 @@ func TestGolden(t *testing.T) {
 	hostile.Cmdline = `console=ttyS0 "},"disks":[{"path":"/etc/shadow"}],"x":{"`
 	seed := baseSpec()
 	seed.SeedPath = "/var/run/virtpod/cidata.iso"
-	for name, s := range map[string]Spec{"pod-network": baseSpec(), "no-network-raw": noNet, "hostile-cmdline": hostile, "cloud-init-seed": seed} {
+	firmware := baseSpec()
+	firmware.Kernel, firmware.Initrd, firmware.Cmdline = "", "", ""
+	firmware.Firmware = "/usr/share/cloud-hypervisor/CLOUDHV.fd"
+	hostileFirmware := firmware
+	hostileFirmware.Firmware = `/fw","kernel":"/etc/shadow`
+	for name, s := range map[string]Spec{
+		"pod-network": baseSpec(), "no-network-raw": noNet, "hostile-cmdline": hostile, "cloud-init-seed": seed,
+		"firmware-boot": firmware, "hostile-firmware": hostileFirmware,
+	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Build(s)
 			if err != nil {
@@ -72,10 +80,14 @@ func TestCmdlineStaysAString(t *testing.T) {
 
 func TestBuildRejects(t *testing.T) {
 	for name, mutate := range map[string]func(*Spec){
-		"format":  func(s *Spec) { s.DiskFormat = "vmdk" },
-		"mac":     func(s *Spec) { s.MAC = nil },
-		"newline": func(s *Spec) { s.Cmdline = "a\nb" },
-		"cpus":    func(s *Spec) { s.CPUs = 0 },
+		"format":                  func(s *Spec) { s.DiskFormat = "vmdk" },
+		"mac":                     func(s *Spec) { s.MAC = nil },
+		"newline":                 func(s *Spec) { s.Cmdline = "a\nb" },
+		"cpus":                    func(s *Spec) { s.CPUs = 0 },
+		"kernel and firmware":     func(s *Spec) { s.Firmware = "/fw" },
+		"neither":                 func(s *Spec) { s.Kernel = "" },
+		"initrd without a kernel": func(s *Spec) { s.Kernel, s.Cmdline, s.Firmware = "", "", "/fw" },
+		"firmware not UTF-8":      func(s *Spec) { s.Kernel, s.Initrd, s.Cmdline, s.Firmware = "", "", "", "/fw\xff" },
 	} {
 		s := baseSpec()
 		mutate(&s)

@@ -20,19 +20,22 @@ func FuzzBuild(f *testing.F) {
 	mac := []byte{0x52, 0x54, 0, 0x12, 0x34, 0x56}
 	f.Add("/virtpod/images/kernel/boot/vmlinuz", "/virtpod/images/kernel/boot/initrd.img", "console=ttyS0 root=/dev/vda rw",
 		"/var/run/virtpod/root.qcow2", "/var/run/virtpod/cidata.img", "vp-tap0", "/var/run/virtpod/serial.sock", "/var/run/virtpod/ch.sock",
-		int32(2), int64(1024), false, true, mac, 1450)
+		int32(2), int64(1024), false, true, mac, 1450, "")
 	f.Add("/k", "", `console=ttyS0 "},"disks":[{"path":"/etc/shadow"}],"x":{"`, `/d","readonly":false,"path":"/etc/shadow`,
-		`/c","readonly":false,"x":"`, `t","mac":"00:00:00:00:00:00`, "/s\x00", "/run/ch,fd=3", int32(1), int64(16), true, false, mac, 0)
-	f.Add("/k\xff", "/i", "\u2028<script>&", "/d", "", "", "/s", "path=/etc/x", int32(255), int64(1<<20), false, false, []byte(nil), -1)
-	f.Add("/k", "/i", "", "/d", "", "", "/s", ` "/a[b]"" `, int32(4), int64(8796093022208), true, true, []byte(nil), 9000)
+		`/c","readonly":false,"x":"`, `t","mac":"00:00:00:00:00:00`, "/s\x00", "/run/ch,fd=3", int32(1), int64(16), true, false, mac, 0, "")
+	f.Add("/k\xff", "/i", "\u2028<script>&", "/d", "", "", "/s", "path=/etc/x", int32(255), int64(1<<20), false, false, []byte(nil), -1, "")
+	f.Add("/k", "/i", "", "/d", "", "", "/s", ` "/a[b]"" `, int32(4), int64(8796093022208), true, true, []byte(nil), 9000, "")
+	f.Add("", "", "", "/var/run/virtpod/root.qcow2", "", "vp-tap0", "/var/run/virtpod/serial.sock", "/var/run/virtpod/ch.sock",
+		int32(1), int64(512), false, true, mac, 1450, "/usr/share/cloud-hypervisor/CLOUDHV.fd")
+	f.Add("", "", "", "/d", "", "", "/s", "/c", int32(1), int64(512), true, false, []byte(nil), 0, `/fw","kernel":"/etc/shadow`)
 	f.Fuzz(func(t *testing.T, kernel, initrd, cmdline, disk, seed, tap, serial, socket string,
-		cpus int32, memMiB int64, raw, direct bool, mac []byte, mtu int) {
+		cpus int32, memMiB int64, raw, direct bool, mac []byte, mtu int, firmware string) {
 		checkArgs(t, socket)
 
 		s := cloudhypervisor.Spec{
 			CPUs: cpus, MemoryMiB: memMiB, Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
 			DiskPath: disk, DiskFormat: "qcow2", DirectIO: direct, SeedPath: seed,
-			TapName: tap, MAC: net.HardwareAddr(mac), MTU: mtu, SerialSocket: serial,
+			TapName: tap, MAC: net.HardwareAddr(mac), MTU: mtu, SerialSocket: serial, Firmware: firmware,
 		}
 		if raw {
 			s.DiskFormat = "raw"
@@ -67,7 +70,7 @@ func FuzzBuild(f *testing.F) {
 			field *string
 			ph    string
 		}{{&ref.Kernel, "/KERNEL"}, {&ref.Initrd, "/INITRD"}, {&ref.Cmdline, "CMDLINE"}, {&ref.DiskPath, "/DISK"},
-			{&ref.SeedPath, "/SEED"}, {&ref.TapName, "TAP"}, {&ref.SerialSocket, "/SERIAL"}} {
+			{&ref.SeedPath, "/SEED"}, {&ref.TapName, "TAP"}, {&ref.SerialSocket, "/SERIAL"}, {&ref.Firmware, "/FIRMWARE"}} {
 			if *p.field != "" {
 				user[p.ph], *p.field = *p.field, p.ph
 			}
@@ -115,8 +118,12 @@ func refusable(s cloudhypervisor.Spec) string {
 	switch {
 	case s.CPUs < 1, s.MemoryMiB < 16:
 		return "cpus or memory too small"
-	case s.Kernel == "", s.DiskPath == "", s.SerialSocket == "":
+	case s.DiskPath == "", s.SerialSocket == "":
 		return "a required path is empty"
+	case (s.Kernel == "") == (s.Firmware == ""):
+		return "neither or both of a kernel and a firmware"
+	case s.Kernel == "" && (s.Initrd != "" || s.Cmdline != ""):
+		return "an initrd or command line without a kernel"
 	case s.TapName != "" && len(s.MAC) != 6:
 		return "a tap without a 6-byte MAC"
 	case strings.ContainsAny(s.Cmdline, "\x00\n\r"):
@@ -124,7 +131,7 @@ func refusable(s cloudhypervisor.Spec) string {
 	case s.MemoryMiB > math.MaxInt64>>20:
 		return "more memory than an int64 counts in bytes"
 	}
-	for _, v := range []string{s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.TapName, s.SerialSocket} {
+	for _, v := range []string{s.Kernel, s.Initrd, s.Cmdline, s.Firmware, s.DiskPath, s.SeedPath, s.TapName, s.SerialSocket} {
 		if !utf8.ValidString(v) {
 			return "a string that is not UTF-8, which JSON cannot carry"
 		}

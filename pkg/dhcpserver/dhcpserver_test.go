@@ -131,7 +131,7 @@ func TestServeRealExchange(t *testing.T) {
 					if err := netns.Set(ns); err != nil {
 						panic(err)
 					}
-					if err := Serve(ctx, "srv0", srvMAC, l); err != nil {
+					if err := Serve(ctx, "srv0", srvMAC, l, nil); err != nil {
 						panic(err)
 					}
 				}()

@@ -22,8 +22,9 @@ const (
 // Serve answers the guest's DHCP on ifname (its tap) until ctx ends. It reads frames with a
 // packet socket for every protocol: on a bridge port only such a tap sees frames before the
 // bridge takes them, so the server needs no address of its own on the interface and nothing
-// reaches or leaves through the pod's eth0. serverMAC is the source of its answers.
-func Serve(ctx context.Context, ifname string, serverMAC net.HardwareAddr, l Lease) error {
+// reaches or leaves through the pod's eth0. serverMAC is the source of its answers. answered,
+// when not nil, is told of every answer sent (the runner logs them).
+func Serve(ctx context.Context, ifname string, serverMAC net.HardwareAddr, l Lease, answered func(req, resp *dhcpv4.DHCPv4)) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -67,6 +68,9 @@ func Serve(ctx context.Context, ifname string, serverMAC net.HardwareAddr, l Lea
 		frame := encode(resp, serverMAC, l.ServerID)
 		if err := unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: iface.Index, Halen: 6, Addr: [8]byte(append(append([]byte{}, resp.ClientHWAddr...), 0, 0))}); err != nil {
 			return fmt.Errorf("dhcp: answer on %s: %w", ifname, err)
+		}
+		if answered != nil {
+			answered(req, resp)
 		}
 	}
 	return nil

@@ -21,6 +21,14 @@ const (
 	CacheWriteback = "writeback"
 )
 
+// Firmware a guest without a kernel boots through: its root disk's own bootloader runs.
+const (
+	// FirmwareBIOS is SeaBIOS, loaded with -bios.
+	FirmwareBIOS = "bios"
+	// FirmwareUEFI is OVMF: its code mapped read-only, its variable store a per-guest copy.
+	FirmwareUEFI = "uefi"
+)
+
 // Spec is everything the command line depends on.
 type Spec struct {
 	Name         string // VM name, shown in the process list
@@ -30,9 +38,15 @@ type Spec struct {
 	CPUs      int32
 	MemoryMiB int64
 
+	// Direct kernel boot; Kernel "" boots through Firmware instead.
 	Kernel  string
 	Initrd  string // "" for none
 	Cmdline string // the complete kernel command line
+
+	// Firmware boot, only without a Kernel: the root disk is the boot device.
+	Firmware     string // FirmwareBIOS or FirmwareUEFI
+	FirmwareCode string // bios: the SeaBIOS image; uefi: OVMF's code (never written)
+	FirmwareVars string // uefi: this guest's writable copy of OVMF's variable store
 
 	DiskPath   string // the writable root disk (the qcow2 overlay)
 	DiskFormat string // qcow2 or raw
@@ -57,9 +71,15 @@ func Args(s Spec) ([]string, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
+	machine := "q35"
+	if s.Kernel == "" {
+		// Without graphics SeaBIOS prints on the serial port, so its "No bootable device."
+		// reaches the console the runner reads.
+		machine += ",graphics=off"
+	}
 	args := []string{
 		"-name", "guest=" + optValue(s.Name),
-		"-machine", "q35",
+		"-machine", machine,
 		"-accel", s.Acceleration,
 	}
 	cpu := s.CPUModel
@@ -81,19 +101,28 @@ func Args(s Spec) ([]string, error) {
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		// A guest reboot ends QEMU: the pod restarts the VM, as a container restart would.
 		"-no-reboot",
-		"-kernel", s.Kernel,
 	)
-	if s.Initrd != "" {
-		args = append(args, "-initrd", s.Initrd)
+	rootDevice := "virtio-blk-pci,drive=root"
+	if s.Kernel != "" {
+		args = append(args, "-kernel", s.Kernel)
+		if s.Initrd != "" {
+			args = append(args, "-initrd", s.Initrd)
+		}
+		// -append takes its value verbatim (it is not an option list), and argv elements are
+		// never split, so nothing in the command line can become a QEMU argument.
+		args = append(args, "-append", s.Cmdline)
+	} else {
+		args = append(args, firmwareArgs(s)...)
+		// The root disk is the one boot device: strict, so neither firmware goes on to a
+		// network boot (the NIC's option ROM) when the disk has no bootloader.
+		args = append(args, "-boot", "strict=on")
+		rootDevice += ",bootindex=0"
 	}
-	// -append takes its value verbatim (it is not an option list), and argv elements are
-	// never split, so nothing in the command line can become a QEMU argument.
-	args = append(args, "-append", s.Cmdline)
 	args = append(args,
 		// file.driver=file makes the path a plain file name: QEMU would otherwise read
 		// "json:{...}" or "nbd:..." in a bare file= as a protocol.
 		"-drive", "if=none,id=root,format="+s.DiskFormat+",file.driver=file,file.filename="+optValue(s.DiskPath)+",cache="+s.DiskCache+",aio=threads,discard=unmap",
-		"-device", "virtio-blk-pci,drive=root",
+		"-device", rootDevice,
 	)
 	if s.SeedPath != "" {
 		// After the root disk, so the root stays /dev/vda and the seed is /dev/vdb. Read-only:
@@ -119,6 +148,18 @@ func Args(s Spec) ([]string, error) {
 		"-S",
 	)
 	return args, nil
+}
+
+// firmwareArgs loads the firmware of a guest that boots from its disk. -bios takes its path
+// verbatim; OVMF's two flash images are -drive option lists, opened as plain files.
+func firmwareArgs(s Spec) []string {
+	if s.Firmware == FirmwareBIOS {
+		return []string{"-bios", s.FirmwareCode}
+	}
+	return []string{
+		"-drive", "if=pflash,unit=0,format=raw,read-only=on,file.driver=file,file.filename=" + optValue(s.FirmwareCode),
+		"-drive", "if=pflash,unit=1,format=raw,file.driver=file,file.filename=" + optValue(s.FirmwareVars),
+	}
 }
 
 // optValue escapes a value placed inside a QEMU option list, where a comma separates options:
@@ -152,6 +193,24 @@ func (s Spec) validate() error {
 	if strings.Contains(s.CPUModel, ",") {
 		errs = append(errs, fmt.Errorf("cpu model %q: a CPU model name has no comma", s.CPUModel))
 	}
+	if s.Kernel == "" {
+		switch s.Firmware {
+		case FirmwareBIOS, FirmwareUEFI:
+		default:
+			errs = append(errs, fmt.Errorf("firmware %q: without a kernel the guest boots through firmware; use %s or %s", s.Firmware, FirmwareBIOS, FirmwareUEFI))
+		}
+		if s.Initrd != "" || s.Cmdline != "" {
+			errs = append(errs, errors.New("an initrd or kernel command line needs a kernel; a disk's bootloader brings its own"))
+		}
+		if s.FirmwareCode == "" {
+			errs = append(errs, errors.New("firmware code is required to boot through firmware"))
+		}
+		if (s.Firmware == FirmwareUEFI) != (s.FirmwareVars != "") {
+			errs = append(errs, errors.New("a variable store goes with uefi firmware, and only with it"))
+		}
+	} else if s.Firmware != "" || s.FirmwareCode != "" || s.FirmwareVars != "" {
+		errs = append(errs, fmt.Errorf("firmware %q: a guest booted from a kernel takes no firmware boot settings", s.Firmware))
+	}
 	if s.TapFD > 0 && len(s.MAC) != 6 {
 		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))
 	}
@@ -159,7 +218,8 @@ func (s Spec) validate() error {
 		name, value string
 		required    bool
 	}{
-		{"name", s.Name, false}, {"cpu model", s.CPUModel, false}, {"kernel", s.Kernel, true}, {"initrd", s.Initrd, false},
+		{"name", s.Name, false}, {"cpu model", s.CPUModel, false}, {"kernel", s.Kernel, false}, {"initrd", s.Initrd, false},
+		{"firmware code", s.FirmwareCode, false}, {"firmware vars", s.FirmwareVars, false},
 		{"kernel command line", s.Cmdline, false}, {"disk path", s.DiskPath, true}, {"seed path", s.SeedPath, false},
 		{"serial socket", s.SerialSocket, true}, {"QMP socket", s.QMPSocket, true},
 	} {

@@ -28,6 +28,22 @@ func baseSpec() Spec {
 	}
 }
 
+// uefiSpec boots the root disk through OVMF, with the pod network.
+func uefiSpec() Spec {
+	s := baseSpec()
+	s.Kernel, s.Initrd, s.Cmdline = "", "", ""
+	s.Firmware, s.FirmwareCode, s.FirmwareVars = FirmwareUEFI, "/usr/share/OVMF/OVMF_CODE_4M.fd", "/var/run/virtpod/uefi-vars.fd"
+	return s
+}
+
+// biosSpec boots the root disk through SeaBIOS, under TCG without a network.
+func biosSpec() Spec {
+	s := uefiSpec()
+	s.Firmware, s.FirmwareCode, s.FirmwareVars = FirmwareBIOS, "/usr/share/seabios/bios-256k.bin", ""
+	s.Acceleration, s.TapFD, s.MAC = "tcg", 0, nil
+	return s
+}
+
 // golden compares argv, one argument a line, with testdata/<name>.golden.
 func golden(t *testing.T, name string, args []string) {
 	t.Helper()
@@ -48,7 +64,15 @@ func TestGolden(t *testing.T) {
 	hostile.SeedPath = "/var/run/vp,read-only=off/cidata.iso"
 	seed := baseSpec()
 	seed.SeedPath = "/var/run/virtpod/cidata.iso"
-	for name, s := range map[string]Spec{"kvm-pod-network": baseSpec(), "tcg-no-network": tcg, "hostile-strings": hostile, "cloud-init-seed": seed} {
+	hostileFirmware := uefiSpec()
+	hostileFirmware.FirmwareCode = "/usr/share/OVMF/c,unit=1,read-only=off"
+	hostileFirmware.FirmwareVars = "/var/run/vp,file.filename=/etc/shadow/uefi-vars.fd"
+	hostileBIOS := biosSpec()
+	hostileBIOS.FirmwareCode = "-drive file=/etc/shadow,if=pflash"
+	for name, s := range map[string]Spec{
+		"kvm-pod-network": baseSpec(), "tcg-no-network": tcg, "hostile-strings": hostile, "cloud-init-seed": seed,
+		"uefi-disk-boot": uefiSpec(), "bios-disk-boot": biosSpec(), "hostile-firmware-uefi": hostileFirmware, "hostile-firmware-bios": hostileBIOS,
+	} {
 		t.Run(name, func(t *testing.T) {
 			args, err := Args(s)
 			if err != nil {
@@ -119,14 +143,15 @@ func TestUserStringsCannotInject(t *testing.T) {
 
 func TestRejects(t *testing.T) {
 	for name, mutate := range map[string]func(*Spec){
-		"unsafe cache":      func(s *Spec) { s.DiskCache = "unsafe" },
-		"unknown accel":     func(s *Spec) { s.Acceleration = "hvf" },
-		"newline cmdline":   func(s *Spec) { s.Cmdline = "a\n-b" },
-		"tap without MAC":   func(s *Spec) { s.MAC = nil },
-		"missing kernel":    func(s *Spec) { s.Kernel = "" },
-		"unknown format":    func(s *Spec) { s.DiskFormat = "vmdk" },
-		"too little memory": func(s *Spec) { s.MemoryMiB = 8 },
-		"newline seed path": func(s *Spec) { s.SeedPath = "/s\n-drive" },
+		"unsafe cache":        func(s *Spec) { s.DiskCache = "unsafe" },
+		"unknown accel":       func(s *Spec) { s.Acceleration = "hvf" },
+		"newline cmdline":     func(s *Spec) { s.Cmdline = "a\n-b" },
+		"tap without MAC":     func(s *Spec) { s.MAC = nil },
+		"missing kernel":      func(s *Spec) { s.Kernel = "" },
+		"unknown format":      func(s *Spec) { s.DiskFormat = "vmdk" },
+		"too little memory":   func(s *Spec) { s.MemoryMiB = 8 },
+		"newline seed path":   func(s *Spec) { s.SeedPath = "/s\n-drive" },
+		"kernel and firmware": func(s *Spec) { s.Firmware, s.FirmwareCode = FirmwareBIOS, "/bios.bin" },
 	} {
 		s := baseSpec()
 		mutate(&s)
@@ -134,6 +159,67 @@ func TestRejects(t *testing.T) {
 			t.Errorf("%s: Args accepted it", name)
 		} else {
 			t.Logf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestFirmwareRejects: a firmware boot needs a known firmware with its files, and takes nothing a
+// kernel boot would.
+func TestFirmwareRejects(t *testing.T) {
+	for name, mutate := range map[string]func(*Spec){
+		"no firmware":            func(s *Spec) { s.Firmware = "" },
+		"unknown firmware":       func(s *Spec) { s.Firmware = "coreboot" },
+		"uefi without vars":      func(s *Spec) { s.FirmwareVars = "" },
+		"bios with vars":         func(s *Spec) { s.Firmware = FirmwareBIOS },
+		"no firmware code":       func(s *Spec) { s.FirmwareCode = "" },
+		"initrd without kernel":  func(s *Spec) { s.Initrd = "/i" },
+		"cmdline without kernel": func(s *Spec) { s.Cmdline = "console=ttyS0" },
+		"newline in vars path":   func(s *Spec) { s.FirmwareVars = "/v\n-S" },
+		"NUL in code path":       func(s *Spec) { s.FirmwareCode = "/c\x00" },
+	} {
+		s := uefiSpec()
+		mutate(&s)
+		if _, err := Args(s); err == nil {
+			t.Errorf("%s: Args accepted it", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestFirmwareBootsOnlyTheDisk: without a kernel there is no -kernel, -initrd or -append, the
+// root disk is the first and only boot device, and OVMF's code is mapped read-only while its
+// variable store is writable.
+func TestFirmwareBootsOnlyTheDisk(t *testing.T) {
+	for _, s := range []Spec{uefiSpec(), biosSpec()} {
+		args, err := Args(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []string{"-kernel", "-initrd", "-append"} {
+			if slices.Contains(args, a) {
+				t.Errorf("%s boot has %s", s.Firmware, a)
+			}
+		}
+		if !slices.Contains(args, "virtio-blk-pci,drive=root,bootindex=0") || !slices.Contains(args, "strict=on") {
+			t.Errorf("%s boot: the root disk is not the strict boot device: %q", s.Firmware, args)
+		}
+		var pflash []string
+		for _, a := range args {
+			if strings.HasPrefix(a, "if=pflash") {
+				pflash = append(pflash, a)
+			}
+		}
+		switch s.Firmware {
+		case FirmwareBIOS:
+			if len(pflash) != 0 || args[slices.Index(args, "-bios")+1] != s.FirmwareCode {
+				t.Errorf("bios boot: pflash %q, -bios not %s", pflash, s.FirmwareCode)
+			}
+		case FirmwareUEFI:
+			if len(pflash) != 2 || !strings.Contains(pflash[0], "unit=0") || !strings.Contains(pflash[0], "read-only=on") ||
+				!strings.HasSuffix(pflash[0], "="+s.FirmwareCode) || strings.Contains(pflash[1], "read-only") || !strings.HasSuffix(pflash[1], "="+s.FirmwareVars) {
+				t.Errorf("uefi boot: pflash drives %q", pflash)
+			}
 		}
 	}
 }

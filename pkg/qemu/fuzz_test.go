@@ -13,13 +13,14 @@ const (
 	phName, phCPU, phKernel, phInitrd = "NAME", "MODEL", "/KERNEL", "/INITRD"
 	phCmdline, phDisk, phSeed         = "CMDLINE", "/DISK", "/SEED"
 	phSerial, phQMP                   = "/SERIAL", "/QMP"
+	phCode, phVars                    = "/CODE", "/VARS"
 )
 
 // How QEMU reads the value of each option a user string may reach: verbatim, or as an option
 // list with this implied first key. -cpu is neither: QEMU splits it at its first comma into
 // model and features, with no escape.
 var (
-	verbatim    = map[string]bool{"-kernel": true, "-initrd": true, "-append": true}
+	verbatim    = map[string]bool{"-kernel": true, "-initrd": true, "-append": true, "-bios": true}
 	optionLists = map[string]string{"-name": "guest", "-drive": "", "-chardev": "backend"}
 )
 
@@ -27,22 +28,28 @@ var (
 // harmless strings — the same options at the same places, so no string becomes an option of
 // its own — the kernel command line is the one argument after -append, and each string in an
 // option list parses back (QEMU's syntax, ",," a literal comma) to exactly itself under the
-// same keys, with no key added.
+// same keys, with no key added. Without a kernel the same holds for the firmware's paths.
 func FuzzArgs(f *testing.F) {
 	mac := []byte{0x52, 0x54, 0, 0x12, 0x34, 0x56}
 	f.Add("web-1", "", "/virtpod/images/kernel/boot/vmlinuz", "/virtpod/images/kernel/boot/initrd.img", "console=ttyS0 root=/dev/vda rw",
-		"/var/run/virtpod/root.qcow2", "/var/run/virtpod/cidata.img", "/var/run/virtpod/serial.sock", "/var/run/virtpod/qmp.sock", int32(2), int64(1024), false, false, false, 3, mac)
+		"/var/run/virtpod/root.qcow2", "/var/run/virtpod/cidata.img", "/var/run/virtpod/serial.sock", "/var/run/virtpod/qmp.sock", int32(2), int64(1024), false, false, false, 3, mac, "", "", "")
 	f.Add("evil,id=x -drive file=/etc/shadow", "", "/k", "", "console=ttyS0 -drive file=/etc/shadow,if=virtio -append foo",
-		"/var/run/vp,file=/etc/shadow/root.qcow2", "/c,read-only=off", "/tmp/a,server=off/serial.sock", "/q,,", int32(1), int64(16), true, true, true, 0, []byte(nil))
-	f.Add(",", "qemu64", "-S", "-kernel", "-S", ",,", ",,,", "x,", ",path=/etc/passwd", int32(255), int64(65536), true, false, true, 4, mac)
-	f.Add("a", "host,+vmx", "/k", "/i", "", "/d", "", "/s", "/q", int32(1), int64(64), false, true, false, 0, []byte(nil))
+		"/var/run/vp,file=/etc/shadow/root.qcow2", "/c,read-only=off", "/tmp/a,server=off/serial.sock", "/q,,", int32(1), int64(16), true, true, true, 0, []byte(nil), "", "", "")
+	f.Add(",", "qemu64", "-S", "-kernel", "-S", ",,", ",,,", "x,", ",path=/etc/passwd", int32(255), int64(65536), true, false, true, 4, mac, "", "", "")
+	f.Add("a", "host,+vmx", "/k", "/i", "", "/d", "", "/s", "/q", int32(1), int64(64), false, true, false, 0, []byte(nil), "", "", "")
+	f.Add("web-1", "", "", "", "", "/var/run/virtpod/root.qcow2", "", "/var/run/virtpod/serial.sock", "/var/run/virtpod/qmp.sock",
+		int32(1), int64(512), true, false, false, 3, mac, "uefi", "/usr/share/OVMF/OVMF_CODE_4M.fd", "/var/run/virtpod/uefi-vars.fd")
+	f.Add("web-1", "", "", "", "", "/d", "", "/s", "/q", int32(1), int64(512), true, true, false, 0, []byte(nil), "bios", "-S", "")
+	f.Add("x", "", "", "", "", "/d", "", "/s", "/q", int32(1), int64(512), false, false, false, 0, []byte(nil), "uefi",
+		"/c,unit=1,read-only=off", "/v,file.filename=/etc/shadow")
 	f.Fuzz(func(t *testing.T, name, cpuModel, kernel, initrd, cmdline, disk, seed, serial, qmp string,
-		cpus int32, memMiB int64, tcg, raw, writeback bool, tapFD int, mac []byte) {
+		cpus int32, memMiB int64, tcg, raw, writeback bool, tapFD int, mac []byte, firmware, code, vars string) {
 		s := qemu.Spec{
 			Name: name, Acceleration: "kvm", CPUModel: cpuModel, CPUs: cpus, MemoryMiB: memMiB,
 			Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
 			DiskPath: disk, DiskFormat: "qcow2", DiskCache: qemu.CacheNone, SeedPath: seed,
 			TapFD: tapFD, MAC: net.HardwareAddr(mac), SerialSocket: serial, QMPSocket: qmp,
+			Firmware: firmware, FirmwareCode: code, FirmwareVars: vars,
 		}
 		if tcg {
 			s.Acceleration = "tcg"
@@ -65,7 +72,15 @@ func FuzzArgs(f *testing.F) {
 		}
 
 		ref := s
-		ref.Name, ref.Kernel, ref.Cmdline, ref.DiskPath, ref.SerialSocket, ref.QMPSocket = phName, phKernel, phCmdline, phDisk, phSerial, phQMP
+		ref.Name, ref.DiskPath, ref.SerialSocket, ref.QMPSocket = phName, phDisk, phSerial, phQMP
+		if s.Kernel != "" {
+			ref.Kernel, ref.Cmdline = phKernel, phCmdline
+		} else {
+			ref.FirmwareCode = phCode
+			if s.FirmwareVars != "" {
+				ref.FirmwareVars = phVars
+			}
+		}
 		if s.CPUModel != "" {
 			ref.CPUModel = phCPU
 		}
@@ -80,7 +95,8 @@ func FuzzArgs(f *testing.F) {
 			t.Fatalf("the reference spec is refused: %v", err)
 		}
 		user := map[string]string{phName: s.Name, phCPU: s.CPUModel, phKernel: s.Kernel, phInitrd: s.Initrd,
-			phCmdline: s.Cmdline, phDisk: s.DiskPath, phSeed: s.SeedPath, phSerial: s.SerialSocket, phQMP: s.QMPSocket}
+			phCmdline: s.Cmdline, phDisk: s.DiskPath, phSeed: s.SeedPath, phSerial: s.SerialSocket, phQMP: s.QMPSocket,
+			phCode: s.FirmwareCode, phVars: s.FirmwareVars}
 		checkShape(t, args, want, user)
 	})
 }
@@ -90,14 +106,22 @@ func refusable(s qemu.Spec) string {
 	switch {
 	case s.CPUs < 1, s.MemoryMiB < 16:
 		return "cpus or memory too small"
-	case s.Kernel == "", s.DiskPath == "", s.SerialSocket == "", s.QMPSocket == "":
+	case s.DiskPath == "", s.SerialSocket == "", s.QMPSocket == "":
 		return "a required path is empty"
+	case s.Kernel != "" && (s.Firmware != "" || s.FirmwareCode != "" || s.FirmwareVars != ""):
+		return "firmware settings with a kernel"
+	case s.Kernel == "" && s.Firmware != qemu.FirmwareBIOS && s.Firmware != qemu.FirmwareUEFI:
+		return "neither a kernel nor a known firmware"
+	case s.Kernel == "" && (s.Initrd != "" || s.Cmdline != "" || s.FirmwareCode == ""):
+		return "an initrd or command line without a kernel, or firmware without its code"
+	case s.Kernel == "" && (s.Firmware == qemu.FirmwareUEFI) != (s.FirmwareVars != ""):
+		return "a variable store without uefi, or uefi without one"
 	case s.TapFD > 0 && len(s.MAC) != 6:
 		return "a tap without a 6-byte MAC"
 	case strings.Contains(s.CPUModel, ","):
 		return "a comma in the CPU model, which -cpu cannot escape"
 	}
-	for _, v := range []string{s.Name, s.CPUModel, s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.SerialSocket, s.QMPSocket} {
+	for _, v := range []string{s.Name, s.CPUModel, s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.SerialSocket, s.QMPSocket, s.FirmwareCode, s.FirmwareVars} {
 		if strings.ContainsAny(v, "\x00\n\r") {
 			return "a NUL or newline"
 		}

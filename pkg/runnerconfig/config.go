@@ -26,6 +26,10 @@ const (
 	// NetworkPod: the guest takes over the pod's interface and IP. NetworkNone: no network.
 	NetworkPod  = "pod"
 	NetworkNone = "none"
+
+	// Firmware a guest without --kernel boots through, from its root disk's bootloader.
+	FirmwareBIOS = "bios" // SeaBIOS
+	FirmwareUEFI = "uefi" // OVMF, secure boot off
 )
 
 // Defaults of the settings the controller need not pass: the runner's flag defaults, and what
@@ -35,6 +39,7 @@ const (
 	DefaultHTTPAddr           = "127.0.0.1:8080"
 	DefaultGracePeriodSeconds = 30
 	DefaultNetwork            = NetworkPod
+	DefaultFirmware           = FirmwareBIOS // without --kernel
 )
 
 // Port is a guest port published at the pod IP.
@@ -52,7 +57,8 @@ type Config struct {
 	CPUs         int32
 	MemoryMiB    int64
 
-	Kernel      string // path of the kernel inside the pod
+	Kernel      string // path of the kernel inside the pod; "" boots the root disk through Firmware
+	Firmware    string // bios or uefi, only without Kernel
 	Initrd      string // optional path of an initramfs; ignored when the file does not exist
 	KernelArgs  string
 	RootDisk    string // path of the read-only base disk (raw or qcow2)
@@ -89,6 +95,9 @@ func (c *Config) Defaults() {
 	if c.Network == "" {
 		c.Network = DefaultNetwork
 	}
+	if c.Kernel == "" && c.Firmware == "" {
+		c.Firmware = DefaultFirmware
+	}
 	if c.GracePeriodSeconds == 0 {
 		c.GracePeriodSeconds = DefaultGracePeriodSeconds
 	}
@@ -119,7 +128,16 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--memory-mib: must be at least 16, got %d", c.MemoryMiB))
 	}
 	if c.Kernel == "" {
-		errs = append(errs, errors.New("--kernel: the path of the guest kernel is required"))
+		switch c.Firmware {
+		case FirmwareBIOS, FirmwareUEFI:
+		default:
+			errs = append(errs, fmt.Errorf("--firmware: %q is not a firmware; without --kernel the root disk boots through bios or uefi", c.Firmware))
+		}
+		if c.Initrd != "" || c.KernelArgs != "" {
+			errs = append(errs, errors.New("--initrd, --kernel-args: need --kernel; a disk that boots through firmware brings its own bootloader and command line"))
+		}
+	} else if c.Firmware != "" {
+		errs = append(errs, errors.New("--firmware: only without --kernel (a guest boots from a kernel or from its disk)"))
 	}
 	if c.RootDisk == "" {
 		errs = append(errs, errors.New("--root-disk: the path of the root-disk image is required"))
@@ -176,7 +194,12 @@ func (c Config) Args() []string {
 		"--accel=" + c.Acceleration,
 		"--cpus=" + strconv.Itoa(int(c.CPUs)),
 		"--memory-mib=" + strconv.FormatInt(c.MemoryMiB, 10),
-		"--kernel=" + c.Kernel,
+	}
+	if c.Kernel != "" {
+		args = append(args, "--kernel="+c.Kernel)
+	}
+	if c.Firmware != "" {
+		args = append(args, "--firmware="+c.Firmware)
 	}
 	if c.Initrd != "" {
 		args = append(args, "--initrd="+c.Initrd)
@@ -241,7 +264,8 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Acceleration, "accel", AccelKVM, "acceleration: kvm, or tcg for explicit software emulation")
 	fs.Var(int32Value{&c.CPUs}, "cpus", "guest vCPUs")
 	fs.Int64Var(&c.MemoryMiB, "memory-mib", 0, "guest memory in MiB")
-	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel")
+	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel; without it the root disk boots through --firmware")
+	fs.StringVar(&c.Firmware, "firmware", "", "without --kernel: "+FirmwareBIOS+" (SeaBIOS, the default) or "+FirmwareUEFI+" (OVMF, secure boot off)")
 	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")
 	fs.StringVar(&c.KernelArgs, "kernel-args", "", "guest kernel command line")
 	fs.StringVar(&c.RootDisk, "root-disk", "", "path of the read-only root-disk image (raw or qcow2)")

@@ -1,7 +1,8 @@
 // Package spoofguard keeps a guest on the pod network speaking only as itself: a netdev ingress
 // filter on the guest's tap passes frames from the guest's own MAC carrying the pod's IPv4
-// address (plus DHCP discovery and ARP probes, which must come from 0.0.0.0), and counts and
-// drops everything else before it reaches the bridge and the pod network.
+// address (plus ARP probes, which must come from 0.0.0.0), drops the guest's DHCP (the runner
+// answers it on the tap) uncounted, and counts and drops everything else before it reaches the
+// bridge and the pod network.
 //
 // The rules are described as data (Rules) so they can be read and golden-tested without a
 // kernel; Install turns them into nftables objects through netlink.
@@ -105,9 +106,12 @@ func Rules(mac net.HardwareAddr, ip net.IP) ([]Rule, error) {
 		// An ARP probe (RFC 5227) asks about an address before using it, from 0.0.0.0.
 		{Matches: []Match{isARP, {ARPSpa, true, ipAny}}, Verdict: Accept},
 		{Matches: []Match{isARP}, Counter: CounterARP, Verdict: Drop},
+		// DHCP is answered on the tap by the runner, whose packet socket sees the guest's frames
+		// before this hook: past it they would only leak to the pod network. Not spoofing, so not
+		// counted: discovery comes from 0.0.0.0, renewals from the pod IP.
+		{Matches: []Match{isIPv4, {IPSaddr, true, ipAny}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Verdict: Drop},
+		{Matches: []Match{isIPv4, {IPSaddr, true, a}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Verdict: Drop},
 		{Matches: []Match{isIPv4, {IPSaddr, true, a}}, Verdict: Accept},
-		// DHCP discovery and requests come from 0.0.0.0 before the guest has its address.
-		{Matches: []Match{isIPv4, {IPSaddr, true, ipAny}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Verdict: Accept},
 		{Matches: []Match{isIPv4}, Counter: CounterIP, Verdict: Drop},
 		{Counter: CounterOther, Verdict: Drop},
 	}, nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +85,9 @@ func TestGuardInKernel(t *testing.T) {
 		{"ARP reply for the pod IP", arp(guestMAC, guestMAC, podIP), true, ""},
 		{"ARP probe from 0.0.0.0", arp(guestMAC, guestMAC, net.IPv4zero.To4()), true, ""},
 		{"UDP from the pod IP", udp(guestMAC, podIP, 5353), true, ""},
-		{"DHCP discover from 0.0.0.0", udp(guestMAC, net.IPv4zero.To4(), 67), true, ""},
+		// DHCP stays on the tap, where the runner's server reads it, and is not spoofing.
+		{"DHCP discover from 0.0.0.0", udp(guestMAC, net.IPv4zero.To4(), 67), false, ""},
+		{"DHCP renewal from the pod IP", udp(guestMAC, podIP, 67), false, ""},
 		{"another MAC", udp(otherMAC, podIP, 5353), false, CounterMAC},
 		{"gratuitous ARP claiming another pod's IP", arp(guestMAC, guestMAC, otherIP), false, CounterARP},
 		{"ARP naming another sender MAC", arp(guestMAC, otherMAC, podIP), false, CounterARP},
@@ -95,6 +98,7 @@ func TestGuardInKernel(t *testing.T) {
 
 	type sent struct {
 		got     [][]byte
+		onTap   [][]byte // what a packet socket on the tap saw, as the runner's DHCP server does
 		dropped map[string]uint64
 		err     error
 	}
@@ -150,6 +154,11 @@ func TestGuardInKernel(t *testing.T) {
 				return err
 			}
 			defer unix.Close(injfd)
+			tapfd, err := packetSocket("tap0")
+			if err != nil {
+				return err
+			}
+			defer unix.Close(tapfd)
 			time.Sleep(100 * time.Millisecond) // bridge ports forwarding (no STP: immediate, but be safe)
 			for _, f := range frames {
 				if _, err := unix.Write(injfd, f.frame); err != nil {
@@ -157,6 +166,7 @@ func TestGuardInKernel(t *testing.T) {
 				}
 			}
 			s.got = readFrames(capfd, time.Second)
+			s.onTap = readFrames(tapfd, 100*time.Millisecond)
 			s.dropped, err = Dropped()
 			return err
 		}()
@@ -178,6 +188,9 @@ func TestGuardInKernel(t *testing.T) {
 		}
 		if f.counter != "" {
 			want[f.counter]++
+		}
+		if strings.HasPrefix(f.name, "DHCP") && !slices.ContainsFunc(s.onTap, func(g []byte) bool { return bytes.Contains(g, tag(i)) }) {
+			t.Errorf("%s: a packet socket on the tap did not see it (the DHCP server reads there)", f.name)
 		}
 	}
 	for _, c := range Counters {

@@ -25,6 +25,25 @@ const (
 	TCGModule = "accel-tcg-x86_64.so"
 )
 
+// Firmware for guests that boot from their disk (no kernel image), from Debian's seabios and ovmf
+// packages, at Debian's paths.
+const (
+	// SeaBIOS is the BIOS Debian's QEMU loads for q35 by default (its firmware path lists
+	// /usr/share/seabios); the runner names it with -bios so the choice is explicit.
+	SeaBIOS = "/usr/share/seabios/bios-256k.bin"
+	// OVMFCode is OVMF's code without secure boot, mapped read-only into every UEFI guest.
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	// OVMFVars is the empty variable store (no secure-boot keys enrolled) each UEFI guest gets
+	// a writable copy of; its size matches OVMFCode's 4 MiB build.
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	// CloudHypervisorFirmware is cloud-hypervisor's UEFI firmware (its OVMF build, CLOUDHV.fd),
+	// which Debian does not package: an image that carries cloud-hypervisor puts it here.
+	CloudHypervisorFirmware = "/usr/share/cloud-hypervisor/CLOUDHV.fd"
+)
+
+// FirmwarePackages names the Debian package of each firmware file, for "install ..." messages.
+var FirmwarePackages = map[string]string{SeaBIOS: "seabios", OVMFCode: "ovmf", OVMFVars: "ovmf"}
+
 // Environment variables that move a binary without changing a pod's flags (tests, other images).
 const (
 	EnvQEMU            = "VIRTPOD_QEMU_BINARY"

@@ -250,7 +250,7 @@ func TestCompareCatchesADifference(t *testing.T) {
 		t.Errorf("a program imagebuild has and the Dockerfile lacks: %q", d)
 	}
 	other := runnerLayout
-	other.user, other.entrypoint, other.debian = "65532:65532", "/bin/sh", append(slices.Clone(other.debian), "ovmf")
+	other.user, other.entrypoint, other.debian = "65532:65532", "/bin/sh", append(slices.Clone(other.debian), "qemu-efi-aarch64")
 	if d := compare(other, img); len(d) != 3 {
 		t.Errorf("user, entrypoint and packages changed: %q", d)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/runner/binaries"
 )
 
 // module is this repository's Go module; a goProgram's pkg is under it.
@@ -102,11 +103,16 @@ func (l imageLayout) layers(prebuilt []string, dir string) ([]*ociimage.Layer, e
 
 // qemuDebianPackages are the packages qemuLayer takes programs and modules from, sorted. The
 // firmware's packages (qemuFirmware) are dependencies of qemu-system-x86: installing these
-// brings them.
+// brings them; OVMF (guestFirmware) is not, so its package is listed.
 func qemuDebianPackages() []string {
 	var pkgs []string
 	for _, p := range qemuPackages {
 		if !slices.Contains(pkgs, p) {
+			pkgs = append(pkgs, p)
+		}
+	}
+	for _, f := range guestFirmware {
+		if p := binaries.FirmwarePackages[f]; !slices.Contains(pkgs, p) {
 			pkgs = append(pkgs, p)
 		}
 	}

@@ -36,6 +36,10 @@ var qemuFirmware = []struct{ name, pkg string }{
 	{"efi-virtio.rom", "ipxe-qemu"},           // virtio-net-pci's option ROM, loaded even if never used
 }
 
+// guestFirmware is what guests that boot from their disk run (runner/binaries): SeaBIOS is in
+// qemuFirmware already; OVMF's code and its variable store template are not QEMU's own.
+var guestFirmware = []string{binaries.OVMFCode, binaries.OVMFVars}
+
 // qemuModules are loadable modules the runner's QEMU needs: Debian builds TCG as a module, and
 // -accel tcg (emulated VMs) fails without it. A QEMU built without modules has no module dir.
 var qemuModules = []string{binaries.TCGModule}
@@ -89,6 +93,13 @@ func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
 			return nil, fmt.Errorf("QEMU firmware %s: %w: install Debian's %s", fw.name, err, fw.pkg)
 		}
 		if _, err := l.HostPath(p); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range guestFirmware {
+		if _, err := l.HostPath(p); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("guest firmware %s not found: install Debian's %s (tools/dev/ci/install-deps.sh)", p, binaries.FirmwarePackages[p])
+		} else if err != nil {
 			return nil, err
 		}
 	}

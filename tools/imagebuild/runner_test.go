@@ -66,6 +66,11 @@ func TestRunnerImage(t *testing.T) {
 				t.Errorf("firmware %s is in none of %v", fw.name, qemuFirmwareDirs)
 			}
 		}
+		for _, p := range guestFirmware {
+			if !fileExists(within(t, root, p)) {
+				t.Errorf("guest firmware %s is not in the image", p)
+			}
+		}
 		for _, m := range qemuModules {
 			if p := filepath.Join(qemuModuleDir, m); fileExists(p) && !fileExists(within(t, root, p)) {
 				t.Errorf("module %s is on this machine but not in the image", p)

@@ -1,15 +1,16 @@
 # The runner: its guest fixture, tests, boot benchmark and binary. Included from the top Makefile.
 VIRTPOD_CACHE ?= $(HOME)/.cache/virtpod
 GUEST_FIXTURE ?= $(VIRTPOD_CACHE)/guest
+DEBIAN_GUEST  ?= $(VIRTPOD_CACHE)/debian-guest
 RUNNER_BIN    ?= bin/virtpod-runner
 BENCH_PAIRS   ?= 5
 
 # The runner and what it uses; the node agent's packages are test-agent's (agent.mk).
 RUNNER_TEST_PKGS := ./runner/ ./runner/kvm/... ./runner/binaries/... ./runner/cmd/virtpod-runner/... ./runner/cmd/vmcopy/... \
 	./pkg/qemu/... ./pkg/cloudhypervisor/... \
-	./pkg/guestnet/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/benchboot/...
+	./pkg/guestnet/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
 
-.PHONY: runner-deps guest-fixture test-runner bench-boot build-runner
+.PHONY: runner-deps guest-fixture debian-guest test-runner bench-boot build-runner
 
 runner-deps: ## Install the Debian packages the runner tests need (no-op when present; root to install).
 	bash tools/dev/ci/install-deps.sh
@@ -17,8 +18,11 @@ runner-deps: ## Install the Debian packages the runner tests need (no-op when pr
 guest-fixture: runner-deps ## Build the test guest (Debian cloud kernel, busybox initramfs, ext4 root) into $(GUEST_FIXTURE).
 	go run ./tools/dev/guestfixture -out $(GUEST_FIXTURE)
 
-test-runner: guest-fixture ## Run the runner's tests, booting real guests under TCG.
-	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -timeout 15m $(RUNNER_TEST_PKGS)
+debian-guest: runner-deps ## Build the Debian cloud guest (a disk that boots through UEFI and BIOS) from Debian's packages into $(DEBIAN_GUEST).
+	go run ./tools/dev/debianguest -out $(DEBIAN_GUEST)
+
+test-runner: guest-fixture debian-guest ## Run the runner's tests, booting real guests under TCG.
+	VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) go test -count=1 -timeout 30m $(RUNNER_TEST_PKGS)
 
 bench-boot: guest-fixture ## Runner start -> guest marker vs plain QEMU, in alternating pairs.
 	go run ./tools/dev/benchboot -guest $(GUEST_FIXTURE) -pairs $(BENCH_PAIRS)

@@ -1,0 +1,37 @@
+package runner
+
+import (
+	"net"
+	"testing"
+
+	"github.com/virtpod/virtpod/pkg/guestnet"
+)
+
+// TestGuestLease: the DHCP answer is the pod's identity, with the VM name as host name only when
+// it is one DNS label.
+func TestGuestLease(t *testing.T) {
+	ip, prefix, _ := net.ParseCIDR("10.213.9.2/24")
+	prefix.IP = ip
+	pl := &guestnet.Plumbing{
+		GuestMAC: net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x09, 0x02},
+		Pod: guestnet.PodInterface{Addr: prefix, Gateway: net.ParseIP("10.213.9.1"), MTU: 1450,
+			DNS: []net.IP{net.ParseIP("10.96.0.10")}, Search: []string{"default.svc.cluster.local"}},
+	}
+	l := guestLease(pl, "vm-1")
+	if l.MAC.String() != pl.GuestMAC.String() || l.Addr.String() != "10.213.9.2/24" || !l.Gateway.Equal(pl.Pod.Gateway) ||
+		!l.ServerID.Equal(pl.Pod.Gateway) || l.MTU != 1450 || len(l.DNS) != 1 || len(l.Search) != 1 || l.Hostname != "vm-1" {
+		t.Fatalf("lease %+v", l)
+	}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a.b", "-x", "x_y", string(make([]byte, 64))} {
+		if h := guestLease(pl, name).Hostname; h != "" {
+			t.Errorf("VM name %q became host name %q", name, h)
+		}
+	}
+	pl.Pod.Gateway = nil // a pod without a default route: nothing to serve
+	if err := guestLease(pl, "vm-1").Validate(); err == nil {
+		t.Error("a lease without a gateway validated")
+	}
+}

@@ -1,0 +1,224 @@
+// Command debianguest builds a Debian cloud guest from Debian's packages, as a bootable disk image
+// of the kind people publish: a GPT disk with an EFI system partition (systemd-boot, the kernel and
+// its initramfs), a BIOS boot partition (GRUB's core image, for SeaBIOS), and an ext4 root with
+// systemd, udev, cloud-init, openssh-server and busybox. The network comes up by DHCP on the first
+// NIC (systemd-networkd, or cloud-init's own configuration when it writes one); SSH host keys are
+// made on first boot.
+//
+// The root tree is made by mmdebstrap (no root filesystem download, no chroot left behind), the
+// partition table and the FAT file system by go-diskfs, the ext4 file system by mkfs.ext4 -d
+// written straight into the partition: no loop device, no mount.
+//
+// The output is laid out like a VM image (disk/root.img) and cached outside git, in
+// $VIRTPOD_CACHE/debian-guest; a changed imageVersion rebuilds it.
+package main
+
+import (
+	"crypto/rand"
+	"embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+//go:embed all:files
+var files embed.FS
+
+// imageVersion changes whenever what the image holds changes, so a cached image is rebuilt.
+const imageVersion = 1
+
+// suite is the Debian release the guest runs.
+const suite = "bookworm"
+
+// packages make a cloud guest: the cloud kernel with an initramfs, systemd as init with udev,
+// networkd and resolved, cloud-init, sshd, busybox (a small HTTP server for tests), and the boot
+// loaders' files (systemd-boot's EFI binary, GRUB's BIOS modules).
+var packages = []string{
+	"linux-image-cloud-amd64", "initramfs-tools",
+	"systemd", "systemd-sysv", "systemd-resolved", "udev", "dbus",
+	"cloud-init", "openssh-server", "sudo", "busybox",
+	"systemd-boot-efi", "grub-pc-bin",
+}
+
+// excluded are paths dpkg leaves out of the image: documentation and translations.
+var excluded = []string{"/usr/share/man/*", "/usr/share/doc/*", "/usr/share/info/*", "/usr/share/locale/*", "/usr/share/lintian/*"}
+
+// manifest records what was built, so a rerun can tell the image is complete and current.
+type manifest struct {
+	Version       int     `json:"version"`
+	Suite         string  `json:"suite"`
+	KernelVersion string  `json:"kernelVersion"`
+	RootPartUUID  string  `json:"rootPartUUID"`
+	DiskBytes     int64   `json:"diskBytes"`
+	BuildSeconds  float64 `json:"buildSeconds"`
+	Boot          string  `json:"boot"`
+}
+
+func main() {
+	out := flag.String("out", defaultOut(), "directory to build the image in")
+	force := flag.Bool("force", false, "rebuild even when the image is complete")
+	flag.Parse()
+	if err := build(*out, *force); err != nil {
+		fmt.Fprintln(os.Stderr, "debianguest:", err)
+		os.Exit(1)
+	}
+}
+
+func defaultOut() string {
+	if c := os.Getenv("VIRTPOD_CACHE"); c != "" {
+		return filepath.Join(c, "debian-guest")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "virtpod", "debian-guest")
+}
+
+func build(out string, force bool) error {
+	start := time.Now()
+	manifestPath := filepath.Join(out, "image.json")
+	if !force {
+		if b, err := os.ReadFile(manifestPath); err == nil {
+			var m manifest
+			if json.Unmarshal(b, &m) == nil && m.Version == imageVersion {
+				fmt.Printf("debian guest up to date in %s\n", out)
+				return nil
+			}
+			fmt.Printf("debian guest in %s is not version %d: rebuilding\n", out, imageVersion)
+		}
+	}
+	for _, tool := range []string{"mmdebstrap", "mkfs.ext4", "e2fsck"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found: run tools/dev/ci/install-deps.sh (Debian) first", tool)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("mmdebstrap needs root to build a root tree that keeps its owners and devices")
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	// The work directory sits beside the output, so the finished image moves in by rename.
+	work, err := os.MkdirTemp(filepath.Dir(out), ".debianguest-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	l := newLayout()
+	overlay := filepath.Join(work, "overlay")
+	if err := writeOverlay(overlay, l); err != nil {
+		return err
+	}
+	root := filepath.Join(work, "root")
+	fmt.Printf("mmdebstrap %s with %s\n", suite, strings.Join(packages, ", "))
+	if err := run("mmdebstrap", mmdebstrapArgs(root, overlay)...); err != nil {
+		return err
+	}
+	kernel, initrd, version, err := findKernel(root)
+	if err != nil {
+		return err
+	}
+	stage := filepath.Join(work, "out")
+	if err := os.MkdirAll(filepath.Join(stage, "disk"), 0o755); err != nil {
+		return err
+	}
+	img := filepath.Join(stage, "disk", "root.img")
+	if err := writeDisk(img, root, kernel, initrd, l); err != nil {
+		return err
+	}
+	m := manifest{Version: imageVersion, Suite: suite, KernelVersion: version, RootPartUUID: l.rootPartUUID,
+		DiskBytes: l.diskBytes(), BuildSeconds: time.Since(start).Round(time.Second).Seconds(), Boot: "uefi (systemd-boot), bios (GRUB)"}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(filepath.Join(stage, "image.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	// Replace the whole directory at once so a half-built image is never taken as complete.
+	if err := os.RemoveAll(out); err != nil {
+		return err
+	}
+	if err := os.Rename(stage, out); err != nil {
+		return err
+	}
+	fmt.Printf("debian guest built in %s (%s)\n%s", out, time.Since(start).Round(time.Second), b)
+	return nil
+}
+
+// mmdebstrapArgs builds the root tree in root: the packages, the image's own files from overlay,
+// its services enabled, and no SSH host keys.
+func mmdebstrapArgs(root, overlay string) []string {
+	args := []string{"--variant=apt", "--components=main", "--include=" + strings.Join(packages, ",")}
+	for _, p := range excluded {
+		args = append(args, "--dpkgopt=path-exclude="+p)
+	}
+	args = append(args,
+		"--dpkgopt=path-include=/usr/share/doc/*/copyright",
+		"--customize-hook=sync-in "+overlay+" /",
+		`--customize-hook=chroot "$1" systemctl enable systemd-networkd.service systemd-resolved.service virtpod-ssh-hostkeys.service`,
+		`--customize-hook=rm -f "$1"/etc/ssh/ssh_host_*`,
+		// systemd makes a machine ID on the first boot: each VM has its own.
+		`--customize-hook=rm -f "$1"/etc/machine-id "$1"/var/lib/dbus/machine-id; : > "$1"/etc/machine-id`,
+		suite, root,
+	)
+	return args
+}
+
+// writeOverlay lays out the image's own files (embedded under files/) and the ones that name the
+// root partition.
+func writeOverlay(dir string, l layout) error {
+	err := fs.WalkDir(files, "files", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(dir, strings.TrimPrefix(p, "files"))
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := files.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		return err
+	}
+	fstab := fmt.Sprintf("PARTUUID=%s / ext4 rw,errors=remount-ro 0 1\n", l.rootPartUUID)
+	return os.WriteFile(filepath.Join(dir, "etc", "fstab"), []byte(fstab), 0o644)
+}
+
+// findKernel returns the kernel and initramfs the cloud kernel package installed.
+func findKernel(root string) (kernel, initrd, version string, err error) {
+	kernels, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
+	if len(kernels) != 1 {
+		return "", "", "", fmt.Errorf("the root tree holds %d kernels, want 1", len(kernels))
+	}
+	version = strings.TrimPrefix(filepath.Base(kernels[0]), "vmlinuz-")
+	initrd = filepath.Join(root, "boot", "initrd.img-"+version)
+	if _, err := os.Stat(initrd); err != nil {
+		return "", "", "", fmt.Errorf("no initramfs for %s: %w", version, err)
+	}
+	return kernels[0], initrd, version, nil
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+func run(name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return nil
+}
