@@ -1,6 +1,8 @@
 // Package console connects to a hypervisor's serial-port socket and fans the guest's output
 // out to the runner's stdout (so `kubectl logs` shows the boot) and to any clients of an
-// interactive console socket, whose keystrokes go back to the guest.
+// interactive console socket, whose keystrokes go back to the guest. A client that attaches
+// first gets the guest's latest output (HistorySize bytes), so a prompt printed before it came
+// is on its screen.
 package console
 
 import (
@@ -16,6 +18,9 @@ import (
 	"time"
 )
 
+// HistorySize is how much of the guest's latest output a new console client is sent first.
+const HistorySize = 64 << 10
+
 // Console is one attached serial port.
 type Console struct {
 	upstream net.Conn
@@ -24,6 +29,7 @@ type Console struct {
 
 	mu      sync.Mutex
 	clients map[net.Conn]chan []byte
+	history ring // under mu: fan-out and replay see the same order
 
 	firstOutput chan struct{}
 	firstOnce   sync.Once
@@ -64,6 +70,7 @@ func Attach(ctx context.Context, serialSocket, consoleSocket string, out io.Writ
 	c := &Console{
 		upstream: up, out: out, listener: l,
 		clients:     map[net.Conn]chan []byte{},
+		history:     ring{buf: make([]byte, HistorySize)},
 		firstOutput: make(chan struct{}),
 		kernelOut:   make(chan struct{}),
 		done:        make(chan struct{}),
@@ -105,6 +112,7 @@ func (c *Console) pump() {
 			chunk := append([]byte(nil), buf[:n]...)
 			_, _ = c.out.Write(chunk)
 			c.mu.Lock()
+			c.history.write(chunk)
 			for _, ch := range c.clients {
 				select {
 				case ch <- chunk:
@@ -150,6 +158,11 @@ func (c *Console) accept() {
 		}
 		ch := make(chan []byte, 256)
 		c.mu.Lock()
+		// The replay is queued under the same lock as the fan-out, so no byte is sent twice or
+		// lost between the history and the live output.
+		if h := c.history.bytes(); len(h) > 0 {
+			ch <- h
+		}
 		c.clients[conn] = ch
 		c.mu.Unlock()
 		go func() {
