@@ -69,7 +69,7 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	}
 	run(t, "ip", "netns", "exec", other, "busybox", "ping", "-c", "1", "-W", "2", ns.gwIP)
 
-	out, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--path=/status", "--print").Output()
+	out, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--state-dir="+r.stateDir, "--path=/status", "--print").Output()
 	if err != nil {
 		t.Fatalf("runner /status: %v", err)
 	}
@@ -80,7 +80,7 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	if st.SpoofDropped[spoofguard.CounterARP] == 0 || st.SpoofDropped[spoofguard.CounterMAC] == 0 {
 		t.Errorf("/status spoofDropped = %v, want arp and mac drops counted", st.SpoofDropped)
 	}
-	metrics, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--path=/metrics", "--print").Output()
+	metrics, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--state-dir="+r.stateDir, "--path=/metrics", "--print").Output()
 	if err != nil || !strings.Contains(string(metrics), `virtpod_runner_spoofed_frames_dropped_total{counter="arp"}`) {
 		t.Errorf("/metrics (err %v) lacks the drop counter:\n%s", err, metrics)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 func TestKernelIPArg(t *testing.T) {
@@ -90,6 +91,11 @@ func TestPlumbInNetns(t *testing.T) {
 		tap  netlink.Link
 		br   netlink.Link
 		ips  []netlink.Addr
+		// After AddRelay (run twice: a runner restarted in its pod):
+		brIPs  []netlink.Addr
+		routes []netlink.Route
+		neighs []netlink.Neigh
+		fdb    []netlink.Neigh
 	}
 	done := make(chan result)
 	go func() {
@@ -117,6 +123,15 @@ func TestPlumbInNetns(t *testing.T) {
 		r.tap, _ = netlink.LinkByName(DefaultTap)
 		r.br, _ = netlink.LinkByName(DefaultBridge)
 		r.ips, _ = netlink.AddrList(r.eth0, netlink.FAMILY_V4)
+		for range 2 {
+			if r.err = r.pl.AddRelay(); r.err != nil {
+				return
+			}
+		}
+		r.brIPs, _ = netlink.AddrList(r.br, netlink.FAMILY_V4)
+		r.routes, _ = netlink.RouteList(nil, netlink.FAMILY_V4)
+		r.neighs, _ = netlink.NeighList(r.br.Attrs().Index, netlink.FAMILY_V4)
+		r.fdb, _ = netlink.NeighList(r.tap.Attrs().Index, unix.AF_BRIDGE)
 	}()
 	r := <-done
 	if r.err != nil {
@@ -145,5 +160,41 @@ func TestPlumbInNetns(t *testing.T) {
 	}
 	if r.tap.Attrs().MTU != r.pod.MTU || r.br.Attrs().MTU != r.pod.MTU {
 		t.Errorf("MTU: tap %d, bridge %d, pod %d", r.tap.Attrs().MTU, r.br.Attrs().MTU, r.pod.MTU)
+	}
+	if r.br.Attrs().HardwareAddr.String() != r.pl.BridgeMAC.String() {
+		t.Errorf("bridge MAC %s, Plumbing says %s", r.br.Attrs().HardwareAddr, r.pl.BridgeMAC)
+	}
+
+	// The relay: only RelayIP/32 on the bridge; the only routes are to the pod IP through the
+	// bridge from RelayIP (and the kernel's own for RelayIP); the pod IP resolves to the guest's
+	// MAC without ARP; the bridge forwards the guest's MAC to the tap only.
+	if len(r.brIPs) != 1 || r.brIPs[0].IPNet.String() != RelayIP.String()+"/32" {
+		t.Errorf("bridge addresses %v, want %s/32 only", r.brIPs, RelayIP)
+	}
+	var toGuest int
+	for _, rt := range r.routes {
+		if rt.Table != unix.RT_TABLE_MAIN {
+			continue
+		}
+		if rt.Dst == nil || rt.Dst.String() != "10.213.200.2/32" || rt.LinkIndex != r.br.Attrs().Index || !rt.Src.Equal(RelayIP) {
+			t.Errorf("unexpected route %+v: the namespace must route nothing but the pod IP", rt)
+			continue
+		}
+		toGuest++
+	}
+	if toGuest != 1 {
+		t.Errorf("%d routes to the guest, want 1: %v", toGuest, r.routes)
+	}
+	if len(r.neighs) != 1 || !r.neighs[0].IP.Equal(net.IPv4(10, 213, 200, 2)) || r.neighs[0].HardwareAddr.String() != r.pod.MAC.String() || r.neighs[0].State != netlink.NUD_PERMANENT {
+		t.Errorf("bridge neighbours %+v, want the pod IP at the guest's MAC %s, permanent", r.neighs, r.pod.MAC)
+	}
+	static := false
+	for _, n := range r.fdb {
+		if n.HardwareAddr.String() == r.pod.MAC.String() {
+			static = n.State == netlink.NUD_NOARP && n.MasterIndex == r.br.Attrs().Index
+		}
+	}
+	if !static {
+		t.Errorf("no static forwarding entry for the guest's MAC on the tap: %+v", r.fdb)
 	}
 }
