@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -31,9 +32,22 @@ import (
 //   - an HTTP GET to 127.0.0.1:80 in the pod's namespace reaches the guest's httpd through the
 //     runner's relay, without a frame of it on the pod network, while the guest still serves at
 //     the pod IP from the host side; 127.0.0.1:8080 (the runner's old status port) is free.
+//
+// The pod network is a hairpin bridge, as the bridge CNI plugin's: the guest's replies to the
+// relay go through its gateway's MAC, which it resolves through that bridge.
 func TestConsoleAndPortRelay(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 5)
+	// The pod network as the bridge CNI plugin with hairpinMode makes it: the node end of the
+	// pod's veth on a bridge holding the gateway address, which returns the pod's broadcasts.
+	br := fmt.Sprintf("vpt5b%d", os.Getpid()%10000)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", br).Run() })
+	run(t, "ip", "addr", "del", ns.gwIP+"/24", "dev", ns.hostIf)
+	run(t, "ip", "link", "add", br, "type", "bridge")
+	run(t, "ip", "addr", "add", ns.gwIP+"/24", "dev", br)
+	run(t, "ip", "link", "set", br, "up")
+	run(t, "ip", "link", "set", ns.hostIf, "master", br)
+	run(t, "ip", "link", "set", ns.hostIf, "type", "bridge_slave", "hairpin", "on")
 	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-console"), "--network=pod", "--resolv-conf="+ns.resolvConf, "--port=http:80/TCP")...)
 	r.waitMarker(t, bootTimeout)
 	bin := runnerBinary(t)

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -75,6 +76,7 @@ func TestPlumbInNetns(t *testing.T) {
 		_ = exec.Command("ip", "link", "del", hostIf).Run()
 	})
 	mustRun("link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", name)
+	mustRun("link", "set", hostIf, "up")
 	mustRun("-n", name, "addr", "add", "10.213.200.2/24", "dev", "eth0")
 	mustRun("-n", name, "link", "set", "eth0", "up")
 	mustRun("-n", name, "route", "add", "default", "via", "10.213.200.1")
@@ -98,6 +100,7 @@ func TestPlumbInNetns(t *testing.T) {
 		fdb    []netlink.Neigh
 	}
 	done := make(chan result)
+	injected, echoed, echoErr := make(chan net.HardwareAddr, 1), make(chan struct{}), make(chan error, 1)
 	go func() {
 		// This goroutine's thread enters the namespace and is never returned to the pool.
 		runtime.LockOSThread()
@@ -131,11 +134,24 @@ func TestPlumbInNetns(t *testing.T) {
 		r.brIPs, _ = netlink.AddrList(r.br, netlink.FAMILY_V4)
 		r.routes, _ = netlink.RouteList(nil, netlink.FAMILY_V4)
 		r.neighs, _ = netlink.NeighList(r.br.Attrs().Index, netlink.FAMILY_V4)
+		// A hairpin bridge on the pod network returns the guest's broadcasts: the guest's
+		// MAC then arrives on eth0, which must not move its entry off the tap.
+		injected <- r.pod.MAC
+		<-echoed
 		r.fdb, _ = netlink.NeighList(r.tap.Attrs().Index, unix.AF_BRIDGE)
+	}()
+	// The echo, sent from the host end of the pod's veth.
+	go func() {
+		mac := <-injected
+		echoErr <- sendFrom(hostIf, mac)
+		close(echoed)
 	}()
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
+	}
+	if err := <-echoErr; err != nil {
+		t.Fatalf("echoing a guest frame from the pod network: %v", err)
 	}
 	defer r.pl.TapFile.Close()
 
@@ -191,10 +207,31 @@ func TestPlumbInNetns(t *testing.T) {
 	static := false
 	for _, n := range r.fdb {
 		if n.HardwareAddr.String() == r.pod.MAC.String() {
-			static = n.State == netlink.NUD_NOARP && n.MasterIndex == r.br.Attrs().Index
+			static = n.State == netlink.NUD_NOARP && n.MasterIndex == r.br.Attrs().Index && n.Flags&netlink.NTF_STICKY != 0
 		}
 	}
 	if !static {
-		t.Errorf("no static forwarding entry for the guest's MAC on the tap: %+v", r.fdb)
+		t.Errorf("no static, sticky forwarding entry for the guest's MAC on the tap after a frame from the guest's MAC came in on eth0: %+v", r.fdb)
 	}
+}
+
+// sendFrom writes one broadcast frame with source MAC src out of the host interface ifName.
+func sendFrom(ifName string, src net.HardwareAddr) error {
+	l, err := netlink.LinkByName(ifName)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	frame := append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, src...)
+	frame = append(frame, 0x88, 0xb5) // the local experimental EtherType: nobody parses it
+	frame = append(frame, make([]byte, 46)...)
+	if err := unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}); err != nil {
+		return err
+	}
+	time.Sleep(100 * time.Millisecond) // the bridge learns as the frame passes
+	return nil
 }

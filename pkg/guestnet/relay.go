@@ -21,8 +21,11 @@ var RelayIP = net.IPv4(169, 254, 75, 1).To4()
 //   - a route to the pod IP through the bridge with RelayIP as source;
 //   - a permanent neighbour entry for the pod IP at the guest's MAC, so the namespace never ARPs
 //     for it on the pod network;
-//   - a static forwarding entry for the guest's MAC on the tap, so the bridge sends the
-//     namespace's frames to the guest only, never flooding them to the pod network.
+//   - a static, sticky forwarding entry for the guest's MAC on the tap, so the bridge sends
+//     frames for the guest to the tap only: it never floods the namespace's frames to the pod
+//     network, and a frame of the guest's coming back from the pod network (a hairpin bridge,
+//     as the bridge CNI plugin's hairpinMode, returns its broadcasts) cannot move the entry to
+//     the pod interface, which would cut the guest off from its gateway's replies.
 //
 // The guest's replies come back to the bridge by spoofguard's relay rule on the tap.
 func (pl *Plumbing) AddRelay() error {
@@ -47,10 +50,10 @@ func (pl *Plumbing) AddRelay() error {
 		State: netlink.NUD_PERMANENT, IP: podIP, HardwareAddr: pl.GuestMAC}); err != nil {
 		return fmt.Errorf("neighbour entry for the guest at %s: %w", podIP, err)
 	}
-	// NUD_NOARP is the bridge's "static": forward to this port, never age out (NUD_PERMANENT
-	// would mean the bridge's own address).
+	// NUD_NOARP is the bridge's "static": never ages out (NUD_PERMANENT would mean the bridge's
+	// own address); NTF_STICKY: learning never moves it to another port.
 	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: tap.Attrs().Index, Family: unix.AF_BRIDGE,
-		State: netlink.NUD_NOARP, Flags: netlink.NTF_MASTER, HardwareAddr: pl.GuestMAC}); err != nil {
+		State: netlink.NUD_NOARP, Flags: netlink.NTF_MASTER | netlink.NTF_STICKY, HardwareAddr: pl.GuestMAC}); err != nil {
 		return fmt.Errorf("forwarding entry for the guest's MAC on %s: %w", pl.Tap, err)
 	}
 	return nil

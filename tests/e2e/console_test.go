@@ -56,7 +56,7 @@ func TestConsolePortForwardLogs(t *testing.T) {
 		// The same binary as a kubectl plugin.
 		cmd := exec.Command(kubectl, "virtpod", "-n", ns, "logs", "--tail", "3", name)
 		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-		if out, err := cmd.CombinedOutput(); err != nil || len(strings.Split(strings.TrimSpace(string(out)), "\n")) != 3 {
+		if out, err := cmd.CombinedOutput(); err != nil || strings.Count(string(out), "\n") != 3 {
 			t.Fatalf("kubectl virtpod logs --tail 3: %v\n%s", err, out)
 		}
 	})
