@@ -15,12 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/virtpod/virtpod/pkg/guestnet"
 	"github.com/virtpod/virtpod/runner"
+	"github.com/virtpod/virtpod/tests/netcapture"
+	"github.com/virtpod/virtpod/tests/rawhttp"
 )
 
 // TestConsoleAndPortRelay boots one guest in a namespace standing in for the pod, with port 80
@@ -89,7 +90,7 @@ func TestConsoleAndPortRelay(t *testing.T) {
 	})
 
 	t.Run("relay", func(t *testing.T) {
-		capture, err := packetCapture(ns.hostIf)
+		capture, err := netcapture.Open(ns.hostIf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +99,7 @@ func TestConsoleAndPortRelay(t *testing.T) {
 		err = inNetns(ns.name, func() error {
 			var err error
 			for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-				if body, err = rawGet("127.0.0.1:80"); err == nil || time.Now().After(end) {
+				if body, err = rawhttp.Get("127.0.0.1:80"); err == nil || time.Now().After(end) {
 					break
 				}
 			}
@@ -118,7 +119,7 @@ func TestConsoleAndPortRelay(t *testing.T) {
 		if !strings.Contains(body, "virtpod guest vm-console") {
 			t.Fatalf("relay answered %q, want the guest's page", body)
 		}
-		for _, f := range readCaptured(capture, 300*time.Millisecond) {
+		for _, f := range netcapture.Read(capture, 300*time.Millisecond) {
 			if bytes.Contains(f, guestnet.RelayIP) {
 				t.Errorf("a frame naming the relay address %s reached the pod network: % x", guestnet.RelayIP, f)
 			}
@@ -219,61 +220,3 @@ func inNetns(name string, f func() error) error {
 	}()
 	return <-errc
 }
-
-// rawGet sends an HTTP/1.0 GET to addr from the calling goroutine (net/http would dial from
-// another goroutine, on a thread in another namespace) and returns the body of a 200 answer.
-func rawGet(addr string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\n\r\n"); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return "", err
-	}
-	head, body, _ := strings.Cut(string(b), "\r\n\r\n")
-	if !strings.HasPrefix(head, "HTTP/1.0 200") && !strings.HasPrefix(head, "HTTP/1.1 200") {
-		return "", fmt.Errorf("%s answered %q", addr, head)
-	}
-	return body, nil
-}
-
-// packetCapture opens a packet socket on a host interface: every frame the pod sends out.
-func packetCapture(ifName string) (int, error) {
-	l, err := netlink.LinkByName(ifName)
-	if err != nil {
-		return -1, err
-	}
-	proto := int(htons(unix.ETH_P_ALL))
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, proto)
-	if err != nil {
-		return -1, err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index}); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
-
-// readCaptured returns what the capture socket holds, waiting up to quiet for more.
-func readCaptured(fd int, quiet time.Duration) [][]byte {
-	tv := unix.NsecToTimeval(int64(quiet))
-	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	var out [][]byte
-	for {
-		buf := make([]byte, 65536)
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil || n <= 0 {
-			return out
-		}
-		out = append(out, buf[:n])
-	}
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }

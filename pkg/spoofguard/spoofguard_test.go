@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/virtpod/virtpod/tests/netcapture"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 
@@ -189,12 +190,12 @@ func TestGuardInKernel(t *testing.T) {
 				return err
 			}
 			defer unix.Close(udpfd)
-			capfd, err := packetSocket("cap0")
+			capfd, err := netcapture.Open("cap0")
 			if err != nil {
 				return err
 			}
 			defer unix.Close(capfd)
-			injfd, err := packetSocket("inj0")
+			injfd, err := netcapture.Open("inj0")
 			if err != nil {
 				return err
 			}
@@ -205,8 +206,8 @@ func TestGuardInKernel(t *testing.T) {
 					return err
 				}
 			}
-			s.got = readFrames(capfd, time.Second)
-			s.local = readFrames(udpfd, 200*time.Millisecond)
+			s.got = netcapture.Read(capfd, time.Second)
+			s.local = netcapture.Read(udpfd, 200*time.Millisecond)
 			s.dropped, err = Dropped()
 			return err
 		}()
@@ -320,22 +321,6 @@ func checksum(b []byte) uint16 {
 	return ^uint16(s)
 }
 
-func packetSocket(ifname string) (int, error) {
-	l, err := netlink.LinkByName(ifname)
-	if err != nil {
-		return -1, err
-	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-	if err != nil {
-		return -1, err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index}); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
-
 // udpSocket listens at ip:port in the current namespace.
 func udpSocket(ip net.IP, port int) (int, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
@@ -351,18 +336,3 @@ func udpSocket(ip net.IP, port int) (int, error) {
 	return fd, nil
 }
 
-func readFrames(fd int, wait time.Duration) [][]byte {
-	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
-	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	var out [][]byte
-	for end := time.Now().Add(wait); time.Now().Before(end); {
-		buf := make([]byte, 2048)
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err == nil && n > 0 {
-			out = append(out, buf[:n])
-		}
-	}
-	return out
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
