@@ -129,3 +129,34 @@ func TestHistoryOnAttach(t *testing.T) {
 		t.Fatalf("remaining client read %q", got)
 	}
 }
+
+// TestSlowClientLosesNothingWithinBacklog: a client that reads nothing while the guest prints a
+// boot's worth of output in many small pieces (as a serial port delivers it) gets all of it once
+// it reads, in order: the backlog is counted in bytes, not in pieces.
+func TestSlowClientLosesNothingWithinBacklog(t *testing.T) {
+	guest, sock, _ := startConsole(t)
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(50 * time.Millisecond) // registered before the output starts
+	var want bytes.Buffer
+	for i := 0; want.Len() < 600<<10; i++ { // beyond the socket's own buffer
+		line := fmt.Sprintf("[%8d] boot message\n", i)
+		want.WriteString(line)
+		if _, err := guest.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		if i%64 == 0 {
+			time.Sleep(time.Millisecond) // let the console read the pieces one by one
+		}
+	}
+	if got := readN(t, c, want.Len()); !bytes.Equal(got, want.Bytes()) {
+		i := 0
+		for i < len(got) && got[i] == want.Bytes()[i] {
+			i++
+		}
+		t.Fatalf("the slow client's output differs from the guest's at byte %d of %d", i, want.Len())
+	}
+}
