@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -39,16 +38,8 @@ import (
 func TestConsoleAndPortRelay(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 5)
-	// The pod network as the bridge CNI plugin with hairpinMode makes it: the node end of the
-	// pod's veth on a bridge holding the gateway address, which returns the pod's broadcasts.
-	br := fmt.Sprintf("vpt5b%d", os.Getpid()%10000)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", br).Run() })
-	run(t, "ip", "addr", "del", ns.gwIP+"/24", "dev", ns.hostIf)
-	run(t, "ip", "link", "add", br, "type", "bridge")
-	run(t, "ip", "addr", "add", ns.gwIP+"/24", "dev", br)
-	run(t, "ip", "link", "set", br, "up")
-	run(t, "ip", "link", "set", ns.hostIf, "master", br)
-	run(t, "ip", "link", "set", ns.hostIf, "type", "bridge_slave", "hairpin", "on")
+	// The bridge CNI plugin with hairpinMode returns the pod's broadcasts to it.
+	ns.onNodeBridge(t, true)
 	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-console"), "--network=pod", "--resolv-conf="+ns.resolvConf, "--port=http:80/TCP")...)
 	r.waitMarker(t, bootTimeout)
 	bin := runnerBinary(t)

@@ -21,20 +21,14 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 4)
 	// Put the pod and another pod on one bridge, as the bridge CNI plugin does on a node.
-	br := fmt.Sprintf("vpt4b%d", os.Getpid()%10000)
+	br := ns.onNodeBridge(t, false)
 	other := fmt.Sprintf("vpt-%d-4o", os.Getpid())
 	otherIf := fmt.Sprintf("vpt4o%d", os.Getpid()%10000)
 	otherIP := "10.213.4.3"
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "netns", "del", other).Run()
 		_ = exec.Command("ip", "link", "del", otherIf).Run()
-		_ = exec.Command("ip", "link", "del", br).Run()
 	})
-	run(t, "ip", "addr", "del", ns.gwIP+"/24", "dev", ns.hostIf)
-	run(t, "ip", "link", "add", br, "type", "bridge")
-	run(t, "ip", "addr", "add", ns.gwIP+"/24", "dev", br)
-	run(t, "ip", "link", "set", br, "up")
-	run(t, "ip", "link", "set", ns.hostIf, "master", br)
 	run(t, "ip", "netns", "add", other)
 	run(t, "ip", "link", "add", otherIf, "type", "veth", "peer", "name", "eth0", "netns", other)
 	run(t, "ip", "link", "set", otherIf, "master", br)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
+	"github.com/virtpod/virtpod/tests/rawhttp"
 )
 
 // TestConsolePortForwardLogs boots one VM and uses it the ways a user does from a laptop, with
@@ -66,7 +66,8 @@ func TestConsolePortForwardLogs(t *testing.T) {
 		b := startPTY(t, vmctl, "-n", ns, "console", name)
 		for who, c := range map[string]*ptyProc{"first": a, "second": b} {
 			// The banner, then the console's history: the boot is on screen at once.
-			if err := c.waitFor(time.Minute, "Connected to the console of VM "+ns+"/"+name, marker); err != nil {
+			// "Command line:" is one of the kernel's first lines: none of the boot is lost.
+			if err := c.waitFor(time.Minute, "Connected to the console of VM "+ns+"/"+name, "Command line:", marker); err != nil {
 				t.Fatalf("%s viewer: %v", who, err)
 			}
 		}
@@ -199,7 +200,7 @@ func forwardAndGet(t *testing.T, argv []string) string {
 	var body string
 	eventually(t, "HTTP through "+filepath.Base(argv[0])+" port-forward", time.Minute, func() error {
 		var err error
-		body, err = httpGet("127.0.0.1:" + p)
+		body, err = rawhttp.Get("127.0.0.1:" + p)
 		return err
 	})
 	_ = cmd.Process.Signal(syscall.SIGINT)
@@ -210,28 +211,6 @@ func forwardAndGet(t *testing.T, argv []string) string {
 	}
 	t.Logf("%s, then a GET through it:\n%s%s", strings.Join(argv[1:], " "), out.String(), body)
 	return body
-}
-
-// httpGet sends an HTTP/1.0 GET to addr and returns the body of a 200 answer.
-func httpGet(addr string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
-	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\n\r\n"); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return "", err
-	}
-	head, body, _ := strings.Cut(string(b), "\r\n\r\n")
-	if !strings.Contains(strings.SplitN(head, "\r\n", 2)[0], " 200 ") {
-		return "", fmt.Errorf("%s answered %q", addr, head)
-	}
-	return body, nil
 }
 
 // ptyProc is a command on a pseudo-terminal, as a user's shell runs it.
@@ -317,20 +296,10 @@ func (p *ptyProc) wait(d time.Duration) (int, error) {
 }
 
 // consoleProcs lists the node's `virtpod-runner console` processes (the test runs on the node).
-func consoleProcs() []string {
-	var pids []string
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) > 1 && strings.HasSuffix(args[0], "virtpod-runner") && args[1] == "console" {
-			pids = append(pids, filepath.Base(filepath.Dir(p)))
-		}
-	}
-	return pids
+func consoleProcs() []int {
+	return processes(func(args []string) bool {
+		return len(args) > 1 && strings.HasSuffix(args[0], "virtpod-runner") && args[1] == "console"
+	})
 }
 
 // grepLines returns the lines of s that contain any of parts.

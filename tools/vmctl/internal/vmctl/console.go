@@ -58,13 +58,7 @@ runner pod. Without a terminal on stdin, stdin and stdout are plain byte streams
 }
 
 func (a *app) console(name string) error {
-	cn, err := a.connect()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := a.ctx()
-	r, err := cn.runnerPod(ctx, name, true)
-	cancel()
+	cn, r, err := a.findRunner(name, true)
 	if err != nil {
 		return err
 	}

@@ -37,13 +37,7 @@ pods/log in the VM's namespace. A VM whose pod has ended still shows that pod's 
 }
 
 func (a *app) logs(name string, follow bool, tail int64) error {
-	cn, err := a.connect()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := a.ctx()
-	r, err := cn.runnerPod(ctx, name, false)
-	cancel()
+	cn, r, err := a.findRunner(name, false)
 	if err != nil {
 		return err
 	}

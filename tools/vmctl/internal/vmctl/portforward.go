@@ -56,13 +56,7 @@ func (a *app) portForward(ctx context.Context, name string, specs, addresses []s
 		}
 		ports[i], guests[i] = local+":"+strconv.Itoa(int(guest)), guest
 	}
-	cn, err := a.connect()
-	if err != nil {
-		return err
-	}
-	actx, cancel := a.ctx()
-	r, err := cn.runnerPod(actx, name, false)
-	cancel()
+	cn, r, err := a.findRunner(name, false)
 	if err != nil {
 		return err
 	}

@@ -68,45 +68,64 @@ func runnerRunning(pod *corev1.Pod) bool {
 	return false
 }
 
+// findRunner connects and finds VM name's runner pod (see runnerPod).
+func (a *app) findRunner(name string, running bool) (*conn, runner, error) {
+	cn, err := a.connect()
+	if err != nil {
+		return nil, runner{}, err
+	}
+	ctx, cancel := a.ctx()
+	defer cancel()
+	r, err := cn.runnerPod(ctx, name, running)
+	return cn, r, err
+}
+
 // completeVMs completes a VM name in the namespace vmctl would use.
 func (a *app) completeVMs(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	cn, err := a.connect()
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	ctx, cancel := a.ctx()
-	defer cancel()
-	vms := &vmv1.VirtualMachineList{}
-	if err := cn.c.List(ctx, vms, client.InNamespace(cn.ns)); err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	var names []string
-	for _, vm := range vms.Items {
-		if strings.HasPrefix(vm.Name, prefix) {
-			names = append(names, vm.Name)
+	return a.complete(prefix, func(ctx context.Context, cn *conn) ([]string, error) {
+		vms := &vmv1.VirtualMachineList{}
+		err := cn.c.List(ctx, vms, client.InNamespace(cn.ns))
+		names := make([]string, len(vms.Items))
+		for i, vm := range vms.Items {
+			names[i] = vm.Name
 		}
-	}
-	return names, cobra.ShellCompDirectiveNoFileComp
+		return names, err
+	})
 }
 
 func (a *app) completeNamespaces(_ *cobra.Command, _ []string, prefix string) ([]string, cobra.ShellCompDirective) {
+	return a.complete(prefix, func(ctx context.Context, cn *conn) ([]string, error) {
+		list, err := cn.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, len(list.Items))
+		for i, ns := range list.Items {
+			names[i] = ns.Name
+		}
+		return names, nil
+	})
+}
+
+// complete offers the names list returns that start with prefix.
+func (a *app) complete(prefix string, list func(context.Context, *conn) ([]string, error)) ([]string, cobra.ShellCompDirective) {
 	cn, err := a.connect()
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError
 	}
 	ctx, cancel := a.ctx()
 	defer cancel()
-	list, err := cn.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	all, err := list(ctx, cn)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError
 	}
 	var names []string
-	for _, ns := range list.Items {
-		if strings.HasPrefix(ns.Name, prefix) {
-			names = append(names, ns.Name)
+	for _, n := range all {
+		if strings.HasPrefix(n, prefix) {
+			names = append(names, n)
 		}
 	}
 	return names, cobra.ShellCompDirectiveNoFileComp
