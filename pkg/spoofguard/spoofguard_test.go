@@ -335,4 +335,3 @@ func udpSocket(ip net.IP, port int) (int, error) {
 	}
 	return fd, nil
 }
-
