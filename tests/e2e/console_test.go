@@ -25,7 +25,7 @@ import (
 // TestConsolePortForwardLogs boots one VM and uses it the ways a user does from a laptop, with
 // vmctl installed by `make install` (and so also as `kubectl virtpod`):
 //
-//   - `vmctl logs` shows the boot;
+//   - `vmctl logs` shows the boot, and `vmctl logs -f` follows what the console then shows;
 //   - `vmctl console`, driven through a real pseudo-terminal, replays the console's history,
 //     types a command into the guest's shell and reads its output while a second viewer watches,
 //     and detaches on Ctrl-] leaving no console process behind in the pod;
@@ -71,6 +71,21 @@ func TestConsolePortForwardLogs(t *testing.T) {
 				t.Fatalf("%s viewer: %v", who, err)
 			}
 		}
+		// `vmctl logs -f` follows the same output.
+		follow := exec.Command(vmctl, "-n", ns, "logs", "-f", "--tail", "1", name)
+		var followed strings.Builder
+		var followMu sync.Mutex
+		follow.Stdout = writerFunc(func(b []byte) (int, error) {
+			followMu.Lock()
+			defer followMu.Unlock()
+			return followed.Write(b)
+		})
+		if err := follow.Start(); err != nil {
+			t.Fatal(err)
+		}
+		followDone := make(chan error, 1)
+		go func() { followDone <- follow.Wait() }()
+		t.Cleanup(func() { _ = follow.Process.Kill() })
 		// Enter is \r in a raw terminal; the guest's tty turns it into a newline.
 		const want = "VIRTPOD-E2E-42"
 		deadline := time.Now().Add(time.Minute)
@@ -87,6 +102,20 @@ func TestConsolePortForwardLogs(t *testing.T) {
 			t.Fatalf("the second viewer did not see the first one's command: %v", err)
 		}
 		t.Logf("vmctl console %s (a pseudo-terminal):\n%s", name, a.screen())
+		eventually(t, "the command's output in vmctl logs -f", 30*time.Second, func() error {
+			followMu.Lock()
+			defer followMu.Unlock()
+			return contains(followed.String(), want)
+		})
+		_ = follow.Process.Signal(syscall.SIGINT)
+		select {
+		case err := <-followDone:
+			if err != nil {
+				t.Fatalf("vmctl logs -f after Ctrl-C: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("vmctl logs -f did not end on Ctrl-C")
+		}
 		for who, c := range map[string]*ptyProc{"first": a, "second": b} {
 			c.write(t, "\x1d") // Ctrl-]
 			code, err := c.wait(15 * time.Second)
@@ -315,3 +344,8 @@ func grepLines(s string, parts ...string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// writerFunc is an io.Writer made of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
