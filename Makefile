@@ -65,6 +65,16 @@ test-faults: control-plane $(K8S_BIN)/kube-controller-manager ## The controller 
 build: ## Build the controller binary.
 	CGO_ENABLED=0 go build -trimpath -o bin/virtpod-controller ./controllers/cmd/virtpod-controller
 
+# `make install` puts vmctl on PATH, and beside it the name kubectl looks for plugins under, so
+# `kubectl virtpod ...` is the same binary (docs/vmctl.md).
+PREFIX ?= /usr/local
+.PHONY: install
+install: ## Install vmctl and the kubectl plugin kubectl-virtpod into $(PREFIX)/bin (PREFIX=/usr/local).
+	CGO_ENABLED=0 go build -trimpath -o bin/vmctl ./tools/vmctl
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 bin/vmctl $(DESTDIR)$(PREFIX)/bin/vmctl
+	ln -sf vmctl $(DESTDIR)$(PREFIX)/bin/kubectl-virtpod
+
 FUZZTIME ?= 5m
 .PHONY: fuzz-imagemap
 fuzz-imagemap: ## Fuzz the image map's parsing and resolving for $(FUZZTIME).

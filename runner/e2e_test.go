@@ -57,10 +57,10 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 
 	// The kubelet's exec probe, run inside the pod's namespace like the kubelet would.
 	bin := runnerBinary(t)
-	if out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe").CombinedOutput(); err != nil {
+	if out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe", "--state-dir="+r.stateDir).CombinedOutput(); err != nil {
 		t.Fatalf("runner probe: %v %s", err, out)
 	}
-	out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe", "--path=/status", "--print").Output()
+	out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe", "--state-dir="+r.stateDir, "--path=/status", "--print").Output()
 	if err != nil {
 		t.Fatalf("runner probe --path=/status: %v", err)
 	}

@@ -153,6 +153,24 @@ func newPodNetns(t *testing.T, n int) *podNetns {
 	return p
 }
 
+// onNodeBridge moves the node end of the pod's veth onto a bridge that holds the gateway
+// address, as the bridge CNI plugin lays out a node; hairpin as the plugin's hairpinMode, which
+// sends the pod's broadcasts back to it. It returns the bridge's name.
+func (p *podNetns) onNodeBridge(t *testing.T, hairpin bool) string {
+	t.Helper()
+	br := p.hostIf + "b"
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", br).Run() })
+	run(t, "ip", "addr", "del", p.gwIP+"/24", "dev", p.hostIf)
+	run(t, "ip", "link", "add", br, "type", "bridge")
+	run(t, "ip", "addr", "add", p.gwIP+"/24", "dev", br)
+	run(t, "ip", "link", "set", br, "up")
+	run(t, "ip", "link", "set", p.hostIf, "master", br)
+	if hairpin {
+		run(t, "ip", "link", "set", p.hostIf, "type", "bridge_slave", "hairpin", "on")
+	}
+	return br
+}
+
 // runnerProc is a started runner with its console output captured.
 type runnerProc struct {
 	cmd        *exec.Cmd

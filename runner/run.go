@@ -81,7 +81,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return failf(ExitError, "--state-dir: %v", err)
 	}
-	stopHTTP, err := board.serve(ctx, cfg.HTTPAddr)
+	stopHTTP, err := board.serve(runnerconfig.HTTPEndpoint(cfg.HTTPAddr, cfg.StateDir))
 	if err != nil {
 		return failf(ExitError, "--http-addr: %v", err)
 	}
@@ -140,10 +140,17 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		if err != nil {
 			return failf(ExitError, "--network=pod: %v", err)
 		}
-		// The guest may speak on the pod network only as itself (docs/security.md).
-		if err := spoofguard.Install(plumbing.Tap, plumbing.GuestMAC, pod.Addr.IP); err != nil {
+		// The runner's own path to the guest, for the port relay (docs/runner.md).
+		if err := plumbing.AddRelay(); err != nil {
 			return failf(ExitError, "--network=pod: %v", err)
 		}
+		// The guest may speak on the pod network only as itself (docs/security.md); its replies
+		// to the relay address are turned to the bridge before the guard judges them.
+		relay := &spoofguard.Relay{IP: guestnet.RelayIP, BridgeMAC: plumbing.BridgeMAC}
+		if err := spoofguard.Install(plumbing.Tap, plumbing.GuestMAC, pod.Addr.IP, relay); err != nil {
+			return failf(ExitError, "--network=pod: %v", err)
+		}
+		defer startRelay(cfg.Ports, pod.Addr.IP, log).Close()
 		board.setDropped(spoofguard.Dropped)
 		dhcpCtx, stopDHCP := context.WithCancel(ctx)
 		defer stopDHCP()

@@ -21,20 +21,14 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 4)
 	// Put the pod and another pod on one bridge, as the bridge CNI plugin does on a node.
-	br := fmt.Sprintf("vpt4b%d", os.Getpid()%10000)
+	br := ns.onNodeBridge(t, false)
 	other := fmt.Sprintf("vpt-%d-4o", os.Getpid())
 	otherIf := fmt.Sprintf("vpt4o%d", os.Getpid()%10000)
 	otherIP := "10.213.4.3"
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "netns", "del", other).Run()
 		_ = exec.Command("ip", "link", "del", otherIf).Run()
-		_ = exec.Command("ip", "link", "del", br).Run()
 	})
-	run(t, "ip", "addr", "del", ns.gwIP+"/24", "dev", ns.hostIf)
-	run(t, "ip", "link", "add", br, "type", "bridge")
-	run(t, "ip", "addr", "add", ns.gwIP+"/24", "dev", br)
-	run(t, "ip", "link", "set", br, "up")
-	run(t, "ip", "link", "set", ns.hostIf, "master", br)
 	run(t, "ip", "netns", "add", other)
 	run(t, "ip", "link", "add", otherIf, "type", "veth", "peer", "name", "eth0", "netns", other)
 	run(t, "ip", "link", "set", otherIf, "master", br)
@@ -69,7 +63,7 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	}
 	run(t, "ip", "netns", "exec", other, "busybox", "ping", "-c", "1", "-W", "2", ns.gwIP)
 
-	out, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--path=/status", "--print").Output()
+	out, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--state-dir="+r.stateDir, "--path=/status", "--print").Output()
 	if err != nil {
 		t.Fatalf("runner /status: %v", err)
 	}
@@ -80,7 +74,7 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	if st.SpoofDropped[spoofguard.CounterARP] == 0 || st.SpoofDropped[spoofguard.CounterMAC] == 0 {
 		t.Errorf("/status spoofDropped = %v, want arp and mac drops counted", st.SpoofDropped)
 	}
-	metrics, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--path=/metrics", "--print").Output()
+	metrics, err := exec.Command("ip", "netns", "exec", ns.name, runnerBinary(t), "probe", "--state-dir="+r.stateDir, "--path=/metrics", "--print").Output()
 	if err != nil || !strings.Contains(string(metrics), `virtpod_runner_spoofed_frames_dropped_total{counter="arp"}`) {
 		t.Errorf("/metrics (err %v) lacks the drop counter:\n%s", err, metrics)
 	}

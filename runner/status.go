@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -97,9 +98,13 @@ func (b *statusBoard) handler() http.Handler {
 	return mux
 }
 
-// serve listens on addr and serves until ctx ends; the listener is open when it returns.
-func (b *statusBoard) serve(ctx context.Context, addr string) (func(), error) {
-	l, err := net.Listen("tcp", addr)
+// serve listens on addr (a runnerconfig.HTTPEndpoint) and serves until the returned function
+// is called; the listener is open when it returns.
+func (b *statusBoard) serve(network, addr string) (func(), error) {
+	if network == "unix" {
+		_ = os.Remove(addr) // left by an earlier runner in the same pod
+	}
+	l, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, err
 	}

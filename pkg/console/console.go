@@ -1,6 +1,8 @@
 // Package console connects to a hypervisor's serial-port socket and fans the guest's output
 // out to the runner's stdout (so `kubectl logs` shows the boot) and to any clients of an
-// interactive console socket, whose keystrokes go back to the guest.
+// interactive console socket, whose keystrokes go back to the guest. A client that attaches
+// first gets the guest's latest output (HistorySize bytes), so a prompt printed before it came
+// is on its screen.
 package console
 
 import (
@@ -16,6 +18,9 @@ import (
 	"time"
 )
 
+// HistorySize is how much of the guest's latest output a new console client is sent first.
+const HistorySize = 64 << 10
+
 // Console is one attached serial port.
 type Console struct {
 	upstream net.Conn
@@ -23,7 +28,8 @@ type Console struct {
 	listener net.Listener
 
 	mu      sync.Mutex
-	clients map[net.Conn]chan []byte
+	clients map[net.Conn]*client
+	history ring // under mu: fan-out and replay see the same order
 
 	firstOutput chan struct{}
 	firstOnce   sync.Once
@@ -63,7 +69,8 @@ func Attach(ctx context.Context, serialSocket, consoleSocket string, out io.Writ
 	}
 	c := &Console{
 		upstream: up, out: out, listener: l,
-		clients:     map[net.Conn]chan []byte{},
+		clients:     map[net.Conn]*client{},
+		history:     ring{buf: make([]byte, HistorySize)},
 		firstOutput: make(chan struct{}),
 		kernelOut:   make(chan struct{}),
 		done:        make(chan struct{}),
@@ -87,8 +94,8 @@ func (c *Console) Done() <-chan struct{} { return c.done }
 func (c *Console) Close() error {
 	err := errors.Join(c.listener.Close(), c.upstream.Close())
 	c.mu.Lock()
-	for cl := range c.clients {
-		cl.Close()
+	for conn := range c.clients {
+		conn.Close()
 	}
 	c.mu.Unlock()
 	return err
@@ -105,11 +112,9 @@ func (c *Console) pump() {
 			chunk := append([]byte(nil), buf[:n]...)
 			_, _ = c.out.Write(chunk)
 			c.mu.Lock()
-			for _, ch := range c.clients {
-				select {
-				case ch <- chunk:
-				default: // a client that does not keep up loses output rather than stall the guest
-				}
+			c.history.write(chunk)
+			for _, cl := range c.clients {
+				cl.queue(chunk)
 			}
 			c.mu.Unlock()
 		}
@@ -148,24 +153,64 @@ func (c *Console) accept() {
 		if err != nil {
 			return
 		}
-		ch := make(chan []byte, 256)
+		cl := &client{wake: make(chan struct{}, 1)}
 		c.mu.Lock()
-		c.clients[conn] = ch
+		// The replay is queued under the same lock as the fan-out, so no byte is sent twice or
+		// lost between the history and the live output.
+		cl.queue(c.history.bytes())
+		c.clients[conn] = cl
 		c.mu.Unlock()
-		go func() {
-			for b := range ch {
-				if _, err := conn.Write(b); err != nil {
-					return
-				}
-			}
-		}()
+		go cl.send(conn)
 		go func() {
 			_, _ = io.Copy(c.upstream, conn)
 			c.mu.Lock()
 			delete(c.clients, conn)
-			close(ch)
+			close(cl.wake) // under mu: the pump queues only to clients in the map
 			c.mu.Unlock()
 			conn.Close()
 		}()
+	}
+}
+
+// clientBacklog bounds the output waiting for one slow client. A guest's serial console comes
+// in many small reads; the bound is in bytes so a client whose connection is still being set up
+// (vmctl console's exec through the API server) loses nothing of a boot.
+const clientBacklog = 1 << 20
+
+// client is one console connection's output not yet written to it.
+type client struct {
+	mu      sync.Mutex
+	pending []byte
+	wake    chan struct{} // one token: there is something pending
+}
+
+// queue adds output for the client; beyond clientBacklog pending bytes the output is dropped
+// for this client rather than stall the guest or the other clients.
+func (cl *client) queue(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	cl.mu.Lock()
+	if len(cl.pending)+len(b) <= clientBacklog {
+		cl.pending = append(cl.pending, b...)
+	}
+	cl.mu.Unlock()
+	select {
+	case cl.wake <- struct{}{}:
+	default:
+	}
+}
+
+// send writes what is pending, coalesced, until the client leaves.
+func (cl *client) send(conn net.Conn) {
+	for range cl.wake {
+		cl.mu.Lock()
+		b := cl.pending
+		cl.pending = nil
+		cl.mu.Unlock()
+		if _, err := conn.Write(b); err != nil {
+			conn.Close()
+			return
+		}
 	}
 }

@@ -9,9 +9,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 func TestKernelIPArg(t *testing.T) {
@@ -74,6 +76,7 @@ func TestPlumbInNetns(t *testing.T) {
 		_ = exec.Command("ip", "link", "del", hostIf).Run()
 	})
 	mustRun("link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", name)
+	mustRun("link", "set", hostIf, "up")
 	mustRun("-n", name, "addr", "add", "10.213.200.2/24", "dev", "eth0")
 	mustRun("-n", name, "link", "set", "eth0", "up")
 	mustRun("-n", name, "route", "add", "default", "via", "10.213.200.1")
@@ -90,8 +93,14 @@ func TestPlumbInNetns(t *testing.T) {
 		tap  netlink.Link
 		br   netlink.Link
 		ips  []netlink.Addr
+		// After AddRelay (run twice: a runner restarted in its pod):
+		brIPs  []netlink.Addr
+		routes []netlink.Route
+		neighs []netlink.Neigh
+		fdb    []netlink.Neigh
 	}
 	done := make(chan result)
+	injected, echoed, echoErr := make(chan net.HardwareAddr, 1), make(chan struct{}), make(chan error, 1)
 	go func() {
 		// This goroutine's thread enters the namespace and is never returned to the pool.
 		runtime.LockOSThread()
@@ -117,10 +126,32 @@ func TestPlumbInNetns(t *testing.T) {
 		r.tap, _ = netlink.LinkByName(DefaultTap)
 		r.br, _ = netlink.LinkByName(DefaultBridge)
 		r.ips, _ = netlink.AddrList(r.eth0, netlink.FAMILY_V4)
+		for range 2 {
+			if r.err = r.pl.AddRelay(); r.err != nil {
+				return
+			}
+		}
+		r.brIPs, _ = netlink.AddrList(r.br, netlink.FAMILY_V4)
+		r.routes, _ = netlink.RouteList(nil, netlink.FAMILY_V4)
+		r.neighs, _ = netlink.NeighList(r.br.Attrs().Index, netlink.FAMILY_V4)
+		// A hairpin bridge on the pod network returns the guest's broadcasts: the guest's
+		// MAC then arrives on eth0, which must not move its entry off the tap.
+		injected <- r.pod.MAC
+		<-echoed
+		r.fdb, _ = netlink.NeighList(r.tap.Attrs().Index, unix.AF_BRIDGE)
+	}()
+	// The echo, sent from the host end of the pod's veth.
+	go func() {
+		mac := <-injected
+		echoErr <- sendFrom(hostIf, mac)
+		close(echoed)
 	}()
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
+	}
+	if err := <-echoErr; err != nil {
+		t.Fatalf("echoing a guest frame from the pod network: %v", err)
 	}
 	defer r.pl.TapFile.Close()
 
@@ -146,4 +177,61 @@ func TestPlumbInNetns(t *testing.T) {
 	if r.tap.Attrs().MTU != r.pod.MTU || r.br.Attrs().MTU != r.pod.MTU {
 		t.Errorf("MTU: tap %d, bridge %d, pod %d", r.tap.Attrs().MTU, r.br.Attrs().MTU, r.pod.MTU)
 	}
+	if r.br.Attrs().HardwareAddr.String() != r.pl.BridgeMAC.String() {
+		t.Errorf("bridge MAC %s, Plumbing says %s", r.br.Attrs().HardwareAddr, r.pl.BridgeMAC)
+	}
+
+	// The relay: only RelayIP/32 on the bridge; the only routes are to the pod IP through the
+	// bridge from RelayIP (and the kernel's own for RelayIP); the pod IP resolves to the guest's
+	// MAC without ARP; the bridge forwards the guest's MAC to the tap only.
+	if len(r.brIPs) != 1 || r.brIPs[0].IPNet.String() != RelayIP.String()+"/32" {
+		t.Errorf("bridge addresses %v, want %s/32 only", r.brIPs, RelayIP)
+	}
+	var toGuest int
+	for _, rt := range r.routes {
+		if rt.Table != unix.RT_TABLE_MAIN {
+			continue
+		}
+		if rt.Dst == nil || rt.Dst.String() != "10.213.200.2/32" || rt.LinkIndex != r.br.Attrs().Index || !rt.Src.Equal(RelayIP) {
+			t.Errorf("unexpected route %+v: the namespace must route nothing but the pod IP", rt)
+			continue
+		}
+		toGuest++
+	}
+	if toGuest != 1 {
+		t.Errorf("%d routes to the guest, want 1: %v", toGuest, r.routes)
+	}
+	if len(r.neighs) != 1 || !r.neighs[0].IP.Equal(net.IPv4(10, 213, 200, 2)) || r.neighs[0].HardwareAddr.String() != r.pod.MAC.String() || r.neighs[0].State != netlink.NUD_PERMANENT {
+		t.Errorf("bridge neighbours %+v, want the pod IP at the guest's MAC %s, permanent", r.neighs, r.pod.MAC)
+	}
+	static := false
+	for _, n := range r.fdb {
+		if n.HardwareAddr.String() == r.pod.MAC.String() {
+			static = n.State == netlink.NUD_NOARP && n.MasterIndex == r.br.Attrs().Index && n.Flags&netlink.NTF_STICKY != 0
+		}
+	}
+	if !static {
+		t.Errorf("no static, sticky forwarding entry for the guest's MAC on the tap after a frame from the guest's MAC came in on eth0: %+v", r.fdb)
+	}
+}
+
+// sendFrom writes one broadcast frame with source MAC src out of the host interface ifName.
+func sendFrom(ifName string, src net.HardwareAddr) error {
+	l, err := netlink.LinkByName(ifName)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	frame := append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, src...)
+	frame = append(frame, 0x88, 0xb5) // the local experimental EtherType: nobody parses it
+	frame = append(frame, make([]byte, 46)...)
+	if err := unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}); err != nil {
+		return err
+	}
+	time.Sleep(100 * time.Millisecond) // the bridge learns as the frame passes
+	return nil
 }

@@ -23,8 +23,10 @@ type Plumbing struct {
 	Pod      PodInterface     // the interface as it was before Plumb
 	GuestMAC net.HardwareAddr // the pod interface's original MAC, now the guest's
 	PodMAC   net.HardwareAddr // the new, locally administered MAC of the pod interface
-	Bridge   string
-	Tap      string
+	// BridgeMAC is the bridge's own MAC: frames to it reach the pod's namespace (AddRelay).
+	BridgeMAC net.HardwareAddr
+	Bridge    string
+	Tap       string
 	// TapFile is the open tap queue to hand to the hypervisor; the tap disappears when it and
 	// every copy of it are closed. nil when Plumb was asked for a persistent tap instead.
 	TapFile *os.File
@@ -56,7 +58,7 @@ func Plumb(p PodInterface, bridgeName, tapName string, keepOpen bool) (*Plumbing
 	if err != nil {
 		return nil, err
 	}
-	pl := &Plumbing{Pod: p, GuestMAC: p.MAC, PodMAC: podMAC, Bridge: bridgeName, Tap: tapName}
+	pl := &Plumbing{Pod: p, GuestMAC: p.MAC, PodMAC: podMAC, BridgeMAC: bridgeMAC, Bridge: bridgeName, Tap: tapName}
 
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName, MTU: p.MTU, HardwareAddr: bridgeMAC}}
 	if err := netlink.LinkAdd(br); err != nil {

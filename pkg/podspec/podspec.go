@@ -207,6 +207,10 @@ func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
 			Tolerations:                   tolerations(vm, opts.Class),
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				// The runner relays the guest's ports, 22 and 80 among them, on the pod's
+				// loopback without CAP_NET_BIND_SERVICE. A namespaced sysctl of Kubernetes' safe
+				// set (Pod Security baseline allows it); it concerns this pod's network only.
+				Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}},
 			},
 			Containers: []corev1.Container{runner(vm, images.Runner, opts)},
 			Volumes:    volumes(vm, images, opts.CopyImages),
@@ -251,7 +255,7 @@ func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Containe
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-				Command: []string{RunnerBinary, "probe", "--http-addr=" + runnerconfig.DefaultHTTPAddr},
+				Command: []string{RunnerBinary, "probe", "--state-dir=" + runnerconfig.DefaultStateDir, "--http-addr=" + runnerconfig.DefaultHTTPAddr},
 			}},
 			PeriodSeconds:    2,
 			FailureThreshold: 1,

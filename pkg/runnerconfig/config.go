@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,8 +36,11 @@ const (
 // Defaults of the settings the controller need not pass: the runner's flag defaults, and what
 // pkg/podspec mounts and probes.
 const (
-	DefaultStateDir           = "/var/run/virtpod"
-	DefaultHTTPAddr           = "127.0.0.1:8080"
+	DefaultStateDir = "/var/run/virtpod"
+	// DefaultHTTPAddr is a unix socket in the state directory, not a TCP port: the runner
+	// relays every declared guest port from the pod's loopback (docs/runner.md), so any TCP
+	// port it took for itself could be one a guest wants.
+	DefaultHTTPAddr           = "unix:runner.sock"
 	DefaultGracePeriodSeconds = 30
 	DefaultNetwork            = NetworkPod
 	DefaultFirmware           = FirmwareBIOS // without --kernel
@@ -67,7 +71,7 @@ type Config struct {
 	Ports []Port
 
 	StateDir           string // writable directory for sockets and the disk overlay
-	HTTPAddr           string // address of the runner's HTTP endpoint
+	HTTPAddr           string // address of the runner's HTTP endpoint (see HTTPEndpoint)
 	GracePeriodSeconds int64  // how long a guest gets to power off before QEMU is stopped
 	Network            string // "pod": take over the pod's interface; "none": no guest network
 
@@ -163,6 +167,19 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// HTTPEndpoint resolves an --http-addr: "unix:PATH" is a unix socket, PATH relative to the
+// state directory unless absolute; anything else is a TCP host:port.
+func HTTPEndpoint(httpAddr, stateDir string) (network, address string) {
+	path, ok := strings.CutPrefix(httpAddr, "unix:")
+	if !ok {
+		return "tcp", httpAddr
+	}
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(stateDir, path)
+	}
+	return "unix", path
 }
 
 func (p Port) String() string { return fmt.Sprintf("%s:%d/%s", p.Name, p.Port, p.Protocol) }
@@ -272,7 +289,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.DiskSizeMiB, "disk-size-mib", 0, "size of the writable root disk in MiB (0 keeps the image size)")
 	fs.Var(portList{&c.Ports}, "port", "guest port NAME:PORT/PROTOCOL published at the pod IP (repeatable)")
 	fs.StringVar(&c.StateDir, "state-dir", DefaultStateDir, "writable directory for sockets and the disk overlay")
-	fs.StringVar(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "address of the runner's HTTP endpoint")
+	fs.StringVar(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "address of the runner's HTTP endpoint: unix:PATH (relative to --state-dir) or HOST:PORT")
 	fs.Int64Var(&c.GracePeriodSeconds, "grace-period-seconds", DefaultGracePeriodSeconds, "seconds a guest gets to power off after SIGTERM")
 	fs.StringVar(&c.Network, "network", DefaultNetwork, NetworkPod+": the guest takes over the pod's interface and IP; "+NetworkNone+": no network")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "the cloud-init seed's instance-id (the VM's UID)")

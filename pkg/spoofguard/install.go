@@ -15,11 +15,19 @@ const Table = "virtpod-guard"
 const chainName = "guest-ingress"
 
 // Install adds the guard to the tap in the current network namespace, replacing an earlier
-// one (a runner restarted in the same pod). It needs CAP_NET_ADMIN, which the runner has.
-func Install(tap string, mac net.HardwareAddr, ip net.IP) error {
+// one (a runner restarted in the same pod), with relay's rule before it when relay is not nil.
+// It needs CAP_NET_ADMIN, which the runner has.
+func Install(tap string, mac net.HardwareAddr, ip net.IP, relay *Relay) error {
 	rules, err := Rules(mac, ip)
 	if err != nil {
 		return err
+	}
+	if relay != nil {
+		rr, err := RelayRules(*relay)
+		if err != nil {
+			return err
+		}
+		rules = append(rr, rules...)
 	}
 	c, err := nftables.New()
 	if err != nil {
@@ -105,11 +113,20 @@ func exprs(r Rule) []expr.Any {
 	if r.Counter != "" {
 		out = append(out, &expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: r.Counter})
 	}
-	kind := expr.VerdictDrop
-	if r.Verdict == Accept {
-		kind = expr.VerdictAccept
+	if s := r.Set; s != nil {
+		// A link-layer field carries no checksum; nothing else is ever set.
+		out = append(out,
+			&expr.Immediate{Register: 1, Data: s.Value},
+			&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: 1, Base: payloadBase(s.Field.Base),
+				Offset: s.Field.Offset, Len: s.Field.Len, CsumType: expr.CsumTypeNone})
 	}
-	return append(out, &expr.Verdict{Kind: kind})
+	switch r.Verdict {
+	case Accept:
+		return append(out, &expr.Verdict{Kind: expr.VerdictAccept})
+	case Drop:
+		return append(out, &expr.Verdict{Kind: expr.VerdictDrop})
+	}
+	return out
 }
 
 func payloadBase(b Base) expr.PayloadBase {

@@ -4,6 +4,10 @@
 // answers it on the tap) uncounted, and counts and drops everything else before it reaches the
 // bridge and the pod network.
 //
+// Before the guard, an optional relay rule (RelayRules) steers the guest's replies to the
+// runner's link-local relay address to the bridge itself, so the pod's namespace receives them
+// (the runner's port relay, docs/runner.md); it changes a destination MAC and decides nothing.
+//
 // The rules are described as data (Rules) so they can be read and golden-tested without a
 // kernel; Install turns them into nftables objects through netlink.
 package spoofguard
@@ -46,12 +50,14 @@ const (
 // Fields the rules use. Offsets are fixed by the protocols: Ethernet (RFC 894), ARP for IPv4 over
 // Ethernet (RFC 826), IPv4 (RFC 791), UDP (RFC 768).
 var (
+	EtherDaddr = Field{"ether daddr", LinkLayer, 0, 6}
 	EtherSaddr = Field{"ether saddr", LinkLayer, 6, 6}
 	EtherType  = Field{"ether type", LinkLayer, 12, 2}
 	ARPSha     = Field{"arp saddr ether", Network, 8, 6}
 	ARPSpa     = Field{"arp saddr ip", Network, 14, 4}
 	IPProto    = Field{"ip protocol", Network, 9, 1}
 	IPSaddr    = Field{"ip saddr", Network, 12, 4}
+	IPDaddr    = Field{"ip daddr", Network, 16, 4}
 	UDPDport   = Field{"udp dport", Transport, 2, 2}
 )
 
@@ -69,13 +75,50 @@ type Verdict int
 const (
 	Accept Verdict = iota
 	Drop
+	// Continue: the next rule sees the frame (after the rule's Set).
+	Continue
 )
 
-// Rule matches when every Match holds; Counter (when set) counts the frame before the verdict.
+// Set writes Value into a field of a matching frame.
+type Set struct {
+	Field Field
+	Value []byte
+}
+
+// Rule matches when every Match holds; Counter (when set) counts the frame, Set (when set)
+// changes it, then the verdict applies.
 type Rule struct {
 	Matches []Match
 	Counter string
+	Set     *Set
 	Verdict Verdict
+}
+
+// Relay is the runner's link-local path to the guest's ports: the pod's namespace holds IP on
+// the bridge, whose MAC is BridgeMAC.
+type Relay struct {
+	IP        net.IP
+	BridgeMAC net.HardwareAddr
+}
+
+// RelayRules are the rules that go before the guard's when the runner relays ports. The guest
+// sends its replies to the relay address, which is outside its subnet, to its gateway's MAC;
+// the rule gives those frames the bridge's MAC instead, so the bridge hands them to the pod's
+// namespace rather than to the pod network. The guest needs no route or address of its own for
+// it. The guard's rules still judge each frame afterwards.
+func RelayRules(r Relay) ([]Rule, error) {
+	ip4 := r.IP.To4()
+	if ip4 == nil || !ip4.IsLinkLocalUnicast() {
+		return nil, fmt.Errorf("relay address %q is not an IPv4 link-local address (169.254.0.0/16)", r.IP)
+	}
+	if len(r.BridgeMAC) != 6 {
+		return nil, fmt.Errorf("bridge MAC %q is not a 48-bit Ethernet address", r.BridgeMAC)
+	}
+	return []Rule{{
+		Matches: []Match{{EtherType, true, etherTypeIPv4}, {IPDaddr, true, []byte(ip4)}},
+		Set:     &Set{Field: EtherDaddr, Value: []byte(r.BridgeMAC)},
+		Verdict: Continue,
+	}}, nil
 }
 
 var (
@@ -130,9 +173,13 @@ func (r Rule) String() string {
 	if r.Counter != "" {
 		parts = append(parts, fmt.Sprintf("counter name %q", r.Counter))
 	}
-	if r.Verdict == Accept {
+	if r.Set != nil {
+		parts = append(parts, r.Set.Field.Name+" set "+formatValue(r.Set.Field, r.Set.Value))
+	}
+	switch r.Verdict {
+	case Accept:
 		parts = append(parts, "accept")
-	} else {
+	case Drop:
 		parts = append(parts, "drop")
 	}
 	return strings.Join(parts, " ")

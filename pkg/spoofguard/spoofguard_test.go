@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/virtpod/virtpod/tests/netcapture"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 
@@ -27,6 +28,8 @@ var (
 	podIP    = net.IPv4(10, 213, 1, 2).To4()
 	otherIP  = net.IPv4(10, 213, 1, 3).To4() // another pod on the node's bridge
 	otherMAC = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x01, 0x03}
+	gwMAC    = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x01, 0x01} // the guest's default gateway
+	relay    = Relay{IP: net.IPv4(169, 254, 75, 1).To4(), BridgeMAC: net.HardwareAddr{0x02, 0x00, 0x5e, 0x10, 0x00, 0x01}}
 )
 
 func TestRulesGolden(t *testing.T) {
@@ -34,11 +37,34 @@ func TestRulesGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkGolden(t, "rules.golden", rules)
+}
+
+// TestRelayRulesGolden: the relay's rule, as Install puts it before the guard's.
+func TestRelayRulesGolden(t *testing.T) {
+	rules, err := RelayRules(relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "relay.golden", rules)
+	for _, bad := range []Relay{
+		{IP: net.IPv4(10, 0, 0, 1), BridgeMAC: relay.BridgeMAC},
+		{IP: nil, BridgeMAC: relay.BridgeMAC},
+		{IP: relay.IP, BridgeMAC: nil},
+	} {
+		if _, err := RelayRules(bad); err == nil {
+			t.Errorf("RelayRules(%+v) accepted", bad)
+		}
+	}
+}
+
+func checkGolden(t *testing.T, name string, rules []Rule) {
+	t.Helper()
 	var b strings.Builder
 	for _, r := range rules {
 		b.WriteString(r.String() + "\n")
 	}
-	golden := filepath.Join("testdata", "rules.golden")
+	golden := filepath.Join("testdata", name)
 	if *update {
 		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
 			t.Fatal(err)
@@ -71,9 +97,10 @@ func TestRulesRefuseBadInput(t *testing.T) {
 	}
 }
 
-// TestGuardInKernel installs the guard in a fresh network namespace on one port of a bridge, as
-// the runner does on the tap, sends real frames into that port and watches which ones come out of
-// another port of the bridge, and what the counters say.
+// TestGuardInKernel installs the guard, with the relay's rule before it, in a fresh network
+// namespace on one port of a bridge, as the runner does on the tap, sends real frames into that
+// port and watches which ones come out of another port of the bridge, which ones the namespace
+// itself receives at the relay address, and what the counters say.
 func TestGuardInKernel(t *testing.T) {
 	prereq.Need(t, os.Geteuid() == 0, "needs root: a network namespace, a bridge and nftables")
 	frames := []struct {
@@ -81,24 +108,33 @@ func TestGuardInKernel(t *testing.T) {
 		frame   []byte
 		passes  bool
 		counter string
+		local   bool // received by the namespace at the relay address
 	}{
-		{"ARP reply for the pod IP", arp(guestMAC, guestMAC, podIP), true, ""},
-		{"ARP probe from 0.0.0.0", arp(guestMAC, guestMAC, net.IPv4zero.To4()), true, ""},
-		{"UDP from the pod IP", udp(guestMAC, podIP, 5353), true, ""},
+		{"ARP reply for the pod IP", arp(guestMAC, guestMAC, podIP), true, "", false},
+		{"ARP probe from 0.0.0.0", arp(guestMAC, guestMAC, net.IPv4zero.To4()), true, "", false},
+		{"UDP from the pod IP", udp(guestMAC, podIP, 5353), true, "", false},
 		// DHCP stays on the tap, where the runner's server reads it, and is not spoofing.
-		{"DHCP discover from 0.0.0.0", udp(guestMAC, net.IPv4zero.To4(), 67), false, ""},
-		{"DHCP renewal from the pod IP", udp(guestMAC, podIP, 67), false, ""},
-		{"another MAC", udp(otherMAC, podIP, 5353), false, CounterMAC},
-		{"gratuitous ARP claiming another pod's IP", arp(guestMAC, guestMAC, otherIP), false, CounterARP},
-		{"ARP naming another sender MAC", arp(guestMAC, otherMAC, podIP), false, CounterARP},
-		{"UDP from another pod's IP", udp(guestMAC, otherIP, 5353), false, CounterIP},
-		{"UDP from 0.0.0.0 that is not DHCP", udp(guestMAC, net.IPv4zero.To4(), 53), false, CounterIP},
-		{"IPv6", ipv6(guestMAC), false, CounterOther},
+		{"DHCP discover from 0.0.0.0", udp(guestMAC, net.IPv4zero.To4(), 67), false, "", false},
+		{"DHCP renewal from the pod IP", udp(guestMAC, podIP, 67), false, "", false},
+		{"another MAC", udp(otherMAC, podIP, 5353), false, CounterMAC, false},
+		{"gratuitous ARP claiming another pod's IP", arp(guestMAC, guestMAC, otherIP), false, CounterARP, false},
+		{"ARP naming another sender MAC", arp(guestMAC, otherMAC, podIP), false, CounterARP, false},
+		{"UDP from another pod's IP", udp(guestMAC, otherIP, 5353), false, CounterIP, false},
+		{"UDP from 0.0.0.0 that is not DHCP", udp(guestMAC, net.IPv4zero.To4(), 53), false, CounterIP, false},
+		{"IPv6", ipv6(guestMAC), false, CounterOther, false},
+		// The guest's reply to the relay, sent to its gateway's MAC as for any address off its
+		// subnet, is turned to the bridge and reaches the namespace, not the pod network.
+		{"reply to the relay address", udpTo(gwMAC, guestMAC, podIP, relay.IP, relayPort), false, "", true},
+		// The guard still judges what the relay rule turned: a spoofed source is dropped.
+		{"spoofed reply to the relay address", udpTo(gwMAC, guestMAC, otherIP, relay.IP, relayPort), false, CounterIP, false},
+		// Traffic to anyone else keeps its destination MAC and goes out as before.
+		{"unicast to the gateway", udpTo(gwMAC, guestMAC, podIP, net.IPv4(10, 213, 1, 1).To4(), relayPort), true, "", false},
 	}
 
 	type sent struct {
 		got     [][]byte
 		onTap   [][]byte // what a packet socket on the tap saw, as the runner's DHCP server does
+		local   [][]byte // datagrams the namespace's socket at the relay address received
 		dropped map[string]uint64
 		err     error
 	}
@@ -117,7 +153,7 @@ func TestGuardInKernel(t *testing.T) {
 			if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/disable_ipv6", []byte("1"), 0o644); err != nil {
 				return err
 			}
-			br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+			br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0", HardwareAddr: relay.BridgeMAC}}
 			if err := netlink.LinkAdd(br); err != nil {
 				return err
 			}
@@ -137,24 +173,38 @@ func TestGuardInKernel(t *testing.T) {
 					return err
 				}
 			}
-			if err := Install("tap0", guestMAC, podIP); err != nil {
+			// The relay address on the bridge and the route back to the guest, as pkg/guestnet
+			// sets them up.
+			if err := netlink.AddrAdd(br, &netlink.Addr{IPNet: &net.IPNet{IP: relay.IP, Mask: net.CIDRMask(32, 32)}}); err != nil {
+				return err
+			}
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: br.Attrs().Index, Dst: &net.IPNet{IP: podIP, Mask: net.CIDRMask(32, 32)},
+				Src: relay.IP, Scope: netlink.SCOPE_LINK}); err != nil {
+				return err
+			}
+			if err := Install("tap0", guestMAC, podIP, &relay); err != nil {
 				return err
 			}
 			// Installing twice replaces the first guard (a runner restarted in its pod).
-			if err := Install("tap0", guestMAC, podIP); err != nil {
+			if err := Install("tap0", guestMAC, podIP, &relay); err != nil {
 				return err
 			}
-			capfd, err := packetSocket("cap0")
+			udpfd, err := udpSocket(relay.IP, relayPort)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(udpfd)
+			capfd, err := netcapture.Open("cap0")
 			if err != nil {
 				return err
 			}
 			defer unix.Close(capfd)
-			injfd, err := packetSocket("inj0")
+			injfd, err := netcapture.Open("inj0")
 			if err != nil {
 				return err
 			}
 			defer unix.Close(injfd)
-			tapfd, err := packetSocket("tap0")
+			tapfd, err := netcapture.Open("tap0")
 			if err != nil {
 				return err
 			}
@@ -165,8 +215,9 @@ func TestGuardInKernel(t *testing.T) {
 					return err
 				}
 			}
-			s.got = readFrames(capfd, time.Second)
-			s.onTap = readFrames(tapfd, 100*time.Millisecond)
+			s.got = netcapture.Read(capfd, time.Second)
+			s.onTap = netcapture.Read(tapfd, 100*time.Millisecond)
+			s.local = netcapture.Read(udpfd, 200*time.Millisecond)
 			s.dropped, err = Dropped()
 			return err
 		}()
@@ -185,6 +236,15 @@ func TestGuardInKernel(t *testing.T) {
 		}
 		if seen != f.passes {
 			t.Errorf("%s: came out of the bridge = %v, want %v", f.name, seen, f.passes)
+		}
+		local := false
+		for _, g := range s.local {
+			if bytes.Contains(g, tag(i)) {
+				local = true
+			}
+		}
+		if local != f.local {
+			t.Errorf("%s: received by the namespace at %s = %v, want %v", f.name, relay.IP, local, f.local)
 		}
 		if f.counter != "" {
 			want[f.counter]++
@@ -206,7 +266,11 @@ var next int
 func tag(i int) []byte { return []byte("virtpod-spoofguard-frame-" + string(rune('A'+i)) + ";") }
 
 func ether(src net.HardwareAddr, typ uint16, payload []byte) []byte {
-	b := append([]byte{}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	return etherTo(broadcast, src, typ, payload)
+}
+
+func etherTo(dst, src net.HardwareAddr, typ uint16, payload []byte) []byte {
+	b := append([]byte{}, dst...)
 	b = append(b, src...)
 	b = binary.BigEndian.AppendUint16(b, typ)
 	b = append(b, payload...)
@@ -228,6 +292,15 @@ func arp(src, sha net.HardwareAddr, spa net.IP) []byte {
 }
 
 func udp(src net.HardwareAddr, saddr net.IP, dport uint16) []byte {
+	return udpTo(broadcast, src, saddr, net.IPv4bcast.To4(), dport)
+}
+
+var broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// relayPort is where the namespace listens at the relay address in the test.
+const relayPort = 7531
+
+func udpTo(dst, src net.HardwareAddr, saddr, daddr net.IP, dport uint16) []byte {
 	data := tag(next)
 	u := binary.BigEndian.AppendUint16(nil, 68)
 	u = binary.BigEndian.AppendUint16(u, dport)
@@ -237,9 +310,9 @@ func udp(src net.HardwareAddr, saddr net.IP, dport uint16) []byte {
 	h := []byte{0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0}
 	binary.BigEndian.PutUint16(h[2:], uint16(20+len(u)))
 	h = append(h, saddr...)
-	h = append(h, 255, 255, 255, 255)
+	h = append(h, daddr...)
 	binary.BigEndian.PutUint16(h[10:], checksum(h))
-	return ether(src, 0x0800, append(h, u...))
+	return etherTo(dst, src, 0x0800, append(h, u...))
 }
 
 func ipv6(src net.HardwareAddr) []byte {
@@ -261,34 +334,17 @@ func checksum(b []byte) uint16 {
 	return ^uint16(s)
 }
 
-func packetSocket(ifname string) (int, error) {
-	l, err := netlink.LinkByName(ifname)
+// udpSocket listens at ip:port in the current namespace.
+func udpSocket(ip net.IP, port int) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
 	if err != nil {
 		return -1, err
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-	if err != nil {
-		return -1, err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index}); err != nil {
+	sa := &unix.SockaddrInet4{Port: port}
+	copy(sa.Addr[:], ip.To4())
+	if err := unix.Bind(fd, sa); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
 	return fd, nil
 }
-
-func readFrames(fd int, wait time.Duration) [][]byte {
-	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
-	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	var out [][]byte
-	for end := time.Now().Add(wait); time.Now().Before(end); {
-		buf := make([]byte, 2048)
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err == nil && n > 0 {
-			out = append(out, buf[:n])
-		}
-	}
-	return out
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }

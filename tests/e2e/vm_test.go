@@ -181,21 +181,31 @@ func fetchFrom(t *testing.T, ns, ip string, port int) string {
 // findQEMU finds the host pid of the VM's hypervisor (the test runs on the node as root).
 func findQEMU(t *testing.T, vmName string) int {
 	t.Helper()
+	pids := processes(func(args []string) bool {
+		return strings.HasSuffix(args[0], "qemu-system-x86_64") && slices.Contains(args, "guest="+vmName)
+	})
+	if len(pids) == 0 {
+		t.Fatalf("no qemu-system-x86_64 process for VM %s", vmName)
+	}
+	return pids[0]
+}
+
+// processes lists the node's processes whose argv match.
+func processes(match func(args []string) bool) []int {
+	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		args := strings.Split(string(b), "\x00")
-		if strings.HasSuffix(args[0], "qemu-system-x86_64") && slices.Contains(args, "guest="+vmName) {
+		if match(strings.Split(string(b), "\x00")) {
 			var pid int
 			fmt.Sscanf(filepath.Base(filepath.Dir(p)), "%d", &pid)
-			return pid
+			pids = append(pids, pid)
 		}
 	}
-	t.Fatalf("no qemu-system-x86_64 process for VM %s", vmName)
-	return 0
+	return pids
 }
 
 // followLogs streams the pod's logs until the container ends.

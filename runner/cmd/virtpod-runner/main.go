@@ -1,6 +1,8 @@
 // Command virtpod-runner is the process in a VM's pod: `virtpod-runner [flags]` boots and
 // supervises the guest (package runner), `virtpod-runner probe` is the kubelet's exec probe,
-// `virtpod-runner kvm-probe` prints runner/kvm's verdict on this node's KVM.
+// `virtpod-runner kvm-probe` prints runner/kvm's verdict on this node's KVM, and
+// `virtpod-runner console` attaches a terminal to the guest's serial console (what `vmctl
+// console` runs through the API server's pod exec).
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	"golang.org/x/term"
 
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner"
@@ -66,7 +70,7 @@ func execute(args []string) int {
 	if self, err := os.Executable(); err == nil {
 		o.Launcher = []string{self, execUnprivilegedName}
 	}
-	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code), execUnprivilegedCommand())
+	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code), consoleCommand(), execUnprivilegedCommand())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "runner:", err)
@@ -120,10 +124,11 @@ func execUnprivilegedCommand() *cobra.Command {
 	}
 }
 
-// probeCommand is the kubelet's exec probe: the runner's HTTP endpoint listens on loopback
-// because the guest owns the pod IP, so an HTTP probe from the kubelet cannot reach it.
+// probeCommand is the kubelet's exec probe: the runner's HTTP endpoint is a unix socket in the
+// state directory (the guest owns the pod IP, and every loopback port may be one the runner
+// relays to the guest), so an HTTP probe from the kubelet cannot reach it.
 func probeCommand(code *int) *cobra.Command {
-	var addr, path string
+	var addr, stateDir, path string
 	var timeout time.Duration
 	var print bool
 	c := &cobra.Command{
@@ -131,8 +136,18 @@ func probeCommand(code *int) *cobra.Command {
 		Short: "Exit 0 when the runner's /readyz (or --path) answers 200",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			client := &http.Client{Timeout: timeout}
-			resp, err := client.Get("http://" + addr + path)
+			network, address := runnerconfig.HTTPEndpoint(addr, stateDir)
+			host := address
+			var d net.Dialer
+			client := &http.Client{Timeout: timeout, Transport: &http.Transport{
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					return d.DialContext(ctx, network, address)
+				},
+			}}
+			if network == "unix" {
+				host = "runner"
+			}
+			resp, err := client.Get("http://" + host + path)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "probe:", err)
 				*code = 1
@@ -150,10 +165,54 @@ func probeCommand(code *int) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&addr, "http-addr", runnerconfig.DefaultHTTPAddr, "the runner's --http-addr")
+	c.Flags().StringVar(&stateDir, "state-dir", runnerconfig.DefaultStateDir, "the runner's --state-dir (for a unix: --http-addr)")
 	c.Flags().StringVar(&path, "path", "/readyz", "endpoint to check: /readyz or /healthz")
 	c.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for an answer")
 	c.Flags().BoolVar(&print, "print", false, "print the answer's body (e.g. with --path=/status)")
 	return c
+}
+
+// consoleCommand attaches stdin and stdout to the guest's serial console. On a terminal it puts
+// the terminal in raw mode, so every key (Ctrl-C included) reaches the guest, whose own line
+// discipline echoes and edits.
+func consoleCommand() *cobra.Command {
+	var stateDir, escape string
+	c := &cobra.Command{
+		Use:   "console",
+		Short: "Attach stdin and stdout to the guest's serial console (what `vmctl console` runs in the pod)",
+		Long: `Attach stdin and stdout to the guest's serial console: first the console's recent output
+(its last 64 KiB), then the live output; every byte read from stdin goes to the guest. Ends when
+stdin ends, when the --escape key is read, or when the guest stops. Any number may be attached.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			esc, err := parseEscape(escape)
+			if err != nil {
+				return err
+			}
+			if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
+				old, err := term.MakeRaw(fd)
+				if err != nil {
+					return fmt.Errorf("raw terminal: %w", err)
+				}
+				defer term.Restore(fd, old) //nolint:errcheck
+			}
+			return runner.Console(stateDir, os.Stdin, os.Stdout, esc)
+		},
+	}
+	c.Flags().StringVar(&stateDir, "state-dir", runnerconfig.DefaultStateDir, "the runner's --state-dir")
+	c.Flags().StringVar(&escape, "escape", "none", "a key that detaches instead of going to the guest: ^X for Ctrl-X (vmctl passes ^]), or none")
+	return c
+}
+
+// parseEscape reads "none" or caret notation (^] is 0x1d).
+func parseEscape(s string) (int, error) {
+	if s == "none" || s == "" {
+		return runner.NoEscape, nil
+	}
+	if len(s) == 2 && s[0] == '^' && s[1] >= '@' && s[1] <= '_' {
+		return int(s[1] - '@'), nil
+	}
+	return 0, fmt.Errorf("--escape %q: want ^X (a control key, ^@ to ^_) or none", s)
 }
 
 // kvmProbeCommand runs the KVM probe and prints its result as JSON; exit 0 when usable.

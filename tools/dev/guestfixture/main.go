@@ -2,7 +2,7 @@
 // boot: Debian's cloud kernel, a busybox initramfs that loads the virtio modules, and an ext4
 // root disk whose init configures the network from ip=, serves HTTP on port 80, powers off on
 // the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one,
-// and prints VIRTPOD-GUEST-READY on the console.
+// prints VIRTPOD-GUEST-READY on the console, then runs a root shell there.
 //
 // The output is laid out like a VM image (boot/vmlinuz, boot/initrd.img, disk/root.img) and is
 // cached outside git, in $VIRTPOD_CACHE/guest (default ~/.cache/virtpod/guest).
@@ -40,7 +40,7 @@ const (
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 4
+const fixtureVersion = 5
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {
