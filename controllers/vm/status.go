@@ -13,12 +13,15 @@ import (
 
 // observe records which runner pod the status describes (nil when there is none), where it
 // runs and the VM's phase; the conditions are set from the same pod by the setters
-// (conditions.go).
-func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod) {
+// (conditions.go). A halted VM is Stopping while it has a pod and Stopped once it has none.
+func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, halted bool) {
 	st.ObservedGeneration = generation
 	if pod == nil {
 		st.Node, st.PodIP = "", ""
-		if !terminal(st.Phase) {
+		switch {
+		case halted:
+			st.Phase = vmv1.PhaseStopped
+		case !terminal(st.Phase):
 			st.Phase = vmv1.PhasePending
 		}
 		return
@@ -27,10 +30,10 @@ func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod) {
 	st.Node = pod.Spec.NodeName
 	st.PodIP = pod.Status.PodIP
 	switch {
-	case pod.DeletionTimestamp != nil:
+	case pod.DeletionTimestamp != nil || halted:
 		st.Phase = vmv1.PhaseStopping
 	case podEnded(pod):
-		if st.PodUID == string(pod.UID) { // kept because the policy does not restart it
+		if st.PodUID == string(pod.UID) { // kept because the run strategy does not restart it
 			if pod.Status.Phase == corev1.PodFailed {
 				st.Phase = vmv1.PhaseFailed
 			} else {
@@ -94,6 +97,17 @@ func trim(s string) string {
 		return s[:max] + "…"
 	}
 	return s
+}
+
+// runnerEnded says the runner container has ended, as the kubelet reports before it removes a
+// deleted pod.
+func runnerEnded(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == podspec.RunnerContainer && cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func podEnded(pod *corev1.Pod) bool {
