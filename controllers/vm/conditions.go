@@ -61,10 +61,10 @@ func setReady(st *vmv1.VirtualMachineStatus, generation int64, f facts) {
 		why = *f.lost
 	case f.stopping != nil:
 		why = *f.stopping
+	case keptEnd(st, pod) || podEnded(pod) && pod.DeletionTimestamp == nil:
+		why = cause{stoppedReason(st), stoppedMessage(st)}
 	case pod.DeletionTimestamp != nil:
 		why = cause{vmv1.ReasonStopping, "the guest is shutting down"}
-	case podEnded(pod):
-		why = cause{stoppedReason(st), stoppedMessage(st)}
 	case pod.Spec.NodeName == "":
 		_, why = placement(pod) // without virtpod's account, which Scheduled carries
 	case isReady(pod):

@@ -69,14 +69,15 @@ func restartDelay(n int32) time.Duration {
 
 // restartWait is how long the VM must still wait before its next runner pod starts, measured
 // from the end of the previous run. Only a restart the controller decided (phase Pending after
-// a run ended or vanished) waits: a run the user asked for (a run request since that end, or a
-// start from Stopped) and a pod replaced on purpose (phase Stopping) do not.
+// a run ended or vanished) waits: a run the user asked for (a run request made since that end,
+// counted or not, or a start from Stopped) and a pod replaced on purpose (phase Stopping) do
+// not.
 func restartWait(vm *vmv1.VirtualMachine, now time.Time) time.Duration {
 	t := vm.Status.LastTermination
 	if vm.Status.RestartCount == 0 || t == nil || vm.Status.Phase != vmv1.PhasePending {
 		return 0
 	}
-	if last := vm.Status.LastRunRequest; last != nil && !last.Before(&t.FinishedAt) {
+	if req := satisfiedRequest(vm); req != nil && !req.Before(&t.FinishedAt) {
 		return 0
 	}
 	return t.FinishedAt.Add(restartDelay(vm.Status.RestartCount)).Sub(now)

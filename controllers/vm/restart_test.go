@@ -38,22 +38,26 @@ func TestRestartWait(t *testing.T) {
 		restarts int32
 		last     *vmv1.Termination
 		request  *metav1.Time // status.lastRunRequest
+		asked    *metav1.Time // spec.runRequestedAt
 		want     time.Duration
 	}{
-		{"never restarted", vmv1.PhasePending, 0, ended(0), nil, 0},
-		{"no termination recorded", vmv1.PhasePending, 3, nil, nil, 0},
-		{"first restart is immediate", vmv1.PhasePending, 1, ended(0), nil, 0},
-		{"second restart waits 10 s from the end", vmv1.PhasePending, 2, ended(4 * time.Second), nil, 6 * time.Second},
-		{"back-off already over", vmv1.PhasePending, 2, ended(time.Minute), nil, -50 * time.Second},
-		{"capped at 5 minutes", vmv1.PhasePending, 20, ended(time.Minute), nil, 4 * time.Minute},
-		{"a request before the crash does not skip it", vmv1.PhasePending, 2, ended(4 * time.Second), at(5 * time.Second), 6 * time.Second},
+		{"never restarted", vmv1.PhasePending, 0, ended(0), nil, nil, 0},
+		{"no termination recorded", vmv1.PhasePending, 3, nil, nil, nil, 0},
+		{"first restart is immediate", vmv1.PhasePending, 1, ended(0), nil, nil, 0},
+		{"second restart waits 10 s from the end", vmv1.PhasePending, 2, ended(4 * time.Second), nil, nil, 6 * time.Second},
+		{"back-off already over", vmv1.PhasePending, 2, ended(time.Minute), nil, nil, -50 * time.Second},
+		{"capped at 5 minutes", vmv1.PhasePending, 20, ended(time.Minute), nil, nil, 4 * time.Minute},
+		{"a request before the crash does not skip it", vmv1.PhasePending, 2, ended(4 * time.Second), at(5 * time.Second), nil, 6 * time.Second},
 		// What the user asked for starts at once, whatever the crashes before.
-		{"run request since the end", vmv1.PhasePending, 5, ended(4 * time.Second), at(2 * time.Second), 0},
-		{"run request in the same second as the end", vmv1.PhasePending, 5, ended(4 * time.Second), at(4 * time.Second), 0},
-		{"start from Stopped", vmv1.PhaseStopped, 5, ended(time.Second), nil, 0},
-		{"old pod replaced on purpose, now gone", vmv1.PhaseStopping, 5, ended(time.Second), nil, 0},
+		{"run request since the end", vmv1.PhasePending, 5, ended(4 * time.Second), at(2 * time.Second), nil, 0},
+		{"run request in the same second as the end", vmv1.PhasePending, 5, ended(4 * time.Second), at(4 * time.Second), nil, 0},
+		{"run request made during the back-off, not counted yet", vmv1.PhasePending, 5, ended(4 * time.Second), nil, at(time.Second), 0},
+		{"an old request in the spec does not skip it", vmv1.PhasePending, 2, ended(4 * time.Second), nil, at(time.Hour), 6 * time.Second},
+		{"start from Stopped", vmv1.PhaseStopped, 5, ended(time.Second), nil, nil, 0},
+		{"old pod replaced on purpose, now gone", vmv1.PhaseStopping, 5, ended(time.Second), nil, nil, 0},
 	} {
-		vm := &vmv1.VirtualMachine{Status: vmv1.VirtualMachineStatus{Phase: tc.phase, RestartCount: tc.restarts, LastTermination: tc.last, LastRunRequest: tc.request}}
+		vm := &vmv1.VirtualMachine{Status: vmv1.VirtualMachineStatus{Phase: tc.phase, RestartCount: tc.restarts, LastTermination: tc.last, LastRunRequest: tc.request},
+			Spec: vmv1.VirtualMachineSpec{RunRequestedAt: tc.asked}}
 		if got := restartWait(vm, now); got != tc.want {
 			t.Errorf("%s: restartWait = %s, want %s", tc.name, got, tc.want)
 		}

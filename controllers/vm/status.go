@@ -30,16 +30,15 @@ func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, h
 	st.Node = pod.Spec.NodeName
 	st.PodIP = pod.Status.PodIP
 	switch {
+	case keptEnd(st, pod) && !halted: // kept because the run strategy does not restart it, even as it is removed
+		if pod.Status.Phase == corev1.PodFailed {
+			st.Phase = vmv1.PhaseFailed
+		} else {
+			st.Phase = vmv1.PhaseSucceeded
+		}
 	case pod.DeletionTimestamp != nil || halted:
 		st.Phase = vmv1.PhaseStopping
-	case podEnded(pod):
-		if st.PodUID == string(pod.UID) { // kept because the run strategy does not restart it
-			if pod.Status.Phase == corev1.PodFailed {
-				st.Phase = vmv1.PhaseFailed
-			} else {
-				st.Phase = vmv1.PhaseSucceeded
-			}
-		}
+	case podEnded(pod): // an earlier run's, being let go of: the phase stays what the restart made it
 	case pod.Spec.NodeName == "":
 		st.Phase = vmv1.PhaseScheduling
 	case isReady(pod):
@@ -97,6 +96,12 @@ func trim(s string) string {
 		return s[:max] + "…"
 	}
 	return s
+}
+
+// keptEnd is the current run's ended pod, which status still names: the run strategy keeps its
+// end.
+func keptEnd(st *vmv1.VirtualMachineStatus, pod *corev1.Pod) bool {
+	return podEnded(pod) && st.PodUID == string(pod.UID)
 }
 
 // runnerEnded says the runner container has ended, as the kubelet reports before it removes a
