@@ -42,7 +42,9 @@ func patchSpec(t *testing.T, vm *vmv1.VirtualMachine, spec map[string]any) {
 }
 
 // requestAt is a run request time s seconds after the test clock's now, as vmctl writes it.
-func requestAt(s int) string { return clock.Now().Add(time.Duration(s) * time.Second).UTC().Format(time.RFC3339) }
+func requestAt(s int) string {
+	return clock.Now().Add(time.Duration(s) * time.Second).UTC().Format(time.RFC3339)
+}
 
 // runningVM creates a VM with the run strategy and reports its pod running on a node.
 func runningVM(t *testing.T, ns, name string, strategy vmv1.RunStrategy) (*vmv1.VirtualMachine, *corev1.Pod) {
