@@ -77,6 +77,7 @@ func (a *app) rootCmd(argv0 string) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	root.PersistentFlags().StringVar(&a.context, "context", "", "the kubeconfig context to use")
 	root.AddCommand(a.statusCmd(), a.providerCmd())
+	root.AddCommand(a.startCmd(), a.stopCmd(), a.restartCmd())
 	return root
 }
 
