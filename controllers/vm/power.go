@@ -34,8 +34,8 @@ func (r *Reconciler) stop(ctx context.Context, vm, next *vmv1.VirtualMachine, po
 		return err
 	}
 	if !podEnded(pod) {
-		r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Stopping", "Stop", "Powering the guest down %s(runStrategy Halted): runner pod %s deleted with its grace period of %ds",
-			by(vm, fieldRunStrategy), pod.Name, gracePeriod(pod))
+		r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Stopping", "Stop", "Powering the guest down %s(runStrategy Halted): runner pod %s deleted with its grace period; the guest has %ds to power off",
+			by(vm, fieldRunStrategy), pod.Name, guestGrace(vm))
 	}
 	return r.deleteOnPurpose(ctx, pod)
 }
@@ -113,8 +113,10 @@ func (r *Reconciler) announcePower(vm, next *vmv1.VirtualMachine, pod *corev1.Po
 	}
 }
 
-func gracePeriod(pod *corev1.Pod) int64 {
-	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+// guestGrace is the time the guest gets to power off (spec.terminationGracePeriodSeconds, which
+// the CRD defaults); the pod's own grace period adds the runner's margin to stop the hypervisor.
+func guestGrace(vm *vmv1.VirtualMachine) int64 {
+	if g := vm.Spec.TerminationGracePeriodSeconds; g != nil {
 		return *g
 	}
 	return corev1.DefaultTerminationGracePeriodSeconds

@@ -138,8 +138,7 @@ func TestStopAndStart(t *testing.T) {
 	gracefulDelete(t, v, pod)
 	condition(t, v, vmv1.PhaseStopping, vmv1.ConditionReady, metav1.ConditionFalse, vmv1.ReasonStopping)
 	readyMessage(t, v, "runStrategy is Halted: powering the guest down")
-	waitEvent(t, v, fmt.Sprintf("Normal Stopping: Powering the guest down by vmctl (runStrategy Halted): runner pod power-runner deleted with its grace period of %ds",
-		*pod.Spec.TerminationGracePeriodSeconds))
+	waitEvent(t, v, "Normal Stopping: Powering the guest down by vmctl (runStrategy Halted): runner pod power-runner deleted with its grace period; the guest has 30s to power off")
 
 	// The runner powers the guest down and exits; the kubelet reports it, then removes the pod.
 	kubelet(t, pod, ended(0, "Completed", poweredOffMessage))
