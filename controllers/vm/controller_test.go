@@ -473,6 +473,12 @@ func TestForeignPodIsNotAdopted(t *testing.T) {
 	if err != nil || p.UID != foreign.UID || len(p.OwnerReferences) != 0 {
 		t.Fatalf("foreign pod changed: %v %+v", err, p.OwnerReferences)
 	}
+	// Halted, the VM needs no pod, so the name does not matter: Stopped, the pod left alone.
+	patchSpec(t, vm, map[string]any{"runStrategy": "Halted"})
+	condition(t, vm, vmv1.PhaseStopped, vmv1.ConditionScheduled, metav1.ConditionFalse, vmv1.ReasonHalted)
+	if p, err := runnerPod(vm); err != nil || p.UID != foreign.UID || p.DeletionTimestamp != nil {
+		t.Fatalf("foreign pod touched by a halted VM: %v", err)
+	}
 }
 
 // TestTwoControllersMakeOnePodPerVM runs a second controller against the same API server, as a

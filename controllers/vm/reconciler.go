@@ -173,6 +173,9 @@ func (r *Reconciler) runnerPod(ctx context.Context, vm *vmv1.VirtualMachine) (*c
 		return nil, r.fail("get-pod", err)
 	}
 	if !ownedBy(pod, vm) {
+		if halted(vm) {
+			return nil, nil // a halted VM needs no pod, so no name either
+		}
 		return nil, r.checkOwner(ctx, vm, pod)
 	}
 	return pod, nil
