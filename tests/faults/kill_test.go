@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,15 +24,7 @@ import (
 // moment just after it made its first pod, in the middle of its work. VIRTPOD_FAULT_SEED replays a run's kill schedule.
 func TestControllerKilled(t *testing.T) {
 	const lives, perLife = 20, 25
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("VIRTPOD_FAULT_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("VIRTPOD_FAULT_SEED: %v", err)
-		}
-	}
-	t.Logf("seed %d (replay the kill schedule with VIRTPOD_FAULT_SEED=%d)", seed, seed)
-	rnd := rand.New(rand.NewPCG(seed, 0))
+	rnd := rand.New(rand.NewPCG(faultSeed(t), 0))
 	s := newScene(t, "kill-1", "kill-2", "kill-3", "kill-4", "kill-5")
 	// One VM in ten crashes once: its restart is counted, and its pod replaced, exactly once
 	// however the kills fall between the count and the delete.

@@ -26,9 +26,7 @@ import (
 // exactly those the requests call for: none twice, none lost.
 func TestPowerUnderControllerKills(t *testing.T) {
 	const n, lives = 60, 10
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rnd := rand.New(rand.NewPCG(seed, 1))
+	rnd := rand.New(rand.NewPCG(faultSeed(t), 1))
 	s := newScene(t, "power-1", "power-2", "power-3")
 	ctx := context.Background()
 	c := s.startController(t)
