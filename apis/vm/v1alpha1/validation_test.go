@@ -108,19 +108,25 @@ func TestRejectsBadSpecs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			vm := kubeapi.SampleVM("default", fmt.Sprintf("bad-%d", i))
 			tc.mutate(vm)
-			err := env.Client.Create(ctx, vm)
-			if err == nil {
-				t.Fatalf("the API server accepted an invalid VirtualMachine (%s)", tc.name)
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error, got %v", err)
-			}
-			for _, want := range []string{tc.field, tc.hint} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error does not mention %q:\n%v", want, err)
-				}
-			}
+			refused(t, env.Client.Create(ctx, vm), true, tc.field, tc.hint)
 		})
+	}
+}
+
+// refused checks that the API server refused a VirtualMachine, as Invalid when invalid is set,
+// with an error that mentions each of the words.
+func refused(t *testing.T, err error, invalid bool, mentions ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("the API server accepted an invalid VirtualMachine")
+	}
+	if invalid && !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %v", err)
+	}
+	for _, want := range mentions {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
 	}
 }
 
