@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,7 +30,7 @@ const (
 func TestPowerVerbs(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	vmctl := buildVMCtl(t, ns)
+	ctl := newPowerCtl(t, ns)
 	if err := kube.Create(ctx, newVM(ns, "pw")); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +41,7 @@ func TestPowerVerbs(t *testing.T) {
 
 	// restart: a clean power-down, then the guest boots in a new pod.
 	console := followLogs(t, ns, pod)
-	out := vmctl.ok(t, "restart", "pw")
+	out := ctl.ok(t, "restart", "pw")
 	if err := contains(<-console, cleanPowerOff); err != nil {
 		t.Fatalf("the restart did not power the guest down cleanly: %v", err)
 	}
@@ -55,11 +54,11 @@ func TestPowerVerbs(t *testing.T) {
 	}
 	eventually(t, "the guest booted again", 2*time.Minute, func() error { return contains(podLogs(ns, pod), marker) })
 	show(t, ns, "restarted")
-	vmctl.code(t, 0, "start", "pw") // already running: said, nothing done
+	ctl.code(t, 0, "start", "pw") // already running: said, nothing done
 
 	// stop: a clean power-down, no pod, phase Stopped, and nothing comes back.
 	console = followLogs(t, ns, pod)
-	out = vmctl.ok(t, "stop", "pw")
+	out = ctl.ok(t, "stop", "pw")
 	if err := contains(<-console, cleanPowerOff); err != nil {
 		t.Fatalf("the stop did not power the guest down cleanly: %v", err)
 	}
@@ -82,11 +81,11 @@ func TestPowerVerbs(t *testing.T) {
 		t.Fatalf("a runner pod after the stop: %v", err)
 	}
 	show(t, ns, "stopped")
-	refused := vmctl.code(t, exitRefused, "restart", "pw")
+	refused := ctl.code(t, exitRefused, "restart", "pw")
 	t.Logf("vmctl restart of the stopped VM (exit 3):\n%s", refused)
 
 	// start: a new pod again, no restart counted.
-	vmctl.ok(t, "start", "pw")
+	ctl.ok(t, "start", "pw")
 	third := waitRunning(t, ns, "pw", 0)
 	if third.Status.PodUID == second.Status.PodUID || third.Status.UserRestartCount != 1 || third.Spec.RunStrategy != vmv1.RunAlways {
 		t.Fatalf("after start: %s, %+v", third.Spec.RunStrategy, third.Status)
@@ -102,45 +101,39 @@ func TestPowerVerbs(t *testing.T) {
 // exitRefused is vmctl's exit code for a verb the VM's state does not allow (docs/vmctl.md).
 const exitRefused = 3
 
-// vmctlBin is the vmctl binary, run with a kubeconfig whose context uses the test's namespace.
-type vmctlBin struct{ path, kubeconfig string }
+// powerCtl runs vmctl with a kubeconfig whose context uses the test's namespace.
+type powerCtl struct {
+	run        func(args ...string) (string, int)
+	kubeconfig string
+}
 
-func buildVMCtl(t *testing.T, ns string) vmctlBin {
+func newPowerCtl(t *testing.T, ns string) powerCtl {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "vmctl")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/virtpod/virtpod/tools/vmctl").CombinedOutput(); err != nil {
-		t.Fatalf("building vmctl: %v\n%s", err, out)
-	}
 	cfg, err := clientcmd.LoadFromFile(os.Getenv("KUBECONFIG"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Contexts[cfg.CurrentContext].Namespace = ns
-	kc := filepath.Join(dir, "kubeconfig")
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
 		t.Fatal(err)
 	}
-	return vmctlBin{path: bin, kubeconfig: kc}
+	return powerCtl{run: vmctl(t), kubeconfig: kc}
 }
 
 // code runs vmctl and wants the exit code; it returns stdout and stderr.
-func (v vmctlBin) code(t *testing.T, want int, args ...string) string {
+func (v powerCtl) code(t *testing.T, want int, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, v.path, append([]string{"--kubeconfig", v.kubeconfig}, args...)...)
 	start := time.Now()
-	b, err := cmd.CombinedOutput()
-	got := cmd.ProcessState.ExitCode()
-	t.Logf("$ vmctl %s   (%s, exit %d)\n%s", strings.Join(args, " "), time.Since(start).Round(time.Second), got, b)
+	out, got := v.run(append([]string{"--kubeconfig", v.kubeconfig}, args...)...)
+	t.Logf("$ vmctl %s   (%s, exit %d)\n%s", strings.Join(args, " "), time.Since(start).Round(time.Second), got, out)
 	if got != want {
-		t.Fatalf("vmctl %v: exit %d (%v), want %d:\n%s", args, got, err, want, b)
+		t.Fatalf("vmctl %v: exit %d, want %d:\n%s", args, got, want, out)
 	}
-	return string(b)
+	return out
 }
 
-func (v vmctlBin) ok(t *testing.T, args ...string) string { t.Helper(); return v.code(t, 0, args...) }
+func (v powerCtl) ok(t *testing.T, args ...string) string { t.Helper(); return v.code(t, 0, args...) }
 
 // show logs kubectl get vm -o wide, as a user would look.
 func show(t *testing.T, ns, when string) {
