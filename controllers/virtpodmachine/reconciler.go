@@ -199,6 +199,7 @@ var phaseReasons = map[vmv1.Phase]string{
 	vmv1.PhaseStarting:   infrav1.ReasonVirtualMachineStarting,
 	vmv1.PhaseRunning:    infrav1.ReasonVirtualMachineRunning,
 	vmv1.PhaseStopping:   infrav1.ReasonVirtualMachineStopping,
+	vmv1.PhaseStopped:    infrav1.ReasonVirtualMachineStopped,
 	vmv1.PhaseSucceeded:  infrav1.ReasonVirtualMachineSucceeded,
 	vmv1.PhaseFailed:     infrav1.ReasonVirtualMachineFailed,
 }

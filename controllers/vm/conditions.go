@@ -3,6 +3,7 @@ package vm
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,10 +22,12 @@ type cause struct{ reason, message string }
 
 // facts are what Scheduled and Ready are decided from.
 type facts struct {
-	pod  *corev1.Pod // the runner pod; nil when there is none
-	held *cause      // why no new runner pod starts (there is none then)
-	lost *cause      // the pod's node is not ready or was deleted (nodeHealth)
-	fit  string      // virtpod's account of the nodes, for a pod the scheduler cannot place (whyNot)
+	pod      *corev1.Pod // the runner pod; nil when there is none
+	held     *cause      // why no new runner pod starts (there is none then)
+	halted   *cause      // runStrategy Halted: why there is no guest (haltedCause)
+	stopping *cause      // why the runner pod is being deleted, when virtpod deleted it on purpose (stoppingCause)
+	lost     *cause      // the pod's node is not ready or was deleted (nodeHealth)
+	fit      string      // virtpod's account of the nodes, for a pod the scheduler cannot place (whyNot)
 }
 
 // setScheduled: whether the runner pod is on a node, and if not, why.
@@ -32,7 +35,7 @@ func setScheduled(st *vmv1.VirtualMachineStatus, generation int64, f facts) {
 	c := metav1.Condition{Type: vmv1.ConditionScheduled, Status: metav1.ConditionFalse, ObservedGeneration: generation}
 	why, none := noPod(st, f)
 	switch {
-	case none && f.held == nil && terminal(st.Phase):
+	case none && f.held == nil && f.halted == nil && terminal(st.Phase):
 		why = cause{vmv1.ReasonNoRunnerPod, "the guest has stopped and its runner pod is gone"}
 	case !none:
 		var bound bool
@@ -56,10 +59,12 @@ func setReady(st *vmv1.VirtualMachineStatus, generation int64, f facts) {
 	case none:
 	case f.lost != nil:
 		why = *f.lost
+	case f.stopping != nil:
+		why = *f.stopping
+	case keptEnd(st, pod) || podEnded(pod) && pod.DeletionTimestamp == nil:
+		why = cause{stoppedReason(st), stoppedMessage(st)}
 	case pod.DeletionTimestamp != nil:
 		why = cause{vmv1.ReasonStopping, "the guest is shutting down"}
-	case podEnded(pod):
-		why = cause{stoppedReason(st), stoppedMessage(st)}
 	case pod.Spec.NodeName == "":
 		_, why = placement(pod) // without virtpod's account, which Scheduled carries
 	case isReady(pod):
@@ -73,14 +78,16 @@ func setReady(st *vmv1.VirtualMachineStatus, generation int64, f facts) {
 }
 
 // noPod is what Scheduled and Ready say while there is no runner pod (false when there is): why
-// none may start, the stopped guest (Ready's words; Scheduled says its own), the restart
-// back-off, or a pod on its way.
+// none may start, runStrategy Halted, the stopped guest (Ready's words; Scheduled says its
+// own), the restart back-off, or a pod on its way.
 func noPod(st *vmv1.VirtualMachineStatus, f facts) (cause, bool) {
 	switch {
-	case f.held != nil:
-		return *f.held, true
 	case f.pod != nil:
 		return cause{}, false
+	case f.halted != nil:
+		return *f.halted, true
+	case f.held != nil:
+		return *f.held, true
 	case terminal(st.Phase):
 		return cause{stoppedReason(st), stoppedMessage(st)}, true
 	case st.RestartCount > 0 && st.LastTermination != nil:
@@ -204,6 +211,63 @@ func cloudInitSecret(pod *corev1.Pod) *corev1.SecretVolumeSource {
 		}
 	}
 	return nil
+}
+
+// haltedCause is what Scheduled and Ready say of a halted VM without a runner pod; nil when the
+// VM is not halted.
+func haltedCause(vm *vmv1.VirtualMachine) *cause {
+	if !halted(vm) {
+		return nil
+	}
+	return &cause{vmv1.ReasonHalted, fmt.Sprintf("runStrategy is Halted: vmctl start %s starts it", vm.Name)}
+}
+
+// haltingMessage is Ready's message while a halted VM's guest powers down; resumingSuffix ends
+// it once the strategy changed back before the pod was gone.
+const (
+	haltingMessage = "runStrategy is Halted: powering the guest down"
+	resumingSuffix = ": the guest starts again once its old runner pod is gone"
+)
+
+// stoppingCause says why the runner pod is going away, when virtpod let go of it on purpose:
+// runStrategy Halted, a start while still stopping, a run request, or a replacement (a new
+// image, a restart). nil otherwise: a pod deleted by someone else is only "shutting down".
+// vm.Status is the status before this reconcile's setters.
+func stoppingCause(vm *vmv1.VirtualMachine, pod *corev1.Pod) *cause {
+	switch {
+	case pod == nil:
+		return nil
+	case halted(vm):
+		return &cause{vmv1.ReasonStopping, haltingMessage}
+	case pod.DeletionTimestamp == nil || vm.Status.PodUID == string(pod.UID):
+		return nil
+	case wasHalted(&vm.Status):
+		return &cause{vmv1.ReasonStopping, fmt.Sprintf("runStrategy is %s again%s", strategy(vm), resumingSuffix)}
+	case vm.Status.LastRunRequest != nil && vm.Status.LastRunRequest.After(podRequest(pod)):
+		return &cause{vmv1.ReasonStopping, fmt.Sprintf("restarting as asked at %s (runRequestedAt): the guest is shutting down, then it boots in a new runner pod",
+			vm.Status.LastRunRequest.UTC().Format(time.RFC3339))}
+	default:
+		return &cause{vmv1.ReasonStopping, fmt.Sprintf("the guest is shutting down; runStrategy is %s, so a new runner pod starts once this one is gone", strategy(vm))}
+	}
+}
+
+// wasHalted says the status describes a halted VM: Stopped, or powering down for Halted (and
+// maybe already asked to start again).
+func wasHalted(st *vmv1.VirtualMachineStatus) bool {
+	if st.Phase == vmv1.PhaseStopped {
+		return true
+	}
+	c := meta.FindStatusCondition(st.Conditions, vmv1.ConditionReady)
+	return st.Phase == vmv1.PhaseStopping && c != nil && c.Reason == vmv1.ReasonStopping &&
+		(c.Message == haltingMessage || strings.HasSuffix(c.Message, resumingSuffix))
+}
+
+// strategy is the VM's run strategy as the CRD defaults it.
+func strategy(vm *vmv1.VirtualMachine) vmv1.RunStrategy {
+	if vm.Spec.RunStrategy == "" {
+		return vmv1.RunAlways
+	}
+	return vm.Spec.RunStrategy
 }
 
 func stoppedReason(st *vmv1.VirtualMachineStatus) string {

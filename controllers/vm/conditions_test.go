@@ -2,6 +2,7 @@ package vm
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -119,13 +120,33 @@ func TestScheduledAndReady(t *testing.T) {
 		{name: "stopping", f: facts{pod: pod(onNode, ready, deleting)}, phase: vmv1.PhaseStopping,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"False", vmv1.ReasonStopping, "the guest is shutting down"}},
-		{name: "ended and kept (restartPolicy Never)", status: vmv1.VirtualMachineStatus{PodUID: "uid-1", LastTermination: boom},
+		{name: "halted, no pod", status: vmv1.VirtualMachineStatus{Phase: vmv1.PhaseStopping, RestartCount: 3, LastTermination: boom},
+			f: facts{halted: haltedCause(web(vmv1.RunHalted))}, phase: vmv1.PhaseStopped,
+			scheduled: want{"False", vmv1.ReasonHalted, "runStrategy is Halted: vmctl start web starts it"},
+			ready:     want{"False", vmv1.ReasonHalted, "runStrategy is Halted: vmctl start web starts it"}},
+		{name: "halted wins over a held start", status: vmv1.VirtualMachineStatus{Phase: vmv1.PhasePending},
+			f: facts{halted: haltedCause(web(vmv1.RunHalted)), held: &cause{vmv1.ReasonProviderDisabled, "disabled"}}, phase: vmv1.PhaseStopped,
+			scheduled: want{"False", vmv1.ReasonHalted, "runStrategy is Halted: vmctl start web starts it"},
+			ready:     want{"False", vmv1.ReasonHalted, "runStrategy is Halted: vmctl start web starts it"}},
+		{name: "halted, guest powering down", f: facts{pod: pod(onNode, runnerUp, ready), halted: haltedCause(web(vmv1.RunHalted)),
+			stopping: stoppingCause(web(vmv1.RunHalted), pod(onNode, runnerUp, ready))}, phase: vmv1.PhaseStopping,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonStopping, "runStrategy is Halted: powering the guest down"}},
+		{name: "halted, node lost while powering down", f: facts{pod: pod(onNode, deleting), halted: haltedCause(web(vmv1.RunHalted)),
+			stopping: stoppingCause(web(vmv1.RunHalted), pod(onNode, deleting)), lost: lost}, phase: vmv1.PhaseStopping,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonNodeNotReady, lost.message}},
+		{name: "ended and kept, its pod removed by someone", status: vmv1.VirtualMachineStatus{PodUID: "uid-1", LastTermination: boom},
+			f: facts{pod: pod(onNode, failed, deleting)}, phase: vmv1.PhaseFailed,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonRunnerFailed, "runner exited with code 1 (Error): qemu: no kernel"}},
+		{name: "ended and kept (runStrategy Once)", status: vmv1.VirtualMachineStatus{PodUID: "uid-1", LastTermination: boom},
 			f: facts{pod: pod(onNode, failed)}, phase: vmv1.PhaseFailed,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"False", vmv1.ReasonRunnerFailed, "runner exited with code 1 (Error): qemu: no kernel"}},
 	} {
 		st := tc.status
-		observe(&st, 7, tc.f.pod)
+		observe(&st, 7, tc.f.pod, tc.f.halted != nil)
 		setScheduled(&st, 7, tc.f)
 		setReady(&st, 7, tc.f)
 		if st.Phase != tc.phase {
@@ -136,15 +157,61 @@ func TestScheduledAndReady(t *testing.T) {
 	}
 }
 
+// web is a VM named web with the run strategy.
+func web(s vmv1.RunStrategy) *vmv1.VirtualMachine {
+	return &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: vmv1.VirtualMachineSpec{RunStrategy: s}}
+}
+
+// TestStoppingCause: why Ready says a runner pod virtpod deleted goes away.
+func TestStoppingCause(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	withStatus := func(vm *vmv1.VirtualMachine, edit func(*vmv1.VirtualMachineStatus)) *vmv1.VirtualMachine {
+		edit(&vm.Status)
+		return vm
+	}
+	halting := func(st *vmv1.VirtualMachineStatus) {
+		st.Phase = vmv1.PhaseStopping
+		st.Conditions = []metav1.Condition{{Type: vmv1.ConditionReady, Status: metav1.ConditionFalse, Reason: vmv1.ReasonStopping, Message: haltingMessage}}
+	}
+	for _, tc := range []struct {
+		name string
+		vm   *vmv1.VirtualMachine
+		pod  *corev1.Pod
+		want *cause
+	}{
+		{"no pod", web(vmv1.RunHalted), nil, nil},
+		{"halted, pod still running", web(vmv1.RunHalted), pod(onNode, ready), &cause{vmv1.ReasonStopping, "runStrategy is Halted: powering the guest down"}},
+		{"pod of the current run deleted by someone", withStatus(web(vmv1.RunAlways), func(st *vmv1.VirtualMachineStatus) { st.PodUID = "uid-1" }), pod(onNode, deleting), nil},
+		{"started again while powering down", withStatus(web(vmv1.RunAlways), halting), pod(onNode, deleting),
+			&cause{vmv1.ReasonStopping, "runStrategy is Always again: the guest starts again once its old runner pod is gone"}},
+		{"still starting again", withStatus(web(vmv1.RunManual), func(st *vmv1.VirtualMachineStatus) {
+			halting(st)
+			st.Conditions[0].Message = "runStrategy is Manual again: the guest starts again once its old runner pod is gone"
+		}), pod(onNode, deleting), &cause{vmv1.ReasonStopping, "runStrategy is Manual again: the guest starts again once its old runner pod is gone"}},
+		{"restart requested", withStatus(web(vmv1.RunAlways), func(st *vmv1.VirtualMachineStatus) { st.LastRunRequest = ptr.To(metav1.NewTime(t0)) }),
+			pod(onNode, deleting), &cause{vmv1.ReasonStopping, "restarting as asked at 2025-01-01T12:00:00Z (runRequestedAt): the guest is shutting down, then it boots in a new runner pod"}},
+		{"replaced for new images", web(""), pod(onNode, deleting),
+			&cause{vmv1.ReasonStopping, "the guest is shutting down; runStrategy is Always, so a new runner pod starts once this one is gone"}},
+	} {
+		got := stoppingCause(tc.vm, tc.pod)
+		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+			t.Errorf("%s: stoppingCause = %+v\nwant %+v", tc.name, got, tc.want)
+		}
+	}
+	if !wasHalted(&withStatus(web(vmv1.RunAlways), halting).Status) || wasHalted(&web(vmv1.RunHalted).Status) {
+		t.Error("wasHalted reads the status, not the spec")
+	}
+}
+
 // TestSettersIgnoreOrder: each setter decides from the facts alone, so running them in another
 // order, or again, gives the same conditions.
 func TestSettersIgnoreOrder(t *testing.T) {
 	f := facts{pod: pod(onNode, runnerUp, ready), lost: &cause{vmv1.ReasonNodeDeleted, "node node-a was deleted"}}
 	a, b := vmv1.VirtualMachineStatus{}, vmv1.VirtualMachineStatus{}
-	observe(&a, 7, f.pod)
+	observe(&a, 7, f.pod, false)
 	setScheduled(&a, 7, f)
 	setReady(&a, 7, f)
-	observe(&b, 7, f.pod)
+	observe(&b, 7, f.pod, false)
 	setReady(&b, 7, f)
 	setScheduled(&b, 7, f)
 	setReady(&b, 7, f)
@@ -160,8 +227,9 @@ func TestNodeLost(t *testing.T) {
 	node := func(conds ...corev1.NodeCondition) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{Conditions: conds}}
 	}
-	always := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RestartPolicy: vmv1.RestartAlways}}
-	never := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RestartPolicy: vmv1.RestartNever}}
+	always := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RunStrategy: vmv1.RunAlways}}
+	never := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RunStrategy: vmv1.RunOnce}}
+	halted := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RunStrategy: vmv1.RunHalted}}
 	for _, tc := range []struct {
 		name string
 		vm   *vmv1.VirtualMachine
@@ -170,16 +238,18 @@ func TestNodeLost(t *testing.T) {
 	}{
 		{"ready", always, node(corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}), nil},
 		{"deleted", always, nil, &cause{vmv1.ReasonNodeDeleted,
-			"node node-a was deleted; Kubernetes removes runner pod web-runner within about a minute (PodGC), then the guest starts on another node (restartPolicy Always)"}},
+			"node node-a was deleted; Kubernetes removes runner pod web-runner within about a minute (PodGC), then the guest starts on another node (runStrategy Always)"}},
 		{"deleted, never restarted", never, nil, &cause{vmv1.ReasonNodeDeleted,
-			"node node-a was deleted; Kubernetes removes runner pod web-runner within about a minute (PodGC), then the VM is marked Failed (restartPolicy Never)"}},
+			"node node-a was deleted; Kubernetes removes runner pod web-runner within about a minute (PodGC), then the VM is marked Failed (runStrategy Once)"}},
+		{"deleted while halting", halted, nil, &cause{vmv1.ReasonNodeDeleted,
+			"node node-a was deleted; Kubernetes removes runner pod web-runner within about a minute (PodGC), then the VM is Stopped (runStrategy Halted)"}},
 		{"stopped reporting", always, node(corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Message: "Kubelet stopped posting node status."}),
 			&cause{vmv1.ReasonNodeNotReady, "node node-a is not ready (Ready=Unknown: Kubelet stopped posting node status.); the guest may still run there, " +
 				"so no second copy starts while runner pod web-runner exists. If the node is down for good, delete it (kubectl delete node node-a) or taint it " +
-				"(kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute): Kubernetes then removes the pod, and the guest starts on another node (restartPolicy Always)"}},
+				"(kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute): Kubernetes then removes the pod, and the guest starts on another node (runStrategy Always)"}},
 		{"no Ready condition", never, node(), &cause{vmv1.ReasonNodeNotReady, "node node-a is not ready (no Ready condition); the guest may still run there, " +
 			"so no second copy starts while runner pod web-runner exists. If the node is down for good, delete it (kubectl delete node node-a) or taint it " +
-			"(kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute): Kubernetes then removes the pod, and the VM is marked Failed (restartPolicy Never)"}},
+			"(kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute): Kubernetes then removes the pod, and the VM is marked Failed (runStrategy Once)"}},
 	} {
 		got := nodeLost(tc.vm, pod(onNode), tc.node)
 		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {

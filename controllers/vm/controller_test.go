@@ -334,7 +334,7 @@ func TestVMLifecycle(t *testing.T) {
 	waitEvent(t, vm, "Normal CreatedPod: Created runner pod web-runner")
 }
 
-func TestRestartPolicyAlways(t *testing.T) {
+func TestRunStrategyAlways(t *testing.T) {
 	ns := namespace(t)
 	created := podCreations(t, ns)
 	vm := create(t, kubeapi.SampleVM(ns, "always"))
@@ -353,7 +353,7 @@ func TestRestartPolicyAlways(t *testing.T) {
 		got.Status.LastTermination.ExitCode != 1 || !strings.Contains(got.Status.LastTermination.Message, "killed by signal 9") {
 		t.Fatalf("restart not recorded: %+v", got.Status)
 	}
-	waitEvent(t, vm, "Normal Restarting: Restarting guest (restart 1, policy Always): runner exited with code 1 (Error): qemu-system-x86_64 was killed by signal 9")
+	waitEvent(t, vm, "Normal Restarting: Restarting guest (restart 1, runStrategy Always): runner exited with code 1 (Error): qemu-system-x86_64 was killed by signal 9")
 
 	// A crash loop: restart n waits 10 s doubling to 5 min from the end of the run before it,
 	// says why and for how long, and makes no pod meanwhile.
@@ -393,15 +393,15 @@ func TestRestartPolicyAlways(t *testing.T) {
 	if n := created(); n != want {
 		t.Fatalf("%d runner pods were created for one start and %d restarts", n, 1+len(backoffs))
 	}
-	if ev := waitEvent(t, vm, "restart 8, policy Always"); strings.Count(ev, "Normal Restarting") != 8 {
+	if ev := waitEvent(t, vm, "restart 8, runStrategy Always"); strings.Count(ev, "Normal Restarting") != 8 {
 		t.Fatalf("want 8 Restarting events:\n%s", ev)
 	}
 }
 
-func TestRestartPolicyNeverKeepsFailure(t *testing.T) {
+func TestRunStrategyOnceKeepsFailure(t *testing.T) {
 	ns := namespace(t)
-	vm := kubeapi.SampleVM(ns, "never")
-	vm.Spec.RestartPolicy = vmv1.RestartNever
+	vm := kubeapi.SampleVM(ns, "once")
+	vm.Spec.RunStrategy = vmv1.RunOnce
 	create(t, vm)
 	pod := waitPod(t, vm, "")
 	bind(t, pod, "node-b")
@@ -412,22 +412,22 @@ func TestRestartPolicyNeverKeepsFailure(t *testing.T) {
 		t.Fatalf("the runner's reason did not reach the condition: %q", c.Message)
 	}
 	if got.Status.RestartCount != 0 {
-		t.Fatalf("restarted under Never: %+v", got.Status)
+		t.Fatalf("restarted under Once: %+v", got.Status)
 	}
 	p, err := runnerPod(vm)
 	if err != nil || p.UID != pod.UID {
 		t.Fatalf("the failed pod should stay for its logs: %v", err)
 	}
-	ev := waitEvent(t, vm, "Warning Failed: Guest failed and restartPolicy is Never")
+	ev := waitEvent(t, vm, "Warning Failed: Guest failed and runStrategy is Once")
 	if strings.Count(ev, "Warning Failed") != 1 {
 		t.Fatalf("want exactly one Failed event:\n%s", ev)
 	}
 }
 
-func TestRestartPolicyOnFailureStopsAfterPowerOff(t *testing.T) {
+func TestRunStrategyRerunOnFailureStopsAfterPowerOff(t *testing.T) {
 	ns := namespace(t)
 	vm := kubeapi.SampleVM(ns, "onfailure")
-	vm.Spec.RestartPolicy = vmv1.RestartOnFailure
+	vm.Spec.RunStrategy = vmv1.RunRerunOnFailure
 	create(t, vm)
 	pod := waitPod(t, vm, "")
 	bind(t, pod, "node-b")
@@ -435,7 +435,7 @@ func TestRestartPolicyOnFailureStopsAfterPowerOff(t *testing.T) {
 	kubelet(t, pod, ended(0, "Completed", ""))
 	got := condition(t, vm, vmv1.PhaseSucceeded, vmv1.ConditionReady, metav1.ConditionFalse, "GuestStopped")
 	if got.Status.RestartCount != 0 {
-		t.Fatalf("restarted after a clean power-off under OnFailure: %+v", got.Status)
+		t.Fatalf("restarted after a clean power-off under RerunOnFailure: %+v", got.Status)
 	}
 }
 
@@ -472,6 +472,12 @@ func TestForeignPodIsNotAdopted(t *testing.T) {
 	p, err := runnerPod(vm)
 	if err != nil || p.UID != foreign.UID || len(p.OwnerReferences) != 0 {
 		t.Fatalf("foreign pod changed: %v %+v", err, p.OwnerReferences)
+	}
+	// Halted, the VM needs no pod, so the name does not matter: Stopped, the pod left alone.
+	patchSpec(t, vm, map[string]any{"runStrategy": "Halted"})
+	condition(t, vm, vmv1.PhaseStopped, vmv1.ConditionScheduled, metav1.ConditionFalse, vmv1.ReasonHalted)
+	if p, err := runnerPod(vm); err != nil || p.UID != foreign.UID || p.DeletionTimestamp != nil {
+		t.Fatalf("foreign pod touched by a halted VM: %v", err)
 	}
 }
 
@@ -520,11 +526,11 @@ func TestTwoControllersMakeOnePodPerVM(t *testing.T) {
 	}
 }
 
-// TestDeletedPodUnderNeverFails: under restartPolicy Never a runner pod deleted from under the
+// TestDeletedPodUnderOnceFails: under runStrategy Once a runner pod deleted from under the
 // guest leaves the VM Failed, says why once, and starts nothing.
-func TestDeletedPodUnderNeverFails(t *testing.T) {
+func TestDeletedPodUnderOnceFails(t *testing.T) {
 	vm := kubeapi.SampleVM(namespace(t), "gone")
-	vm.Spec.RestartPolicy = vmv1.RestartNever
+	vm.Spec.RunStrategy = vmv1.RunOnce
 	create(t, vm)
 	pod := waitPod(t, vm, "")
 	condition(t, vm, vmv1.PhaseScheduling, vmv1.ConditionScheduled, metav1.ConditionFalse, "WaitingForScheduler")
@@ -535,11 +541,11 @@ func TestDeletedPodUnderNeverFails(t *testing.T) {
 	if got.Status.RestartCount != 0 || got.Status.LastTermination == nil || got.Status.LastTermination.Reason != "RunnerPodDeleted" {
 		t.Fatalf("status %+v", got.Status)
 	}
-	ev := waitEvent(t, vm, "Warning Failed: Guest failed and restartPolicy is Never")
+	ev := waitEvent(t, vm, "Warning Failed: Guest failed and runStrategy is Once")
 	if strings.Count(ev, "Warning Failed") != 1 {
 		t.Fatalf("want exactly one Failed event:\n%s", ev)
 	}
 	if _, err := runnerPod(vm); !apierrors.IsNotFound(err) {
-		t.Fatalf("a pod was started under restartPolicy Never: %v", err)
+		t.Fatalf("a pod was started under runStrategy Once: %v", err)
 	}
 }

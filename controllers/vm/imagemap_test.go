@@ -120,6 +120,8 @@ func TestImageMapBadLines(t *testing.T) {
 // needed. Deleting the map undoes it; re-creating it applies it again.
 func TestImageMapLiveReload(t *testing.T) {
 	defer deleteImageMap(t)
+	// The VMs name their runner image, which their class must allow, as an admin would.
+	defer editClass(t, "qemu", func(s *vmv1.ProviderClassSpec) { s.AllowedRunnerImages = []string{"localhost/imagemap/runner"} })()
 	ctx := context.Background()
 	ns := namespace(t)
 	live := create(t, mapVM(ns, "live", vmv1.ImageUpdateRecreate))

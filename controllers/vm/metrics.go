@@ -44,9 +44,10 @@ func (m *Metrics) podCreated(vm *vmv1.VirtualMachine, now time.Time) {
 	}
 }
 
-// observe records the first transition to Running.
+// observe records the first transition to Running: none after a run ended, was restarted or
+// stopped (as far as status tells).
 func (m *Metrics) observe(before, after *vmv1.VirtualMachine, now time.Time) {
-	if m == nil || after.Status.RestartCount != 0 {
+	if m == nil || after.Status.RestartCount != 0 || after.Status.UserRestartCount != 0 || before.Status.LastTermination != nil {
 		return
 	}
 	if before.Status.Phase != vmv1.PhaseRunning && after.Status.Phase == vmv1.PhaseRunning {

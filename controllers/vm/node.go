@@ -23,7 +23,7 @@ const indexNode = "status.node"
 // node that only stopped reporting the guest may still run, and while the pod object exists no
 // second pod of the same name, so no second copy of the guest, can start. Kubernetes removes
 // the pod once the Node is deleted or tainted out-of-service (PodGC); the pod's delete event then
-// restarts the guest per its restartPolicy.
+// restarts the guest per its runStrategy.
 func (r *Reconciler) nodeHealth(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) (*cause, error) {
 	if pod == nil || pod.Spec.NodeName == "" || podEnded(pod) {
 		return nil, nil
@@ -60,10 +60,13 @@ func nodeLost(vm *vmv1.VirtualMachine, pod *corev1.Pod, node *corev1.Node) *caus
 }
 
 func afterLoss(vm *vmv1.VirtualMachine) string {
-	if restarts(vm.Spec.RestartPolicy, true) {
-		return fmt.Sprintf("the guest starts on another node (restartPolicy %s)", vm.Spec.RestartPolicy)
+	switch {
+	case halted(vm):
+		return "the VM is Stopped (runStrategy Halted)"
+	case restarts(vm.Spec.RunStrategy, true):
+		return fmt.Sprintf("the guest starts on another node (runStrategy %s)", strategy(vm))
 	}
-	return "the VM is marked Failed (restartPolicy Never)"
+	return fmt.Sprintf("the VM is marked Failed (runStrategy %s)", strategy(vm))
 }
 
 func nodeReady(node *corev1.Node) *corev1.NodeCondition {

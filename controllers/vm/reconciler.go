@@ -1,5 +1,6 @@
 // Package vm is the VirtualMachine controller: it turns each VirtualMachine into one runner pod,
-// restarts the guest per the VM's restart policy, and reports what it sees in the VM's status.
+// starts, stops and restarts the guest per the VM's run strategy and run requests, and reports
+// what it sees in the VM's status.
 package vm
 
 import (
@@ -82,11 +83,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	switch {
 	case pod != nil && pod.DeletionTimestamp != nil:
 		// Stopping: the pod's delete event brings us back.
+		if halted(vm) && runnerEnded(pod) {
+			next.Status.LastTermination = termination(pod, r.now()) // how the guest took the power-down
+		}
 	case pod != nil && podEnded(pod):
 		if err := r.podEnded(ctx, vm, next, pod); err != nil {
 			return reconcile.Result{}, err
 		}
-		if next.Status.PodUID == "" { // restarting: the pod is gone
+		if next.Status.PodUID == "" && pod.DeletionTimestamp == nil { // restarting: the pod is gone
 			pod = nil
 		}
 	case pod == nil && vm.Status.PodUID != "":
@@ -98,9 +102,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.podVanished(ctx, vm, next); err != nil {
 			return reconcile.Result{}, err
 		}
+	case pod == nil && halted(vm):
+		// Stopped: no pod until the strategy changes.
 	case pod == nil && prov.blocked:
 		held = &prov.why // no new start: ProviderAvailable says why
 	case pod == nil:
+		if rerunRequested(vm) {
+			if err := r.rerun(ctx, vm, next, nil); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		var refused *podRefused
 		if result, pod, err = r.startPod(ctx, vm, next, opts); errors.As(err, &refused) {
 			held = refused.cause() // a change of the VM brings us back
@@ -109,27 +120,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	default:
 		if next.Status.PodUID != string(pod.UID) {
-			next.Status.PodUID = string(pod.UID) // ours, but the status write that named it was lost
+			adopt(next, pod) // ours, but the status write that named it was lost
 		}
 		if err := r.syncLabels(ctx, vm, pod); err != nil {
 			return reconcile.Result{}, r.fail("sync-labels", err)
 		}
-		if have := podspec.PodImages(pod); have != images && vm.Spec.ImageUpdatePolicy == vmv1.ImageUpdateRecreate {
-			if err := r.recreate(ctx, vm, next, pod, images); err != nil {
-				return reconcile.Result{}, err
-			}
+		switch have := podspec.PodImages(pod); {
+		case halted(vm):
+			err = r.stop(ctx, vm, next, pod)
+		case replaceRequested(vm, pod):
+			err = r.rerun(ctx, vm, next, pod)
+		case have != images && vm.Spec.ImageUpdatePolicy == vmv1.ImageUpdateRecreate:
+			err = r.recreate(ctx, vm, next, pod, images)
+		}
+		if err != nil {
+			return reconcile.Result{}, err
 		}
 	}
 
 	// What the conditions are decided from, read before any is set.
-	f := facts{pod: pod, held: held}
+	f := facts{pod: pod, held: held, halted: haltedCause(vm), stopping: stoppingCause(next, pod)}
 	if f.lost, err = r.nodeHealth(ctx, vm, pod); err != nil {
 		return reconcile.Result{}, err
 	}
 	if f.fit, err = r.whyNot(ctx, vm, pod, prov.class); err != nil {
 		return reconcile.Result{}, err
 	}
-	observe(&next.Status, vm.Generation, pod)
+	observe(&next.Status, vm.Generation, pod, halted(vm))
 	setScheduled(&next.Status, vm.Generation, f)
 	setReady(&next.Status, vm.Generation, f)
 	setImagesCurrent(&next.Status, vm.Generation, pod, images, false)
@@ -141,6 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.fail("patch-status", err)
 	}
 	r.announceEnd(vm, next, pod)
+	r.announcePower(vm, next, pod)
 	r.Metrics.observe(vm, next, r.now())
 	return result, nil
 }
@@ -155,6 +173,9 @@ func (r *Reconciler) runnerPod(ctx context.Context, vm *vmv1.VirtualMachine) (*c
 		return nil, r.fail("get-pod", err)
 	}
 	if !ownedBy(pod, vm) {
+		if halted(vm) {
+			return nil, nil // a halted VM needs no pod, so no name either
+		}
 		return nil, r.checkOwner(ctx, vm, pod)
 	}
 	return pod, nil
@@ -192,7 +213,7 @@ func (r *Reconciler) nameTaken(ctx context.Context, vm *vmv1.VirtualMachine, tak
 
 // startPod creates the runner pod, after the restart back-off when the guest is restarting.
 func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine, opts podspec.Options) (reconcile.Result, *corev1.Pod, error) {
-	if stopped(vm) {
+	if stopped(vm) || halted(vm) {
 		return reconcile.Result{}, nil, nil
 	}
 	if wait := restartWait(vm, r.now()); wait > 0 {
@@ -203,6 +224,10 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 	// The run this pod is for, so that its end is counted even if the status write that names
 	// the pod is lost (a controller killed in between).
 	metav1.SetMetaDataAnnotation(&pod.ObjectMeta, AnnotationRestartCount, strconv.Itoa(int(vm.Status.RestartCount)))
+	req := satisfiedRequest(vm)
+	if req != nil {
+		metav1.SetMetaDataAnnotation(&pod.ObjectMeta, AnnotationRunRequest, req.UTC().Format(time.RFC3339))
+	}
 	if err := r.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// The cache holds only virtpod's pods: read the server to tell a stale cache (the
@@ -224,7 +249,9 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 	}
 	next.Status.PodName = pod.Name
 	next.Status.PodUID = string(pod.UID)
+	next.Status.LastRunRequest = req
 	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "CreatedPod", "CreatePod", "Created runner pod %s (provider %s)", pod.Name, vm.Spec.Provider)
+
 	if vm.Status.RestartCount == 0 {
 		r.Metrics.podCreated(vm, r.now())
 	}
@@ -275,7 +302,8 @@ func (r *Reconciler) recreate(ctx context.Context, vm, next *vmv1.VirtualMachine
 	return r.fail("delete-pod", r.deletePod(ctx, pod))
 }
 
-// podEnded records how the runner ended and applies the restart policy.
+// podEnded records how the runner ended and applies the run strategy: a new run, the pod
+// removed (Halted), a new run on request, or the end kept.
 func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod) error {
 	if string(pod.UID) != vm.Status.PodUID {
 		if counted(pod, vm) {
@@ -283,16 +311,21 @@ func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine
 			return r.fail("delete-pod", r.deletePod(ctx, pod))
 		}
 		// This run's pod, ended before the status write that named it was made (it was lost):
-		// its end is still to be counted, and kept under restartPolicy Never.
-		next.Status.PodUID = string(pod.UID)
+		// its end is still to be counted, and kept under runStrategy Once.
+		adopt(next, pod)
 	}
 	term := termination(pod, r.now())
 	failed := pod.Status.Phase == corev1.PodFailed
 	next.Status.LastTermination = term
-	if !restarts(vm.Spec.RestartPolicy, failed) {
-		return nil // the Stopped or Failed event follows the status write (announceEnd)
+	switch {
+	case halted(vm):
+		return r.stop(ctx, vm, next, pod)
+	case restarts(vm.Spec.RunStrategy, failed):
+		return r.restart(ctx, vm, next, pod, describe(term))
+	case replaceRequested(vm, pod):
+		return r.rerun(ctx, vm, next, pod)
 	}
-	return r.restart(ctx, vm, next, pod, describe(term))
+	return nil // the Stopped or Failed event follows the status write (announceEnd)
 }
 
 // podGone asks the server whether the pod recorded in status still exists.
@@ -316,15 +349,17 @@ func (r *Reconciler) announceEnd(vm, next *vmv1.VirtualMachine, pod *corev1.Pod)
 		related = pod
 	}
 	if next.Status.Phase == vmv1.PhaseFailed {
-		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and restartPolicy is %s: %s", vm.Spec.RestartPolicy, describe(next.Status.LastTermination))
+		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and runStrategy is %s: %s", strategy(vm), describe(next.Status.LastTermination))
 		return
 	}
-	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and restartPolicy is %s", vm.Spec.RestartPolicy)
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and runStrategy is %s", strategy(vm))
 }
 
-// podVanished treats a pod that disappeared while running as a failure.
+// podVanished treats a pod that disappeared while running as a failure; an ended run's pod
+// removed, or a halted VM's, is only let go of.
 func (r *Reconciler) podVanished(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
-	if stopped(vm) {
+	if stopped(vm) || halted(vm) {
+		next.Status.PodUID = ""
 		return nil
 	}
 	next.Status.LastTermination = &vmv1.Termination{
@@ -332,7 +367,7 @@ func (r *Reconciler) podVanished(ctx context.Context, vm, next *vmv1.VirtualMach
 		Message:    fmt.Sprintf("runner pod %s was deleted while the guest ran", podspec.PodName(vm.Name)),
 		FinishedAt: nowTime(r.now()),
 	}
-	if !restarts(vm.Spec.RestartPolicy, true) {
+	if !restarts(vm.Spec.RunStrategy, true) {
 		next.Status.PodUID = ""
 		next.Status.Phase = vmv1.PhaseFailed // written, and announced, by Reconcile
 		return nil
@@ -353,7 +388,7 @@ func (r *Reconciler) restart(ctx context.Context, vm, next *vmv1.VirtualMachine,
 	if pod != nil {
 		related = pod
 	}
-	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, policy %s): %s", next.Status.RestartCount, vm.Spec.RestartPolicy, why)
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, runStrategy %s): %s", next.Status.RestartCount, strategy(vm), why)
 	vm.Status = next.Status // what the server now holds; the final patch diffs against it
 	if pod == nil {
 		return nil

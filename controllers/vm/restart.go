@@ -5,16 +5,23 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
-// The restart policy: whether an ended guest starts again, after what back-off, and which
-// ended runner pod is still to be counted. Pure; the reconciler acts on these answers.
+// The run strategy: whether an ended guest starts again, after what back-off, which ended runner
+// pod is still to be counted, and when a run request replaces a run. Pure; the reconciler acts
+// on these answers.
 
 // AnnotationRestartCount on a runner pod is the VM's restartCount when the pod was made: the
 // run it belongs to.
 const AnnotationRestartCount = "vm.virtpod.io/restart-count"
+
+// AnnotationRunRequest on a runner pod is the run request (spec.runRequestedAt, RFC 3339) its
+// run satisfies: a later request replaces the run, and a pod made before a counted request is
+// an earlier run's.
+const AnnotationRunRequest = "vm.virtpod.io/run-request"
 
 // Back-off: the first restart is immediate, then firstBackoff doubling up to maxBackoff.
 const (
@@ -22,24 +29,29 @@ const (
 	maxBackoff   = 5 * time.Minute
 )
 
-// restarts says whether a runner that ended (failed or not) is started again.
-func restarts(policy vmv1.RestartPolicy, failed bool) bool {
-	switch policy {
-	case vmv1.RestartNever:
+// restarts says whether the controller starts a new run by itself after a run ended (failed or
+// not).
+func restarts(s vmv1.RunStrategy, failed bool) bool {
+	switch s {
+	case vmv1.RunOnce, vmv1.RunManual, vmv1.RunHalted:
 		return false
-	case vmv1.RestartOnFailure:
+	case vmv1.RunRerunOnFailure:
 		return failed
-	default:
+	default: // Always, and unset (the CRD defaults Always)
 		return true
 	}
 }
 
+// halted is a VM that wants no guest.
+func halted(vm *vmv1.VirtualMachine) bool { return vm.Spec.RunStrategy == vmv1.RunHalted }
+
 // terminal is a phase the guest stays in until a restart.
 func terminal(p vmv1.Phase) bool { return p == vmv1.PhaseSucceeded || p == vmv1.PhaseFailed }
 
-// stopped is a VM whose guest ended and stays stopped under its restart policy.
+// stopped is a VM whose guest ended and stays stopped under its run strategy (until a run
+// request).
 func stopped(vm *vmv1.VirtualMachine) bool {
-	return terminal(vm.Status.Phase) && !restarts(vm.Spec.RestartPolicy, vm.Status.Phase == vmv1.PhaseFailed)
+	return terminal(vm.Status.Phase) && !restarts(vm.Spec.RunStrategy, vm.Status.Phase == vmv1.PhaseFailed)
 }
 
 // restartDelay is the back-off before restart n, so a crash-looping guest cannot storm the
@@ -56,10 +68,16 @@ func restartDelay(n int32) time.Duration {
 }
 
 // restartWait is how long the VM must still wait before its next runner pod starts, measured
-// from the end of the previous run.
+// from the end of the previous run. Only a restart the controller decided (phase Pending after
+// a run ended or vanished) waits: a run the user asked for (a run request made since that end,
+// counted or not, or a start from Stopped) and a pod replaced on purpose (phase Stopping) do
+// not.
 func restartWait(vm *vmv1.VirtualMachine, now time.Time) time.Duration {
 	t := vm.Status.LastTermination
-	if vm.Status.RestartCount == 0 || t == nil {
+	if vm.Status.RestartCount == 0 || t == nil || vm.Status.Phase != vmv1.PhasePending {
+		return 0
+	}
+	if req := satisfiedRequest(vm); req != nil && !req.Before(&t.FinishedAt) {
 		return 0
 	}
 	return t.FinishedAt.Add(restartDelay(vm.Status.RestartCount)).Sub(now)
@@ -67,8 +85,48 @@ func restartWait(vm *vmv1.VirtualMachine, now time.Time) time.Duration {
 
 // counted says whether the end of an ended runner pod other than the one in status is already
 // counted: the pod belongs to an earlier run (the status write counted it, the delete was
-// lost). A pod of the current run ended before the status write that named it was made; its
-// end is still to be counted.
+// lost), by crash restarts or by a counted run request. A pod of the current run ended before
+// the status write that named it was made; its end is still to be counted.
 func counted(pod *corev1.Pod, vm *vmv1.VirtualMachine) bool {
-	return pod.Annotations[AnnotationRestartCount] != strconv.Itoa(int(vm.Status.RestartCount))
+	if pod.Annotations[AnnotationRestartCount] != strconv.Itoa(int(vm.Status.RestartCount)) {
+		return true
+	}
+	last := vm.Status.LastRunRequest
+	return last != nil && last.After(podRequest(pod))
+}
+
+// podRequest is the run request a runner pod was made for; zero when none.
+func podRequest(pod *corev1.Pod) time.Time {
+	t, _ := time.Parse(time.RFC3339, pod.Annotations[AnnotationRunRequest])
+	return t
+}
+
+// satisfiedRequest is the run request a runner pod made now satisfies: the later of the spec's
+// runRequestedAt and the last counted one. A request made before the run starts is met by it,
+// uncounted (a VM created with one, or asked to start while it waits to restart).
+func satisfiedRequest(vm *vmv1.VirtualMachine) *metav1.Time {
+	req, last := vm.Spec.RunRequestedAt, vm.Status.LastRunRequest
+	if req == nil || last != nil && !req.After(last.Time) {
+		return last.DeepCopy()
+	}
+	return req.DeepCopy()
+}
+
+// replaceRequested says a run request asks to replace pod's run: runRequestedAt is later than
+// the request the pod was made for. Halted wins over any request.
+func replaceRequested(vm *vmv1.VirtualMachine, pod *corev1.Pod) bool {
+	req := vm.Spec.RunRequestedAt
+	return req != nil && !halted(vm) && req.After(podRequest(pod))
+}
+
+// requestCounted says the spec's run request (if any) was acted on: it is no later than
+// status.lastRunRequest.
+func requestCounted(vm *vmv1.VirtualMachine) bool {
+	req, last := vm.Spec.RunRequestedAt, vm.Status.LastRunRequest
+	return req == nil || last != nil && !req.After(last.Time)
+}
+
+// rerunRequested is an ended run, its pod gone, that a new run request starts again.
+func rerunRequested(vm *vmv1.VirtualMachine) bool {
+	return stopped(vm) && !halted(vm) && !requestCounted(vm)
 }

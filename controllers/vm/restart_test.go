@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
@@ -30,89 +31,197 @@ func TestRestartWait(t *testing.T) {
 	ended := func(ago time.Duration) *vmv1.Termination {
 		return &vmv1.Termination{ExitCode: 1, FinishedAt: metav1.NewTime(now.Add(-ago))}
 	}
+	at := func(ago time.Duration) *metav1.Time { return ptr.To(metav1.NewTime(now.Add(-ago))) }
 	for _, tc := range []struct {
 		name     string
+		phase    vmv1.Phase
 		restarts int32
 		last     *vmv1.Termination
+		request  *metav1.Time // status.lastRunRequest
+		asked    *metav1.Time // spec.runRequestedAt
 		want     time.Duration
 	}{
-		{"never restarted", 0, ended(0), 0},
-		{"no termination recorded", 3, nil, 0},
-		{"first restart is immediate", 1, ended(0), 0},
-		{"second restart waits 10 s from the end", 2, ended(4 * time.Second), 6 * time.Second},
-		{"back-off already over", 2, ended(time.Minute), -50 * time.Second},
-		{"capped at 5 minutes", 20, ended(time.Minute), 4 * time.Minute},
+		{"never restarted", vmv1.PhasePending, 0, ended(0), nil, nil, 0},
+		{"no termination recorded", vmv1.PhasePending, 3, nil, nil, nil, 0},
+		{"first restart is immediate", vmv1.PhasePending, 1, ended(0), nil, nil, 0},
+		{"second restart waits 10 s from the end", vmv1.PhasePending, 2, ended(4 * time.Second), nil, nil, 6 * time.Second},
+		{"back-off already over", vmv1.PhasePending, 2, ended(time.Minute), nil, nil, -50 * time.Second},
+		{"capped at 5 minutes", vmv1.PhasePending, 20, ended(time.Minute), nil, nil, 4 * time.Minute},
+		{"a request before the crash does not skip it", vmv1.PhasePending, 2, ended(4 * time.Second), at(5 * time.Second), nil, 6 * time.Second},
+		// What the user asked for starts at once, whatever the crashes before.
+		{"run request since the end", vmv1.PhasePending, 5, ended(4 * time.Second), at(2 * time.Second), nil, 0},
+		{"run request in the same second as the end", vmv1.PhasePending, 5, ended(4 * time.Second), at(4 * time.Second), nil, 0},
+		{"run request made during the back-off, not counted yet", vmv1.PhasePending, 5, ended(4 * time.Second), nil, at(time.Second), 0},
+		{"an old request in the spec does not skip it", vmv1.PhasePending, 2, ended(4 * time.Second), nil, at(time.Hour), 6 * time.Second},
+		{"start from Stopped", vmv1.PhaseStopped, 5, ended(time.Second), nil, nil, 0},
+		{"old pod replaced on purpose, now gone", vmv1.PhaseStopping, 5, ended(time.Second), nil, nil, 0},
 	} {
-		vm := &vmv1.VirtualMachine{Status: vmv1.VirtualMachineStatus{RestartCount: tc.restarts, LastTermination: tc.last}}
+		vm := &vmv1.VirtualMachine{Status: vmv1.VirtualMachineStatus{Phase: tc.phase, RestartCount: tc.restarts, LastTermination: tc.last, LastRunRequest: tc.request},
+			Spec: vmv1.VirtualMachineSpec{RunRequestedAt: tc.asked}}
 		if got := restartWait(vm, now); got != tc.want {
 			t.Errorf("%s: restartWait = %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }
 
-func TestRestartsPerPolicy(t *testing.T) {
+func TestRestartsPerStrategy(t *testing.T) {
 	for _, tc := range []struct {
-		policy            vmv1.RestartPolicy
-		afterFailure, end bool // restarted after a failure, after a clean end
+		strategy          vmv1.RunStrategy
+		afterFailure, end bool // a new run after a failure, after a clean end
 	}{
-		{vmv1.RestartAlways, true, true},
-		{"", true, true}, // the CRD defaults Always; an unset policy behaves the same
-		{vmv1.RestartOnFailure, true, false},
-		{vmv1.RestartNever, false, false},
+		{vmv1.RunAlways, true, true},
+		{"", true, true}, // the CRD defaults Always; an unset strategy behaves the same
+		{vmv1.RunRerunOnFailure, true, false},
+		{vmv1.RunOnce, false, false},
+		{vmv1.RunManual, false, false},
+		{vmv1.RunHalted, false, false},
 	} {
-		if got := restarts(tc.policy, true); got != tc.afterFailure {
-			t.Errorf("%q after a failure: restarts = %v", tc.policy, got)
+		if got := restarts(tc.strategy, true); got != tc.afterFailure {
+			t.Errorf("%q after a failure: restarts = %v", tc.strategy, got)
 		}
-		if got := restarts(tc.policy, false); got != tc.end {
-			t.Errorf("%q after a clean end: restarts = %v", tc.policy, got)
+		if got := restarts(tc.strategy, false); got != tc.end {
+			t.Errorf("%q after a clean end: restarts = %v", tc.strategy, got)
 		}
 	}
 }
 
 func TestStopped(t *testing.T) {
 	for _, tc := range []struct {
-		phase  vmv1.Phase
-		policy vmv1.RestartPolicy
-		want   bool
+		phase    vmv1.Phase
+		strategy vmv1.RunStrategy
+		want     bool
 	}{
-		{vmv1.PhaseRunning, vmv1.RestartNever, false},
-		{vmv1.PhasePending, vmv1.RestartNever, false},
-		{vmv1.PhaseSucceeded, vmv1.RestartNever, true},
-		{vmv1.PhaseFailed, vmv1.RestartNever, true},
-		{vmv1.PhaseSucceeded, vmv1.RestartOnFailure, true},
-		{vmv1.PhaseFailed, vmv1.RestartOnFailure, false},
-		{vmv1.PhaseSucceeded, vmv1.RestartAlways, false},
-		{vmv1.PhaseFailed, vmv1.RestartAlways, false},
+		{vmv1.PhaseRunning, vmv1.RunOnce, false},
+		{vmv1.PhasePending, vmv1.RunOnce, false},
+		{vmv1.PhaseSucceeded, vmv1.RunOnce, true},
+		{vmv1.PhaseFailed, vmv1.RunOnce, true},
+		{vmv1.PhaseSucceeded, vmv1.RunManual, true},
+		{vmv1.PhaseFailed, vmv1.RunManual, true},
+		{vmv1.PhaseSucceeded, vmv1.RunRerunOnFailure, true},
+		{vmv1.PhaseFailed, vmv1.RunRerunOnFailure, false},
+		{vmv1.PhaseSucceeded, vmv1.RunAlways, false},
+		{vmv1.PhaseFailed, vmv1.RunAlways, false},
+		// Stopped is not an ended run: leaving Halted starts one under any strategy.
+		{vmv1.PhaseStopped, vmv1.RunOnce, false},
+		{vmv1.PhaseStopped, vmv1.RunManual, false},
 	} {
-		vm := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RestartPolicy: tc.policy}, Status: vmv1.VirtualMachineStatus{Phase: tc.phase}}
+		vm := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RunStrategy: tc.strategy}, Status: vmv1.VirtualMachineStatus{Phase: tc.phase}}
 		if got := stopped(vm); got != tc.want {
-			t.Errorf("%s under %s: stopped = %v, want %v", tc.phase, tc.policy, got, tc.want)
+			t.Errorf("%s under %s: stopped = %v, want %v", tc.phase, tc.strategy, got, tc.want)
+		}
+	}
+}
+
+// TestRunRequests: which run a request replaces, when it is counted, and which ended run it
+// starts again, for each strategy.
+func TestRunRequests(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) *metav1.Time { return ptr.To(metav1.NewTime(t0.Add(time.Duration(s) * time.Second))) }
+	podFor := func(s int) *corev1.Pod { // a runner pod made for the request at s (0: none)
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
+		if s != 0 {
+			p.Annotations[AnnotationRunRequest] = at(s).UTC().Format(time.RFC3339)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name     string
+		strategy vmv1.RunStrategy
+		phase    vmv1.Phase
+		request  *metav1.Time // spec.runRequestedAt
+		last     *metav1.Time // status.lastRunRequest
+		pod      *corev1.Pod
+		replace  bool // replaceRequested(vm, pod)
+		counted  bool // requestCounted(vm)
+		rerun    bool // rerunRequested(vm): an ended run without its pod starts again
+	}{
+		{name: "no request", strategy: vmv1.RunAlways, phase: vmv1.PhaseRunning, pod: podFor(0), counted: true},
+		{name: "restart a running guest", strategy: vmv1.RunAlways, phase: vmv1.PhaseRunning, request: at(10), pod: podFor(0), replace: true},
+		{name: "restart under Manual", strategy: vmv1.RunManual, phase: vmv1.PhaseRunning, request: at(10), last: at(5), pod: podFor(5), replace: true},
+		{name: "the pod was made for it", strategy: vmv1.RunAlways, phase: vmv1.PhaseRunning, request: at(10), last: at(10), pod: podFor(10), counted: true},
+		{name: "a VM created with an old request", strategy: vmv1.RunAlways, phase: vmv1.PhaseStarting, request: at(10), last: at(10), pod: podFor(10), counted: true},
+		{name: "counted, the old pod's delete lost", strategy: vmv1.RunAlways, phase: vmv1.PhaseStopping, request: at(10), last: at(10), pod: podFor(5), replace: true, counted: true},
+		{name: "an older time than the last is no request", strategy: vmv1.RunAlways, phase: vmv1.PhaseRunning, request: at(3), last: at(5), pod: podFor(5), counted: true},
+		{name: "Halted wins", strategy: vmv1.RunHalted, phase: vmv1.PhaseRunning, request: at(10), pod: podFor(0)},
+		{name: "Halted wins over an ended run", strategy: vmv1.RunHalted, phase: vmv1.PhaseSucceeded, request: at(10)},
+		{name: "ended under Once, pod kept", strategy: vmv1.RunOnce, phase: vmv1.PhaseSucceeded, request: at(10), pod: podFor(0), replace: true, rerun: true},
+		{name: "ended under Once, pod gone", strategy: vmv1.RunOnce, phase: vmv1.PhaseFailed, request: at(10), rerun: true},
+		{name: "ended under Manual", strategy: vmv1.RunManual, phase: vmv1.PhaseSucceeded, request: at(10), last: at(5), rerun: true},
+		{name: "powered off under RerunOnFailure", strategy: vmv1.RunRerunOnFailure, phase: vmv1.PhaseSucceeded, request: at(10), rerun: true},
+		{name: "failed under RerunOnFailure: restarted anyway", strategy: vmv1.RunRerunOnFailure, phase: vmv1.PhaseFailed, request: at(10)},
+		{name: "ended, request counted already", strategy: vmv1.RunOnce, phase: vmv1.PhaseSucceeded, request: at(10), last: at(10), counted: true},
+		{name: "waiting to restart: met by the next pod", strategy: vmv1.RunAlways, phase: vmv1.PhasePending, request: at(10)},
+	} {
+		vm := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RunStrategy: tc.strategy, RunRequestedAt: tc.request},
+			Status: vmv1.VirtualMachineStatus{Phase: tc.phase, LastRunRequest: tc.last}}
+		if tc.pod != nil {
+			if got := replaceRequested(vm, tc.pod); got != tc.replace {
+				t.Errorf("%s: replaceRequested = %v, want %v", tc.name, got, tc.replace)
+			}
+		}
+		if got := requestCounted(vm); got != tc.counted {
+			t.Errorf("%s: requestCounted = %v, want %v", tc.name, got, tc.counted)
+		}
+		if got := rerunRequested(vm); got != tc.rerun {
+			t.Errorf("%s: rerunRequested = %v, want %v", tc.name, got, tc.rerun)
+		}
+	}
+}
+
+// TestSatisfiedRequest: a new pod meets the latest request, counted or not, so none outlives
+// the run that followed it.
+func TestSatisfiedRequest(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) *metav1.Time { return ptr.To(metav1.NewTime(t0.Add(time.Duration(s) * time.Second))) }
+	for _, tc := range []struct {
+		request, last, want *metav1.Time
+	}{
+		{nil, nil, nil},
+		{at(5), nil, at(5)},
+		{nil, at(5), at(5)},
+		{at(10), at(5), at(10)},
+		{at(3), at(5), at(5)},
+	} {
+		vm := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RunRequestedAt: tc.request}, Status: vmv1.VirtualMachineStatus{LastRunRequest: tc.last}}
+		got := satisfiedRequest(vm)
+		if (got == nil) != (tc.want == nil) || got != nil && !got.Equal(tc.want) {
+			t.Errorf("request %v, last %v: satisfiedRequest = %v, want %v", tc.request, tc.last, got, tc.want)
 		}
 	}
 }
 
 // TestCounted: an ended pod other than the one in status is already counted unless it was made
-// for the VM's current run.
+// for the VM's current run: by crash restarts and by counted run requests.
 func TestCounted(t *testing.T) {
-	pod := func(annotation string) *corev1.Pod {
-		p := &corev1.Pod{}
+	t0 := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	pod := func(annotation, request string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
 		if annotation != "" {
-			p.Annotations = map[string]string{AnnotationRestartCount: annotation}
+			p.Annotations[AnnotationRestartCount] = annotation
+		}
+		if request != "" {
+			p.Annotations[AnnotationRunRequest] = request
 		}
 		return p
 	}
 	for _, tc := range []struct {
+		name     string
 		pod      *corev1.Pod
 		restarts int32
+		last     *metav1.Time
 		want     bool
 	}{
-		{pod("0"), 0, false}, // this run's pod, its status write lost: still to count
-		{pod("3"), 3, false},
-		{pod("2"), 3, true}, // an earlier run's pod whose delete was lost
-		{pod(""), 0, true},  // made before the annotation: never taken for this run's
+		{"this run's pod, its status write lost: still to count", pod("0", ""), 0, nil, false},
+		{"this run's pod after 3 restarts", pod("3", ""), 3, nil, false},
+		{"an earlier run's pod whose delete was lost", pod("2", ""), 3, nil, true},
+		{"made before the annotation: never taken for this run's", pod("", ""), 0, nil, true},
+		{"made for the last counted request", pod("1", t0.Format(time.RFC3339)), 1, ptr.To(metav1.NewTime(t0)), false},
+		{"replaced by a counted request, its delete lost", pod("1", t0.Format(time.RFC3339)), 1, ptr.To(metav1.NewTime(t0.Add(time.Second))), true},
+		{"made before any request, one counted since", pod("0", ""), 0, ptr.To(metav1.NewTime(t0)), true},
 	} {
-		if got := counted(tc.pod, &vmv1.VirtualMachine{Status: vmv1.VirtualMachineStatus{RestartCount: tc.restarts}}); got != tc.want {
-			t.Errorf("pod for run %q, restartCount %d: counted = %v, want %v", tc.pod.Annotations[AnnotationRestartCount], tc.restarts, got, tc.want)
+		vm := &vmv1.VirtualMachine{Status: vmv1.VirtualMachineStatus{RestartCount: tc.restarts, LastRunRequest: tc.last}}
+		if got := counted(tc.pod, vm); got != tc.want {
+			t.Errorf("%s: counted = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -13,12 +13,15 @@ import (
 
 // observe records which runner pod the status describes (nil when there is none), where it
 // runs and the VM's phase; the conditions are set from the same pod by the setters
-// (conditions.go).
-func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod) {
+// (conditions.go). A halted VM is Stopping while it has a pod and Stopped once it has none.
+func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, halted bool) {
 	st.ObservedGeneration = generation
 	if pod == nil {
 		st.Node, st.PodIP = "", ""
-		if !terminal(st.Phase) {
+		switch {
+		case halted:
+			st.Phase = vmv1.PhaseStopped
+		case !terminal(st.Phase):
 			st.Phase = vmv1.PhasePending
 		}
 		return
@@ -27,16 +30,15 @@ func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod) {
 	st.Node = pod.Spec.NodeName
 	st.PodIP = pod.Status.PodIP
 	switch {
-	case pod.DeletionTimestamp != nil:
-		st.Phase = vmv1.PhaseStopping
-	case podEnded(pod):
-		if st.PodUID == string(pod.UID) { // kept because the policy does not restart it
-			if pod.Status.Phase == corev1.PodFailed {
-				st.Phase = vmv1.PhaseFailed
-			} else {
-				st.Phase = vmv1.PhaseSucceeded
-			}
+	case keptEnd(st, pod) && !halted: // kept because the run strategy does not restart it, even as it is removed
+		if pod.Status.Phase == corev1.PodFailed {
+			st.Phase = vmv1.PhaseFailed
+		} else {
+			st.Phase = vmv1.PhaseSucceeded
 		}
+	case pod.DeletionTimestamp != nil || halted:
+		st.Phase = vmv1.PhaseStopping
+	case podEnded(pod): // an earlier run's, being let go of: the phase stays what the restart made it
 	case pod.Spec.NodeName == "":
 		st.Phase = vmv1.PhaseScheduling
 	case isReady(pod):
@@ -94,6 +96,23 @@ func trim(s string) string {
 		return s[:max] + "…"
 	}
 	return s
+}
+
+// keptEnd is the current run's ended pod, which status still names: the run strategy keeps its
+// end.
+func keptEnd(st *vmv1.VirtualMachineStatus, pod *corev1.Pod) bool {
+	return podEnded(pod) && st.PodUID == string(pod.UID)
+}
+
+// runnerEnded says the runner container has ended, as the kubelet reports before it removes a
+// deleted pod.
+func runnerEnded(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == podspec.RunnerContainer && cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func podEnded(pod *corev1.Pod) bool {

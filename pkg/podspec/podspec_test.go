@@ -22,7 +22,7 @@ func baseVM() *vmv1.VirtualMachine {
 		Spec: vmv1.VirtualMachineSpec{
 			Provider:                      vmv1.ProviderQEMU,
 			Acceleration:                  vmv1.AccelerationKVM,
-			RestartPolicy:                 vmv1.RestartAlways,
+			RunStrategy:                   vmv1.RunAlways,
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			Guest: vmv1.GuestSpec{
 				CPUs:        2,

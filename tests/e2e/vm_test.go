@@ -75,7 +75,7 @@ func waitRunning(t *testing.T, ns, name string, restarts int32) *vmv1.VirtualMac
 }
 
 // TestVMLifecycle: apply → pod scheduled → guest boots → Running with node and IP → a guest port
-// answers another pod at the VM's IP → the runner's hypervisor is killed and restartPolicy
+// answers another pod at the VM's IP → the runner's hypervisor is killed and runStrategy
 // Always brings it back → deleting the VM shuts the guest down cleanly and removes the pod.
 func TestVMLifecycle(t *testing.T) {
 	ctx := context.Background()
@@ -131,7 +131,7 @@ func TestProviderBinaryMissing(t *testing.T) {
 	ns := namespace(t)
 	vm := newVM(ns, "nohv")
 	vm.Spec.RunnerImage = "localhost/virtpod/runner-nohypervisor:dev"
-	vm.Spec.RestartPolicy = vmv1.RestartNever
+	vm.Spec.RunStrategy = vmv1.RunOnce
 	if err := kube.Create(context.Background(), vm); err != nil {
 		t.Fatal(err)
 	}

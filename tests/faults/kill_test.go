@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,15 +24,7 @@ import (
 // moment just after it made its first pod, in the middle of its work. VIRTPOD_FAULT_SEED replays a run's kill schedule.
 func TestControllerKilled(t *testing.T) {
 	const lives, perLife = 20, 25
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("VIRTPOD_FAULT_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("VIRTPOD_FAULT_SEED: %v", err)
-		}
-	}
-	t.Logf("seed %d (replay the kill schedule with VIRTPOD_FAULT_SEED=%d)", seed, seed)
-	rnd := rand.New(rand.NewPCG(seed, 0))
+	rnd := rand.New(rand.NewPCG(faultSeed(t), 0))
 	s := newScene(t, "kill-1", "kill-2", "kill-3", "kill-4", "kill-5")
 	// One VM in ten crashes once: its restart is counted, and its pod replaced, exactly once
 	// however the kills fall between the count and the delete.
@@ -88,7 +78,7 @@ func TestControllerKilled(t *testing.T) {
 // TestPodEndedBeforeItsStatusWrite: the controller is killed after creating the pods and before
 // their UIDs reach status (simulated here by clearing status.podUID), and the pods crash before
 // the next controller runs. The crash is this run's end, not an end already counted: under
-// Always it is counted and the guest restarted, under Never the VM fails and keeps its pod.
+// Always it is counted and the guest restarted, under Once the VM fails and keeps its pod.
 func TestPodEndedBeforeItsStatusWrite(t *testing.T) {
 	ctx := context.Background()
 	s := newScene(t, "lost-write")
@@ -96,10 +86,10 @@ func TestPodEndedBeforeItsStatusWrite(t *testing.T) {
 	s.kubelets.CrashOnce(func(string) bool { return true })
 	c := s.startController(t)
 	s.createVM(ctx, t, "always", nil)
-	s.createVM(ctx, t, "never", func(vm *vmv1.VirtualMachine) { vm.Spec.RestartPolicy = vmv1.RestartNever })
+	s.createVM(ctx, t, "once", func(vm *vmv1.VirtualMachine) { vm.Spec.RunStrategy = vmv1.RunOnce })
 	pods := map[string]*corev1.Pod{}
 	kubeapi.Eventually(t, "pods named in status", time.Minute, func() error {
-		for _, name := range []string{"always", "never"} {
+		for _, name := range []string{"always", "once"} {
 			p, err := getPod(s.ns, name)
 			if err != nil {
 				return err
@@ -132,10 +122,10 @@ func TestPodEndedBeforeItsStatusWrite(t *testing.T) {
 
 	s.startController(t)
 	waitRunning(t, s.ns, "always", "lost-write", 1)
-	never := vmCondition(t, s.ns, "never", "RunnerFailed", "guest panicked")
-	if p, err := getPod(s.ns, "never"); err != nil || p.UID != pods["never"].UID || never.Status.Phase != vmv1.PhaseFailed ||
-		never.Status.RestartCount != 0 || never.Status.PodUID != string(p.UID) {
-		t.Fatalf("never: a failed run under restartPolicy Never must stay failed with its pod: %v, status %+v", err, never.Status)
+	once := vmCondition(t, s.ns, "once", "RunnerFailed", "guest panicked")
+	if p, err := getPod(s.ns, "once"); err != nil || p.UID != pods["once"].UID || once.Status.Phase != vmv1.PhaseFailed ||
+		once.Status.RestartCount != 0 || once.Status.PodUID != string(p.UID) {
+		t.Fatalf("once: a failed run under runStrategy Once must stay failed with its pod: %v, status %+v", err, once.Status)
 	}
 	if lt := getVM(t, s.ns, "always").Status.LastTermination; lt == nil || lt.ExitCode != 1 || lt.Message != "guest panicked" {
 		t.Fatalf("always: last termination %+v", lt)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -314,4 +315,19 @@ func tail(s string, n int) string {
 		return "…" + s[strings.IndexByte(s[len(s)-n:], '\n')+len(s)-n+1:]
 	}
 	return s
+}
+
+// faultSeed seeds a test's kill schedule: VIRTPOD_FAULT_SEED replays a logged run's, else a new
+// one, logged.
+func faultSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("VIRTPOD_FAULT_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("VIRTPOD_FAULT_SEED: %v", err)
+		}
+	}
+	t.Logf("seed %d (replay the kill schedule with VIRTPOD_FAULT_SEED=%d)", seed, seed)
+	return seed
 }

@@ -30,7 +30,7 @@ import (
 // machine; node "cut" stops reporting but keeps its Node object, as in a network partition.
 //
 //   - On the deleted node, PodGC removes the pods (after its 40 s quarantine); the VM with
-//     restartPolicy Always starts on another node, the one with Never ends Failed.
+//     runStrategy Always starts on another node, the one with Once ends Failed.
 //   - On the partitioned node the guest may still run, so its pod must stay: the taint manager
 //     evicts it, nothing can confirm the stop, and it sits Terminating. virtpod does not
 //     force-delete it (no second copy of the guest) and says so, with what an admin can do;
@@ -52,9 +52,9 @@ func TestNodeLoss(t *testing.T) {
 	// The pods go where the test wants them: two on "lost", one on "cut".
 	s.kubelets.Schedule("lost")
 	s.createVM(ctx, t, "on-lost", nil)
-	s.createVM(ctx, t, "never", func(vm *vmv1.VirtualMachine) { vm.Spec.RestartPolicy = vmv1.RestartNever })
+	s.createVM(ctx, t, "once", func(vm *vmv1.VirtualMachine) { vm.Spec.RunStrategy = vmv1.RunOnce })
 	waitRunning(t, s.ns, "on-lost", "lost", 0)
-	waitRunning(t, s.ns, "never", "lost", 0)
+	waitRunning(t, s.ns, "once", "lost", 0)
 	s.kubelets.Schedule("cut")
 	// Evicted a second after its node is unreachable, rather than the default 5 minutes.
 	s.createVM(ctx, t, "on-cut", func(vm *vmv1.VirtualMachine) {
@@ -84,7 +84,7 @@ func TestNodeLoss(t *testing.T) {
 	})
 	c := meta.FindStatusCondition(getVM(t, s.ns, "on-cut").Status.Conditions, vmv1.ConditionReady)
 	for _, want := range []string{"node cut is not ready (Ready=Unknown", "no second copy starts while runner pod on-cut-runner exists",
-		"kubectl taint node cut node.kubernetes.io/out-of-service=nodeshutdown:NoExecute", "the guest starts on another node (restartPolicy Always)"} {
+		"kubectl taint node cut node.kubernetes.io/out-of-service=nodeshutdown:NoExecute", "the guest starts on another node (runStrategy Always)"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("Ready message %q lacks %q", c.Message, want)
 		}
@@ -113,15 +113,15 @@ func TestNodeLoss(t *testing.T) {
 	// PodGC waits 40 s before it believes a node is gone.
 	waitRunning(t, s.ns, "on-lost", "good", 1)
 	t.Logf("on-lost running on node good %v after its node was deleted", time.Since(lost).Round(time.Second))
-	never := vmCondition(t, s.ns, "never", "RunnerFailed", "")
-	if never.Status.Phase != vmv1.PhaseFailed || never.Status.RestartCount != 0 {
-		t.Errorf("never: phase %s, %d restarts", never.Status.Phase, never.Status.RestartCount)
+	once := vmCondition(t, s.ns, "once", "RunnerFailed", "")
+	if once.Status.Phase != vmv1.PhaseFailed || once.Status.RestartCount != 0 {
+		t.Errorf("once: phase %s, %d restarts", once.Status.Phase, once.Status.RestartCount)
 	}
-	if _, err := getPod(s.ns, "never"); !apierrors.IsNotFound(err) {
-		t.Errorf("never: a pod exists under restartPolicy Never: %v", err)
+	if _, err := getPod(s.ns, "once"); !apierrors.IsNotFound(err) {
+		t.Errorf("once: a pod exists under runStrategy Once: %v", err)
 	}
 	// Whichever the controller saw first, PodGC failing the pod or deleting it, status says so.
-	for _, name := range []string{"on-lost", "never", "on-cut"} {
+	for _, name := range []string{"on-lost", "once", "on-cut"} {
 		lt := getVM(t, s.ns, name).Status.LastTermination
 		t.Logf("%s last termination: %+v", name, lt)
 		if want := map[string]bool{"DeletionByPodGC": true, "RunnerPodDeleted": true}; lt == nil || !want[lt.Reason] {

@@ -60,6 +60,7 @@ const (
 	ReasonVirtualMachineScheduling = "VirtualMachineScheduling"
 	ReasonVirtualMachineStarting   = "VirtualMachineStarting"
 	ReasonVirtualMachineStopping   = "VirtualMachineStopping"
+	ReasonVirtualMachineStopped    = "VirtualMachineStopped"
 	ReasonVirtualMachineSucceeded  = "VirtualMachineSucceeded"
 	ReasonVirtualMachineFailed     = "VirtualMachineFailed"
 	// ReasonDeleting: the VirtPodMachine waits for its VirtualMachine and runner pod to go.

@@ -33,6 +33,9 @@ const (
 	ReasonStopping            = "Stopping"
 	ReasonGuestStopped        = "GuestStopped"
 	ReasonRunnerFailed        = "RunnerFailed"
+	// ReasonHalted: runStrategy is Halted and the guest is off, with no runner pod (phase
+	// Stopped); a start (vmctl start) changes the strategy.
+	ReasonHalted = "Halted"
 	// ReasonPodNameTaken: a pod that is not the VM's holds the runner pod's name.
 	ReasonPodNameTaken = "PodNameTaken"
 	// ReasonRunnerPodInvalid: the API server refused the runner pod built from the VM's spec.

@@ -44,7 +44,8 @@ func TestRejectsBadSpecs(t *testing.T) {
 		{"unknown provider", func(v *vmv1.VirtualMachine) { v.Spec.Provider = "firecracker" }, "spec.provider", `"qemu", "cloud-hypervisor"`},
 		{"unknown acceleration", func(v *vmv1.VirtualMachine) { v.Spec.Acceleration = "Fast" }, "spec.acceleration", `"KVM", "Emulated"`},
 		{"cloud-hypervisor emulated", func(v *vmv1.VirtualMachine) { v.Spec.Provider = vmv1.ProviderCloudHypervisor }, "spec.acceleration", "use acceleration KVM or provider qemu"},
-		{"bad restart policy", func(v *vmv1.VirtualMachine) { v.Spec.RestartPolicy = "Sometimes" }, "spec.restartPolicy", `"Always", "OnFailure", "Never"`},
+		{"bad run strategy", func(v *vmv1.VirtualMachine) { v.Spec.RunStrategy = "Sometimes" }, "spec.runStrategy", `"Always", "RerunOnFailure", "Once", "Manual", "Halted"`},
+		{"restartPolicy's old value", func(v *vmv1.VirtualMachine) { v.Spec.RunStrategy = "Never" }, "spec.runStrategy", `"Always", "RerunOnFailure", "Once", "Manual", "Halted"`},
 		{"negative grace period", func(v *vmv1.VirtualMachine) { v.Spec.TerminationGracePeriodSeconds = ptr.To[int64](-1) }, "spec.terminationGracePeriodSeconds", "greater than or equal to 0"},
 		{"grace period too long", func(v *vmv1.VirtualMachine) { v.Spec.TerminationGracePeriodSeconds = ptr.To[int64](4000) }, "spec.terminationGracePeriodSeconds", "less than or equal to 3600"},
 		{"duplicate port names", func(v *vmv1.VirtualMachine) {
@@ -107,19 +108,25 @@ func TestRejectsBadSpecs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			vm := kubeapi.SampleVM("default", fmt.Sprintf("bad-%d", i))
 			tc.mutate(vm)
-			err := env.Client.Create(ctx, vm)
-			if err == nil {
-				t.Fatalf("the API server accepted an invalid VirtualMachine (%s)", tc.name)
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error, got %v", err)
-			}
-			for _, want := range []string{tc.field, tc.hint} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error does not mention %q:\n%v", want, err)
-				}
-			}
+			refused(t, env.Client.Create(ctx, vm), true, tc.field, tc.hint)
 		})
+	}
+}
+
+// refused checks that the API server refused a VirtualMachine, as Invalid when invalid is set,
+// with an error that mentions each of the words.
+func refused(t *testing.T, err error, invalid bool, mentions ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("the API server accepted an invalid VirtualMachine")
+	}
+	if invalid && !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %v", err)
+	}
+	for _, want := range mentions {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
 	}
 }
 
@@ -194,7 +201,7 @@ func TestDefaults(t *testing.T) {
 	if s.Guest.CloudInit != nil {
 		t.Fatalf("cloudInit defaulted into a VM without it: %+v", s.Guest.CloudInit)
 	}
-	if s.Provider != "" || s.Acceleration != vmv1.AccelerationKVM || s.RestartPolicy != vmv1.RestartAlways ||
+	if s.Provider != "" || s.Acceleration != vmv1.AccelerationKVM || s.RunStrategy != vmv1.RunAlways || s.RunRequestedAt != nil ||
 		s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != 30 || s.Guest.Ports[0].Protocol != corev1.ProtocolTCP {
 		t.Fatalf("defaults not applied: %+v", s)
 	}

@@ -28,15 +28,26 @@ const (
 	AccelerationEmulated Acceleration = "Emulated"
 )
 
-// RestartPolicy says what happens when the runner pod ends.
-// +kubebuilder:validation:Enum=Always;OnFailure;Never
-type RestartPolicy string
+// RunStrategy is the VM's desired power state: whether a guest should run, and whether a run
+// that ended is followed by a new one. The names are KubeVirt's.
+// +kubebuilder:validation:Enum=Always;RerunOnFailure;Once;Manual;Halted
+type RunStrategy string
 
-// Restart policies.
+// Run strategies.
 const (
-	RestartAlways    RestartPolicy = "Always"
-	RestartOnFailure RestartPolicy = "OnFailure"
-	RestartNever     RestartPolicy = "Never"
+	// RunAlways keeps the guest running: a new run follows whatever ended the last one.
+	RunAlways RunStrategy = "Always"
+	// RunRerunOnFailure starts a new run only after a failure; a clean power-off ends in
+	// phase Succeeded.
+	RunRerunOnFailure RunStrategy = "RerunOnFailure"
+	// RunOnce runs the guest once; a run that ends stays ended.
+	RunOnce RunStrategy = "Once"
+	// RunManual starts a run when the VM is created and when the user asks (runRequestedAt);
+	// the controller never starts one by itself, and a run that ends stays ended.
+	RunManual RunStrategy = "Manual"
+	// RunHalted wants no guest: the runner pod is deleted, its grace period giving the guest
+	// its ACPI power-down, and none is made until the strategy changes.
+	RunHalted RunStrategy = "Halted"
 )
 
 // VirtualMachineSpec is the desired virtual machine.
@@ -69,11 +80,21 @@ type VirtualMachineSpec struct {
 	// +optional
 	RunnerImage string `json:"runnerImage,omitempty"`
 
-	// restartPolicy says what happens when the guest stops or the runner fails: Always restarts
-	// it, OnFailure restarts it only after a failure, Never leaves it stopped.
+	// runStrategy is the desired power state. Always (the default) keeps the guest running,
+	// starting a new run whatever ended the last; RerunOnFailure starts a new run only after a
+	// failure; Once runs it once; Manual starts a run only when the VM is created and when
+	// runRequestedAt asks; Halted powers the guest down cleanly and keeps it off (phase
+	// Stopped), keeping the VM and its spec.
 	// +kubebuilder:default=Always
 	// +optional
-	RestartPolicy RestartPolicy `json:"restartPolicy,omitempty"`
+	RunStrategy RunStrategy `json:"runStrategy,omitempty"`
+
+	// runRequestedAt asks for a new run: a guest whose run started before this time is powered
+	// down cleanly and booted in a new runner pod, and a run that ended gets a new one. Each
+	// time is honoured once (status.lastRunRequest); set a later time to ask again. Ignored
+	// while runStrategy is Halted. `vmctl restart` and `vmctl start` set it.
+	// +optional
+	RunRequestedAt *metav1.Time `json:"runRequestedAt,omitempty"`
 
 	// terminationGracePeriodSeconds is how long the guest gets to shut down cleanly after an
 	// ACPI power-down request before the hypervisor is stopped.
@@ -260,7 +281,7 @@ type Images struct {
 }
 
 // Phase is the VM's place in its life.
-// +kubebuilder:validation:Enum=Pending;Scheduling;Starting;Running;Stopping;Succeeded;Failed
+// +kubebuilder:validation:Enum=Pending;Scheduling;Starting;Running;Stopping;Stopped;Succeeded;Failed
 type Phase string
 
 // Phases.
@@ -270,6 +291,7 @@ const (
 	PhaseStarting   Phase = "Starting"   // runner pod on a node, guest not yet running
 	PhaseRunning    Phase = "Running"    // guest running
 	PhaseStopping   Phase = "Stopping"   // guest shutting down
+	PhaseStopped    Phase = "Stopped"    // runStrategy Halted: guest powered down, no runner pod
 	PhaseSucceeded  Phase = "Succeeded"  // guest powered off and will not be restarted
 	PhaseFailed     Phase = "Failed"     // guest or runner failed and will not be restarted
 )
@@ -306,9 +328,18 @@ type VirtualMachineStatus struct {
 	// podIP is the runner pod's IP, which the guest takes over.
 	// +optional
 	PodIP string `json:"podIP,omitempty"`
-	// restartCount is how many times the guest was restarted after its runner pod ended.
+	// restartCount is how many times the guest was restarted after its runner pod ended or
+	// vanished (crashes, power-offs under Always, lost pods); it drives the restart back-off.
 	// +optional
 	RestartCount int32 `json:"restartCount,omitempty"`
+	// userRestartCount is how many new runs were started on request (runRequestedAt): a
+	// running guest restarted, or an ended run started again. These have no back-off.
+	// +optional
+	UserRestartCount int32 `json:"userRestartCount,omitempty"`
+	// lastRunRequest is the latest runRequestedAt a run was started for, so each request is
+	// acted on once.
+	// +optional
+	LastRunRequest *metav1.Time `json:"lastRunRequest,omitempty"`
 	// lastTermination is how the previous runner pod ended.
 	// +optional
 	LastTermination *Termination `json:"lastTermination,omitempty"`
@@ -330,11 +361,15 @@ type VirtualMachineStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=vm;vms,categories=virtpod
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.runStrategy`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.podIP`
 // +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restartCount`,priority=1
+// +kubebuilder:printcolumn:name="User-Restarts",type=integer,JSONPath=`.status.userRestartCount`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 56 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label of at most 56 characters starting with a letter, because it names the runner pod and the guest's hostname"
 type VirtualMachine struct {

@@ -70,15 +70,15 @@ func TestDay2VerbsRefuse(t *testing.T) {
 	// No controller runs here: write the VMs' status as it would.
 	stopped := kubeapi.SampleVM(ns, "stopped")
 	stopped.Spec.Guest.Ports = []vmv1.Port{{Name: "http", Port: 80}}
-	createVM(t, stopped, vmv1.VirtualMachineStatus{Phase: vmv1.PhaseSucceeded})
+	createVMWithStatus(t, stopped, vmv1.VirtualMachineStatus{Phase: vmv1.PhaseSucceeded})
 	pending := kubeapi.SampleVM(ns, "pending")
 	pending.Spec.Guest.Ports = []vmv1.Port{{Name: "http", Port: 80}}
-	createVM(t, pending, vmv1.VirtualMachineStatus{Phase: vmv1.PhaseScheduling, PodName: "pending-runner"})
+	createVMWithStatus(t, pending, vmv1.VirtualMachineStatus{Phase: vmv1.PhaseScheduling, PodName: "pending-runner"})
 	createPod(t, ns, "pending-runner", nil)
-	createVM(t, kubeapi.SampleVM(ns, "nope-ports"), vmv1.VirtualMachineStatus{Phase: vmv1.PhaseRunning, PodName: "web-runner"})
+	createVMWithStatus(t, kubeapi.SampleVM(ns, "nope-ports"), vmv1.VirtualMachineStatus{Phase: vmv1.PhaseRunning, PodName: "web-runner"})
 	web := kubeapi.SampleVM(ns, "web")
 	web.Spec.Guest.Ports = []vmv1.Port{{Name: "http", Port: 80}, {Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}
-	createVM(t, web, vmv1.VirtualMachineStatus{Phase: vmv1.PhaseRunning, PodName: "web-runner"})
+	createVMWithStatus(t, web, vmv1.VirtualMachineStatus{Phase: vmv1.PhaseRunning, PodName: "web-runner"})
 	createPod(t, ns, "web-runner", &corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: podspec.RunnerContainer, Image: "runner", ImageID: "runner", Ready: true,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
@@ -134,7 +134,7 @@ func TestDay2VerbsRefuse(t *testing.T) {
 	}
 }
 
-func createVM(t *testing.T, vm *vmv1.VirtualMachine, st vmv1.VirtualMachineStatus) {
+func createVMWithStatus(t *testing.T, vm *vmv1.VirtualMachine, st vmv1.VirtualMachineStatus) {
 	t.Helper()
 	ctx := context.Background()
 	if err := env.Client.Create(ctx, vm); err != nil {
