@@ -10,6 +10,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"golang.org/x/sys/unix"
+
+	"github.com/virtpod/virtpod/pkg/inetsum"
 )
 
 const (
@@ -117,24 +119,13 @@ func encode(m *dhcpv4.DHCPv4, src net.HardwareAddr, from net.IP) []byte {
 	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
 	copy(ip[12:16], from.To4())
 	copy(ip[16:20], dst)
-	binary.BigEndian.PutUint16(ip[10:], checksum(ip))
+	binary.BigEndian.PutUint16(ip[10:], inetsum.Checksum(ip))
 	frame := make([]byte, 0, 14+len(ip)+len(udp))
 	frame = append(frame, m.ClientHWAddr...)
 	frame = append(frame, src...)
 	frame = binary.BigEndian.AppendUint16(frame, etherTypeIPv4)
 	frame = append(frame, ip...)
 	return append(frame, udp...)
-}
-
-func checksum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return ^uint16(s)
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/virtpod/virtpod/pkg/inetsum"
 	"github.com/virtpod/virtpod/tests/netcapture"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
@@ -311,7 +312,7 @@ func udpTo(dst, src net.HardwareAddr, saddr, daddr net.IP, dport uint16) []byte 
 	binary.BigEndian.PutUint16(h[2:], uint16(20+len(u)))
 	h = append(h, saddr...)
 	h = append(h, daddr...)
-	binary.BigEndian.PutUint16(h[10:], checksum(h))
+	binary.BigEndian.PutUint16(h[10:], inetsum.Checksum(h))
 	return etherTo(dst, src, 0x0800, append(h, u...))
 }
 
@@ -321,17 +322,6 @@ func ipv6(src net.HardwareAddr) []byte {
 	h[6], h[7] = 59, 1 // no next header
 	h[8], h[9] = 0xfe, 0x80
 	return ether(src, 0x86dd, h)
-}
-
-func checksum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return ^uint16(s)
 }
 
 // udpSocket listens at ip:port in the current namespace.
