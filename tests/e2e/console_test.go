@@ -86,6 +86,16 @@ func TestConsolePortForwardLogs(t *testing.T) {
 		followDone := make(chan error, 1)
 		go func() { followDone <- follow.Wait() }()
 		t.Cleanup(func() { _ = follow.Process.Kill() })
+		// Type only once the stream is open (its --tail line arrived): a line logged before
+		// that is not followed, it is history.
+		eventually(t, "vmctl logs -f streaming", 30*time.Second, func() error {
+			followMu.Lock()
+			defer followMu.Unlock()
+			if followed.Len() == 0 {
+				return fmt.Errorf("nothing yet")
+			}
+			return nil
+		})
 		// Enter is \r in a raw terminal; the guest's tty turns it into a newline.
 		const want = "VIRTPOD-E2E-42"
 		deadline := time.Now().Add(time.Minute)
