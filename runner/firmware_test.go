@@ -56,7 +56,7 @@ func TestBootWatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			inner := &fakeHV{events: make(chan event, 4), exited: make(chan struct{})}
 			var console bytes.Buffer
-			hv, w := watchFirmwareBoot(inner, &console)
+			hv, w := watchConsole(inner, &console, true)
 			for chunk := range chunks(tc.out, 7) { // split mid-line and mid-escape
 				if _, err := w.Write([]byte(chunk)); err != nil {
 					t.Fatal(err)

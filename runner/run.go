@@ -195,9 +195,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
 		}, log)
 	}
-	if cfg.Kernel == "" {
-		hv, o.Stdout = watchFirmwareBoot(hv, o.Stdout)
-	}
+	hv, o.Stdout = watchConsole(hv, o.Stdout, cfg.Kernel == "")
 	return supervise(ctx, cfg, o, board, hv, filepath.Join(cfg.StateDir, consoleSocketName), serial)
 }
 
