@@ -40,12 +40,7 @@ func guestFixture(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("VIRTPOD_GUEST")
 	if dir == "" {
-		cache := os.Getenv("VIRTPOD_CACHE")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache", "virtpod")
-		}
-		dir = filepath.Join(cache, "guest")
+		dir = filepath.Join(prereq.Cache(), "guest")
 	}
 	_, err := os.Stat(filepath.Join(dir, "fixture.json"))
 	need(t, err == nil, "no guest fixture in "+dir+": run make guest-fixture")

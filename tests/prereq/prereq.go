@@ -5,8 +5,9 @@ package prereq
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/virtpod/virtpod/tools/dev/devcache"
 )
 
 // Need skips (or, under CI=true, fails) the test unless ok; why says what is missing and how to
@@ -24,9 +25,5 @@ func Need(t testing.TB, ok bool, why string) {
 
 // Cache is virtpod's build cache, $VIRTPOD_CACHE or ~/.cache/virtpod.
 func Cache() string {
-	if c := os.Getenv("VIRTPOD_CACHE"); c != "" {
-		return c
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "virtpod")
+	return devcache.Root()
 }

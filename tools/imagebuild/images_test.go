@@ -15,6 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/virtpod/virtpod/pkg/vmimage"
+	"github.com/virtpod/virtpod/tests/prereq"
 )
 
 // wantFile fails unless path is in fs with the given type and permissions (and, for a symlink,
@@ -146,8 +147,7 @@ func TestImagesAreReproducible(t *testing.T) {
 func TestVMImage(t *testing.T) {
 	guest := os.Getenv("VIRTPOD_GUEST")
 	if guest == "" {
-		home, _ := os.UserHomeDir()
-		guest = filepath.Join(home, ".cache", "virtpod", "guest")
+		guest = filepath.Join(prereq.Cache(), "guest")
 	}
 	needTool(t, "guest fixture in "+guest, "run make guest-fixture", fileExists(filepath.Join(guest, "disk", "root.img")))
 	img, _ := build(t, "vm", "--tag=localhost/virtpod/guest:test",

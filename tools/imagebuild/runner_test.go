@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/virtpod/virtpod/tests/loopback"
+	"github.com/virtpod/virtpod/tests/prereq"
 
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/vmimage"
@@ -37,8 +38,7 @@ func guestFixture(t *testing.T) string {
 	t.Helper()
 	guest := os.Getenv("VIRTPOD_GUEST")
 	if guest == "" {
-		home, _ := os.UserHomeDir()
-		guest = filepath.Join(home, ".cache", "virtpod", "guest")
+		guest = filepath.Join(prereq.Cache(), "guest")
 	}
 	needTool(t, "guest fixture in "+guest, "run make guest-fixture", fileExists(filepath.Join(guest, "disk", "root.img")))
 	return guest

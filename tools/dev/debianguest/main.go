@@ -26,6 +26,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/virtpod/virtpod/tools/dev/devcache"
 )
 
 //go:embed all:files
@@ -71,26 +73,16 @@ func main() {
 	}
 }
 
-func defaultOut() string {
-	if c := os.Getenv("VIRTPOD_CACHE"); c != "" {
-		return filepath.Join(c, "debian-guest")
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "virtpod", "debian-guest")
-}
+func defaultOut() string { return devcache.Dir("debian-guest") }
 
 func build(out string, force bool) error {
 	start := time.Now()
 	manifestPath := filepath.Join(out, "image.json")
-	if !force {
-		if b, err := os.ReadFile(manifestPath); err == nil {
-			var m manifest
-			if json.Unmarshal(b, &m) == nil && m.Version == imageVersion {
-				fmt.Printf("debian guest up to date in %s\n", out)
-				return nil
-			}
-			fmt.Printf("debian guest in %s is not version %d: rebuilding\n", out, imageVersion)
-		}
+	if current, found := devcache.Current(manifestPath, imageVersion); current && !force {
+		fmt.Printf("debian guest up to date in %s\n", out)
+		return nil
+	} else if found && !force {
+		fmt.Printf("debian guest in %s is not version %d: rebuilding\n", out, imageVersion)
 	}
 	for _, tool := range []string{"mmdebstrap", "mkfs.ext4", "e2fsck"} {
 		if _, err := exec.LookPath(tool); err != nil {

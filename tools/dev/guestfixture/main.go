@@ -20,6 +20,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/virtpod/virtpod/tools/dev/devcache"
 )
 
 //go:embed files
@@ -61,25 +63,15 @@ func main() {
 	}
 }
 
-func defaultOut() string {
-	if c := os.Getenv("VIRTPOD_CACHE"); c != "" {
-		return filepath.Join(c, "guest")
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "virtpod", "guest")
-}
+func defaultOut() string { return devcache.Dir("guest") }
 
 func build(out string, force bool) error {
 	manifestPath := filepath.Join(out, "fixture.json")
-	if !force {
-		if b, err := os.ReadFile(manifestPath); err == nil {
-			var m manifest
-			if json.Unmarshal(b, &m) == nil && m.Version == fixtureVersion {
-				fmt.Printf("guest fixture up to date in %s\n", out)
-				return nil
-			}
-			fmt.Printf("guest fixture in %s is not version %d: rebuilding\n", out, fixtureVersion)
-		}
+	if current, found := devcache.Current(manifestPath, fixtureVersion); current && !force {
+		fmt.Printf("guest fixture up to date in %s\n", out)
+		return nil
+	} else if found && !force {
+		fmt.Printf("guest fixture in %s is not version %d: rebuilding\n", out, fixtureVersion)
 	}
 	for _, tool := range []string{"apt-get", "apt-cache", "dpkg", "mkfs.ext4"} {
 		if _, err := exec.LookPath(tool); err != nil {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+
+	"github.com/virtpod/virtpod/tools/dev/devcache"
 )
 
 // cluster is where the cluster keeps its state and where its binaries are.
@@ -42,11 +44,7 @@ func (c *cluster) binFor(name string) string {
 }
 
 func main() {
-	cache := os.Getenv("VIRTPOD_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "virtpod")
-	}
+	cache := devcache.Root()
 	c := &cluster{}
 	root := &cobra.Command{
 		Use:           "localcluster",
