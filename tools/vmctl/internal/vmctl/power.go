@@ -232,28 +232,19 @@ func (p *powerOp) String() string { return p.vm.Namespace + "/" + p.vm.Name }
 
 // power reads the VM the verb acts on; a missing one is a one-line error.
 func (a *app) power(name string) (*powerOp, error) {
-	c, err := a.client()
+	start := a.now()
+	cn, err := a.connect()
 	if err != nil {
 		return nil, err
 	}
-	ns, err := a.ns()
-	if err != nil {
-		return nil, err
-	}
-	p := &powerOp{a: a, c: c, vm: &vmv1.VirtualMachine{}, start: a.now()}
 	ctx, cancel := a.ctx()
 	defer cancel()
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p.vm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("VirtualMachine %q not found in namespace %q", name, ns)
-		}
-		return nil, apiError("virtualmachines", fmt.Sprintf("getting VirtualMachine %s/%s", ns, name), err)
+	vm, err := cn.vm(ctx, name)
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
+	return &powerOp{a: a, c: cn.c, vm: vm, start: start}, nil
 }
-
-// powerNamespace is the namespace the power verbs look the VM up in: the kubeconfig context's
-// (--kubeconfig, --context), else default.
 
 // patch sends a JSON merge patch of the VM's spec: only the fields named change.
 func (p *powerOp) patch(spec map[string]any) error {

@@ -23,16 +23,25 @@ type runner struct {
 
 func (r runner) String() string { return r.vm.Namespace + "/" + r.vm.Name }
 
+// vm reads VM name in the connection's namespace; a missing one is a one-line error.
+func (cn *conn) vm(ctx context.Context, name string) (*vmv1.VirtualMachine, error) {
+	vm := &vmv1.VirtualMachine{}
+	if err := cn.c.Get(ctx, client.ObjectKey{Namespace: cn.ns, Name: name}, vm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("VirtualMachine %q not found in namespace %q", name, cn.ns)
+		}
+		return nil, apiError("virtualmachines", fmt.Sprintf("getting VirtualMachine %s/%s", cn.ns, name), err)
+	}
+	return vm, nil
+}
+
 // runnerPod finds VM name's runner pod (status.podName). With running, the pod must be
 // running, since a console or a port-forward needs its runner; logs take any pod that exists.
 // Every way of not finding one is one line that says where the VM is instead.
 func (cn *conn) runnerPod(ctx context.Context, name string, running bool) (runner, error) {
-	vm := &vmv1.VirtualMachine{}
-	if err := cn.c.Get(ctx, client.ObjectKey{Namespace: cn.ns, Name: name}, vm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return runner{}, fmt.Errorf("VirtualMachine %q not found in namespace %q", name, cn.ns)
-		}
-		return runner{}, apiError("virtualmachines", fmt.Sprintf("getting VirtualMachine %s/%s", cn.ns, name), err)
+	vm, err := cn.vm(ctx, name)
+	if err != nil {
+		return runner{}, err
 	}
 	r := runner{vm: vm}
 	phase := string(vm.Status.Phase)
