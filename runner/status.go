@@ -65,9 +65,6 @@ func (b *statusBoard) get() Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.s
-	if b.dropped != nil {
-		s.SpoofDropped, _ = b.dropped() // a read error leaves the field out, never the document
-	}
 	if !b.running.IsZero() {
 		s.UptimeSeconds = time.Since(b.running).Round(time.Millisecond).Seconds()
 	}
@@ -90,7 +87,9 @@ func (b *statusBoard) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(b.get())
+		s := b.get()
+		s.SpoofDropped = b.spoofDropped()
+		_ = json.NewEncoder(w).Encode(s)
 	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(dropCollector{b})
@@ -121,6 +120,23 @@ func (b *statusBoard) serve(network, addr string) (func(), error) {
 	}, nil
 }
 
+// spoofDropped reads the anti-spoofing counters from the kernel, outside the board's lock, and
+// only for /status and /metrics: the kubelet's readiness probe needs none of it. nil before the
+// guard is installed, or when the read fails (the field is left out, never the document).
+func (b *statusBoard) spoofDropped() map[string]uint64 {
+	b.mu.Lock()
+	read := b.dropped
+	b.mu.Unlock()
+	if read == nil {
+		return nil
+	}
+	m, err := read()
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
 func (b *statusBoard) setDropped(f func() (map[string]uint64, error)) {
 	b.mu.Lock()
 	b.dropped = f
@@ -137,7 +153,7 @@ type dropCollector struct{ b *statusBoard }
 func (c dropCollector) Describe(ch chan<- *prometheus.Desc) { ch <- spoofDroppedDesc }
 
 func (c dropCollector) Collect(ch chan<- prometheus.Metric) {
-	for k, v := range c.b.get().SpoofDropped {
+	for k, v := range c.b.spoofDropped() {
 		ch <- prometheus.MustNewConstMetric(spoofDroppedDesc, prometheus.CounterValue, float64(v), k)
 	}
 }
