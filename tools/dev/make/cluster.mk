@@ -8,7 +8,7 @@ CLUSTER_KUBECONFIG := $(VIRTPOD_CACHE)/cluster/kubeconfig/admin.kubeconfig
 cluster-binaries: k8s-binaries containerd runner-deps ## Build every binary the local cluster runs.
 
 cluster-up: cluster-binaries images ## Start the local cluster and import virtpod's images.
-	$(LOCALCLUSTER) up
+	$(LOCALCLUSTER) up --images=$(IMAGES_DIR)
 
 cluster-down: ## Stop the local cluster and remove what it made.
 	$(LOCALCLUSTER) down
