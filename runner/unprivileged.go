@@ -10,7 +10,7 @@ import (
 
 // ExecUnprivileged replaces the current process with argv after giving up every capability for
 // good: no_new_privs first, so execve cannot hand root's capabilities back, then the ambient,
-// effective, permitted and inheritable sets emptied. The runner needs NET_ADMIN and MKNOD to
+// effective, permitted and inheritable sets emptied. The runner needs NET_ADMIN, NET_RAW and MKNOD to
 // plumb the guest's network; QEMU, which gets the tap as an open file descriptor and opens only
 // files it owns and /dev/kvm, needs none. Capabilities and no_new_privs belong to a thread, so
 // everything happens on one locked thread, the one that calls execve.

@@ -43,7 +43,7 @@ func checkLabels(t *testing.T, vm *vmv1.VirtualMachine, got map[string]string) {
 }
 
 // checkUnprivileged: no container is privileged, may escalate, writes its root or keeps a
-// capability beyond the runner's NET_ADMIN and MKNOD; no host namespace, no host path.
+// capability beyond the runner's NET_ADMIN, NET_RAW and MKNOD; no host namespace, no host path.
 func checkUnprivileged(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
 	s := pod.Spec
@@ -55,7 +55,7 @@ func checkUnprivileged(t *testing.T, pod *corev1.Pod) {
 			t.Fatalf("hostPath volume %s", v.Name)
 		}
 	}
-	allowed := []corev1.Capability{"NET_ADMIN", "MKNOD"}
+	allowed := []corev1.Capability{"NET_ADMIN", "NET_RAW", "MKNOD"}
 	for _, c := range slices.Concat(s.InitContainers, s.Containers) {
 		sc := c.SecurityContext
 		if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||

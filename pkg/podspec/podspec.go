@@ -93,15 +93,13 @@ func Labels(vm *vmv1.VirtualMachine) map[string]string {
 func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	g := vm.Spec.Guest
 	c := runnerconfig.Config{
-		Name:               vm.Name,
-		Provider:           string(vm.Spec.Provider),
-		Acceleration:       runnerconfig.AccelKVM,
-		CPUs:               g.CPUs,
-		MemoryMiB:          ceilMiB(g.Memory),
-		Kernel:             kernelMount + vmimage.KernelPath,
-		Initrd:             kernelMount + vmimage.InitrdPath,
-		KernelArgs:         g.KernelArgs,
-		RootDisk:           diskMount + vmimage.DiskPath,
+		Name:         vm.Name,
+		Provider:     string(vm.Spec.Provider),
+		Acceleration: runnerconfig.AccelKVM,
+		CPUs:         g.CPUs,
+		MemoryMiB:    ceilMiB(g.Memory),
+		// The disk image's whole /disk: the runner picks root.img or the one containerDisk file.
+		RootDisk:           diskMount + vmimage.DiskDir,
 		StateDir:           runnerconfig.DefaultStateDir,
 		HTTPAddr:           runnerconfig.DefaultHTTPAddr,
 		Network:            runnerconfig.NetworkPod,
@@ -109,6 +107,11 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	}
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		c.Acceleration = runnerconfig.AccelEmulated
+	}
+	if g.KernelImage != "" {
+		c.Kernel, c.Initrd, c.KernelArgs = kernelMount+vmimage.KernelPath, kernelMount+vmimage.InitrdPath, g.KernelArgs
+	} else {
+		c.Firmware = firmware(g.Firmware)
 	}
 	if g.RootDisk.Size != nil {
 		c.DiskSizeMiB = ceilMiB(*g.RootDisk.Size)
@@ -141,11 +144,14 @@ func Images(vm *vmv1.VirtualMachine, opts Options) vmv1.Images {
 	if runner == "" {
 		runner = opts.RunnerImage
 	}
-	return vmv1.Images{
+	im := vmv1.Images{
 		Runner:   opts.ImageMap.Resolve(runner),
-		Kernel:   opts.ImageMap.Resolve(vm.Spec.Guest.KernelImage),
 		RootDisk: opts.ImageMap.Resolve(vm.Spec.Guest.RootDisk.Image),
 	}
+	if k := vm.Spec.Guest.KernelImage; k != "" {
+		im.Kernel = opts.ImageMap.Resolve(k)
+	}
+	return im
 }
 
 // PodImages are the images a runner pod was built from.
@@ -212,15 +218,15 @@ func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
 				// set (Pod Security baseline allows it); it concerns this pod's network only.
 				Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}},
 			},
-			Containers: []corev1.Container{runner(vm, images.Runner, opts)},
+			Containers: []corev1.Container{runner(vm, images, opts)},
 			Volumes:    volumes(vm, images, opts.CopyImages),
 		},
 	}
 	if opts.CopyImages {
-		pod.Spec.InitContainers = []corev1.Container{
-			copier(kernelVolume, images.Kernel, vmimage.BootDir, kernelMount),
-			copier(diskVolume, images.RootDisk, vmimage.DiskDir, diskMount),
+		if images.Kernel != "" {
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, copier(kernelVolume, images.Kernel, vmimage.BootDir, kernelMount))
 		}
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, copier(diskVolume, images.RootDisk, vmimage.DiskDir, diskMount))
 	}
 	return pod
 }
@@ -244,11 +250,11 @@ func copier(name, image, src, mount string) corev1.Container {
 	}
 }
 
-func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Container {
+func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options) corev1.Container {
 	cfg := RunnerConfig(vm)
 	c := corev1.Container{
 		Name:                     RunnerContainer,
-		Image:                    image,
+		Image:                    images.Runner,
 		Command:                  []string{RunnerBinary},
 		Args:                     cfg.Args(),
 		Resources:                resources(vm, opts),
@@ -264,19 +270,21 @@ func runner(vm *vmv1.VirtualMachine, image string, opts Options) corev1.Containe
 			Privileged:               ptr.To(false),
 			AllowPrivilegeEscalation: ptr.To(false),
 			ReadOnlyRootFilesystem:   ptr.To(true),
-			// The runner moves the pod's interface onto a bridge with a tap (NET_ADMIN) and
-			// creates /dev/net/tun when the runtime did not (MKNOD); nothing else.
+			// The runner moves the pod's interface onto a bridge with a tap (NET_ADMIN),
+			// answers the guest's DHCP on a packet socket on that tap (NET_RAW) and creates
+			// /dev/net/tun when the runtime did not (MKNOD); nothing else. The same set for
+			// every VM, whatever it boots: no VM field changes the runner's privileges.
 			Capabilities: &corev1.Capabilities{
 				Drop: []corev1.Capability{"ALL"},
-				Add:  []corev1.Capability{"NET_ADMIN", "MKNOD"},
+				Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW", "MKNOD"},
 			},
 		},
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: "state", MountPath: runnerconfig.DefaultStateDir},
-			{Name: kernelVolume, MountPath: kernelMount, ReadOnly: true},
-			{Name: diskVolume, MountPath: diskMount, ReadOnly: true},
-		},
+		VolumeMounts: []corev1.VolumeMount{{Name: "state", MountPath: runnerconfig.DefaultStateDir}},
 	}
+	if images.Kernel != "" {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: kernelVolume, MountPath: kernelMount, ReadOnly: true})
+	}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: diskVolume, MountPath: diskMount, ReadOnly: true})
 	if vm.Spec.Guest.CloudInit != nil {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: CloudInitVolume, MountPath: cloudInitMount, ReadOnly: true})
 	}
@@ -300,11 +308,11 @@ func volumes(vm *vmv1.VirtualMachine, images vmv1.Images, copyImages bool) []cor
 		}
 		return corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: ref, PullPolicy: pullPolicy(ref)}}
 	}
-	vols := []corev1.Volume{
-		{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: state}},
-		{Name: kernelVolume, VolumeSource: image(images.Kernel)},
-		{Name: diskVolume, VolumeSource: image(images.RootDisk)},
+	vols := []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: state}}}
+	if images.Kernel != "" {
+		vols = append(vols, corev1.Volume{Name: kernelVolume, VolumeSource: image(images.Kernel)})
 	}
+	vols = append(vols, corev1.Volume{Name: diskVolume, VolumeSource: image(images.RootDisk)})
 	if ci := vm.Spec.Guest.CloudInit; ci != nil {
 		vols = append(vols, corev1.Volume{Name: CloudInitVolume, VolumeSource: corev1.VolumeSource{Secret: cloudInitSecret(ci)}})
 	}
@@ -393,6 +401,14 @@ func gracePeriod(vm *vmv1.VirtualMachine) int64 {
 		return *p
 	}
 	return runnerconfig.DefaultGracePeriodSeconds
+}
+
+// firmware is the runner's name of a firmware; BIOS when the VM names none.
+func firmware(f vmv1.Firmware) string {
+	if f == vmv1.FirmwareUEFI {
+		return runnerconfig.FirmwareUEFI
+	}
+	return runnerconfig.FirmwareBIOS
 }
 
 func protocol(p corev1.Protocol) corev1.Protocol {

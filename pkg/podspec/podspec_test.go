@@ -63,6 +63,14 @@ func TestGolden(t *testing.T) {
 		"cloud-init-seed": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "web-bootstrap"}, UserDataKey: "value", NetworkDataKey: "network"}
 		},
+		"firmware-bios-default": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
+			vm.Spec.Guest.KernelImage = ""
+			vm.Spec.Guest.RootDisk.Image = "quay.io/containerdisks/debian:12"
+		},
+		"firmware-uefi-copy-images": func(vm *vmv1.VirtualMachine, o *podspec.Options) {
+			vm.Spec.Guest.KernelImage, vm.Spec.Guest.Firmware = "", vmv1.FirmwareUEFI
+			o.CopyImages = true
+		},
 		"user-affinity-and-resources": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.NodeSelector = map[string]string{"pool": "vms"}
 			vm.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "vms", Effect: corev1.TaintEffectNoSchedule}}

@@ -129,7 +129,7 @@ func TestNothingPrivileged(t *testing.T) {
 		opts.CopyImages = emulated // the copy fallback's init containers too
 		pods = append(pods, pod{fmt.Sprintf("runner pod (emulated=%v)", emulated), podspec.Build(vm, opts).Spec})
 	}
-	allowedCaps := map[string]bool{"NET_ADMIN": true, "MKNOD": true} // the runner's bridge, tap and /dev/net/tun
+	allowedCaps := map[string]bool{"NET_ADMIN": true, "NET_RAW": true, "MKNOD": true} // the runner's bridge, tap, DHCP socket and /dev/net/tun
 	allowedHostPaths := map[string]bool{"/var/lib/kubelet/device-plugins": true, "/dev": true}
 	var report bytes.Buffer
 	for _, p := range pods {

@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,10 +116,17 @@ func TestToolboxImage(t *testing.T) {
 	for _, a := range []string{"sh", "wget", "nc", "sleep", "cat", "ip", "nslookup"} {
 		wantFile(t, fs, "/bin/"+a, tar.TypeSymlink, 0, "busybox")
 	}
+	wantFile(t, fs, "/bin/sshcheck", tar.TypeReg, 0o755, "")
 	root := extract(t, img)
 	out, err := exec.Command(filepath.Join(root, "bin/sh"), "-c", "echo toolbox works").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "toolbox works" {
 		t.Errorf("the packaged sh: %v %q", err, out)
+	}
+	// The packaged SSH client runs (static) and refuses a call without its arguments.
+	out, err = exec.Command(filepath.Join(root, "bin/sshcheck")).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "usage: sshcheck") {
+		t.Errorf("the packaged sshcheck without arguments: %v %q, want exit 2 and its usage", err, out)
 	}
 }
 

@@ -107,19 +107,28 @@ func goImage(l imageLayout, prebuilt []string, system func() (*ociimage.Layer, e
 }
 
 func newToolboxCommand() *cobra.Command {
-	var busybox string
+	var busybox, sshcheck string
 	cmd := &cobra.Command{
 		Use:   "toolbox",
-		Short: "A client image for end-to-end tests: static busybox with a link for every applet in /bin",
+		Short: "A client image for end-to-end tests: static busybox with a link for every applet in /bin, and sshcheck",
 		Args:  cobra.NoArgs,
 	}
 	o := addOutputFlags(cmd, "localhost/virtpod/toolbox:dev")
 	cmd.Flags().StringVar(&busybox, "busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
+	sshcheckProgram.addFlag(cmd, &sshcheck)
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if err := o.check(); err != nil {
 			return err
 		}
-		img, err := toolboxImage(busybox)
+		work, err := os.MkdirTemp("", "imagebuild-toolbox-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		if sshcheck, err = goBinary(sshcheckProgram.flag, sshcheck, sshcheckProgram.pkg, work); err != nil {
+			return err
+		}
+		img, err := toolboxImage(busybox, sshcheck)
 		if err != nil {
 			return err
 		}
@@ -128,7 +137,7 @@ func newToolboxCommand() *cobra.Command {
 	return cmd
 }
 
-func toolboxImage(busybox string) (v1.Image, error) {
+func toolboxImage(busybox, sshcheck string) (v1.Image, error) {
 	res, err := elfdeps.Resolver{}.Resolve(busybox)
 	if err != nil {
 		return nil, fmt.Errorf("--busybox: %w: install busybox-static", err)
@@ -161,8 +170,12 @@ func toolboxImage(busybox string) (v1.Image, error) {
 			return nil, err
 		}
 	}
+	ssh, err := binaryLayer("sshcheck", toolboxSSHCheck, sshcheck)
+	if err != nil {
+		return nil, err
+	}
 	// Cmd, not Entrypoint, like the busybox image: a pod's args then name the applet to run.
-	return ociimage.Image(v1.Config{Cmd: []string{"sh"}}, base, l)
+	return ociimage.Image(v1.Config{Cmd: []string{"sh"}}, base, l, ssh)
 }
 
 func newVMCommand() *cobra.Command {

@@ -67,7 +67,11 @@ var (
 	}
 	// vmcopyProgram is the copy program every VM image carries (pkg/vmimage).
 	vmcopyProgram = goProgram{"copy program", module + "/runner/cmd/vmcopy", "", "--vmcopy-binary"}
+	// sshcheckProgram is the toolbox's SSH client (tools/dev/sshcheck), at toolboxSSHCheck.
+	sshcheckProgram = goProgram{"SSH client", module + "/tools/dev/sshcheck", "", "--sshcheck-binary"}
 )
+
+const toolboxSSHCheck = "/bin/sshcheck"
 
 // flags adds one flag per program for a prebuilt binary; the answers are in the programs' order.
 func (l imageLayout) flags(cmd *cobra.Command) []string {

@@ -41,7 +41,7 @@ const (
 	// ReasonRunnerPodInvalid: the API server refused the runner pod built from the VM's spec.
 	ReasonRunnerPodInvalid = "RunnerPodInvalid"
 	// ReasonPodSecurityForbidden: the namespace's Pod Security level refuses runner pods, which
-	// need NET_ADMIN and MKNOD (level privileged).
+	// need NET_ADMIN, NET_RAW and MKNOD (level privileged).
 	ReasonPodSecurityForbidden = "PodSecurityForbidden"
 	// ReasonNodeNotReady and ReasonNodeDeleted: the runner pod's node is lost.
 	ReasonNodeNotReady = "NodeNotReady"

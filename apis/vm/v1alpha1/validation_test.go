@@ -36,7 +36,24 @@ func TestRejectsBadSpecs(t *testing.T) {
 		{"too many cpus", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 256 }, "spec.guest.cpus", "less than or equal to 255"},
 		{"memory below minimum", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("32Mi") }, "spec.guest.memory", "between 64Mi and 1Ti"},
 		{"memory above maximum", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("2Ti") }, "spec.guest.memory", "between 64Mi and 1Ti"},
-		{"empty kernel image", func(v *vmv1.VirtualMachine) { v.Spec.Guest.KernelImage = "" }, "spec.guest.kernelImage", "at least 1"},
+		{"kernel args without a kernel", func(v *vmv1.VirtualMachine) { v.Spec.Guest.KernelImage = ""; v.Spec.Guest.KernelArgs = "quiet" },
+			"spec.guest.kernelArgs", "set kernelImage or remove kernelArgs"},
+		{"firmware with a kernel", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Firmware = vmv1.FirmwareUEFI }, "spec.guest.firmware", "remove one of them"},
+		{"unknown firmware", func(v *vmv1.VirtualMachine) { v.Spec.Guest.KernelImage = ""; v.Spec.Guest.Firmware = "CSM" },
+			"spec.guest.firmware", `"BIOS", "UEFI"`},
+		{"probe with no check", func(v *vmv1.VirtualMachine) { v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{} },
+			"spec.guest.readinessProbe", "exactly one of tcpSocket or httpGet"},
+		{"probe with two checks", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{Port: 22}, HTTPGet: &vmv1.HTTPProbe{Port: 80}}
+		}, "spec.guest.readinessProbe", "exactly one of tcpSocket or httpGet"},
+		{"probe port zero", func(v *vmv1.VirtualMachine) { v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{}} },
+			"spec.guest.readinessProbe.tcpSocket.port", "greater than or equal to 1"},
+		{"probe path not absolute", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 80, Path: "healthz"}}
+		}, "spec.guest.readinessProbe.httpGet.path", "absolute path such as /healthz"},
+		{"probe path with a space", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 80, Path: "/a b"}}
+		}, "spec.guest.readinessProbe.httpGet.path", "without spaces"},
 		{"bad kernel image", func(v *vmv1.VirtualMachine) { v.Spec.Guest.KernelImage = "Not An Image!" }, "spec.guest.kernelImage", "image reference such as"},
 		{"bad disk image", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Image = "registry/UPPER:tag" }, "spec.guest.rootDisk.image", "image reference such as"},
 		{"disk image with scheme", func(v *vmv1.VirtualMachine) { v.Spec.Guest.RootDisk.Image = "https://registry/disk:v1" }, "spec.guest.rootDisk.image", "image reference such as"},
@@ -204,6 +221,26 @@ func TestDefaults(t *testing.T) {
 	if s.Provider != "" || s.Acceleration != vmv1.AccelerationKVM || s.RunStrategy != vmv1.RunAlways || s.RunRequestedAt != nil ||
 		s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != 30 || s.Guest.Ports[0].Protocol != corev1.ProtocolTCP {
 		t.Fatalf("defaults not applied: %+v", s)
+	}
+}
+
+// TestFirmwareBoot: a guest without a kernel image is valid, with or without a firmware named,
+// and a readiness probe of either kind is accepted.
+func TestFirmwareBoot(t *testing.T) {
+	ctx := context.Background()
+	for i, fw := range []vmv1.Firmware{"", vmv1.FirmwareBIOS, vmv1.FirmwareUEFI} {
+		vm := kubeapi.SampleVM("default", fmt.Sprintf("firmware-%d", i))
+		vm.Spec.Guest.KernelImage, vm.Spec.Guest.Firmware = "", fw
+		vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{Port: 22}}
+		if i == 2 {
+			vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 8080, Path: "/healthz?full=1"}}
+		}
+		if err := env.Client.Create(ctx, vm); err != nil {
+			t.Fatalf("firmware %q refused: %v", fw, err)
+		}
+		if vm.Spec.Guest.KernelImage != "" || vm.Spec.Guest.Firmware != fw {
+			t.Fatalf("the API server changed the boot: kernelImage %q firmware %q", vm.Spec.Guest.KernelImage, vm.Spec.Guest.Firmware)
+		}
 	}
 }
 

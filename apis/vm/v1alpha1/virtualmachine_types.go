@@ -140,6 +140,8 @@ type VirtualMachineSpec struct {
 }
 
 // GuestSpec is the guest's virtual hardware and boot images.
+// +kubebuilder:validation:XValidation:rule="has(self.kernelImage) || !has(self.kernelArgs) || self.kernelArgs == ''",message="spec.guest.kernelArgs needs spec.guest.kernelImage: a guest that boots through firmware takes its kernel command line from its own bootloader; set kernelImage or remove kernelArgs",fieldPath=".kernelArgs"
+// +kubebuilder:validation:XValidation:rule="!has(self.kernelImage) || !has(self.firmware)",message="spec.guest.firmware is only for a guest without spec.guest.kernelImage (a direct kernel boot needs no firmware); remove one of them",fieldPath=".firmware"
 type GuestSpec struct {
 	// cpus is the number of virtual CPUs. Immutable.
 	// +kubebuilder:validation:Minimum=1
@@ -153,17 +155,32 @@ type GuestSpec struct {
 	Memory resource.Quantity `json:"memory"`
 
 	// kernelImage is an OCI image that carries the guest kernel at /boot/vmlinuz and, optionally,
-	// an initramfs at /boot/initrd.img. A change applies at the guest's next start.
+	// an initramfs at /boot/initrd.img, booted directly. Without it the guest boots from its root
+	// disk's own bootloader through firmware (see firmware), as a cloud image does. A change
+	// applies at the guest's next start.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$')",message="spec.guest.kernelImage must be an image reference such as registry.example.com/vm/kernel:6.1"
-	KernelImage string `json:"kernelImage"`
+	// +optional
+	KernelImage string `json:"kernelImage,omitempty"`
 
-	// kernelArgs is appended to the guest kernel's command line.
+	// firmware a guest without kernelImage boots through: BIOS (SeaBIOS, used when empty) or
+	// UEFI (OVMF with secure boot off, its variable store a per-pod copy). The root disk must
+	// carry a bootloader for it (a BIOS boot sector, or an EFI system partition). A change
+	// applies at the guest's next start.
+	// +optional
+	Firmware Firmware `json:"firmware,omitempty"`
+
+	// kernelArgs is appended to the guest kernel's command line. Only with kernelImage.
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="!self.contains('\\n')",message="spec.guest.kernelArgs must be a single line"
 	// +optional
 	KernelArgs string `json:"kernelArgs,omitempty"`
+
+	// readinessProbe is checked against the guest, as a container's readiness probe is: the VM
+	// is Ready only while it passes. Without it, Ready means the guest is running.
+	// +optional
+	ReadinessProbe *GuestProbe `json:"readinessProbe,omitempty"`
 
 	// rootDisk is the guest's root disk.
 	RootDisk RootDisk `json:"rootDisk"`
@@ -180,6 +197,49 @@ type GuestSpec struct {
 	// argument or environment variable. A change applies at the guest's next start.
 	// +optional
 	CloudInit *CloudInit `json:"cloudInit,omitempty"`
+}
+
+// Firmware is what a guest without a kernel image boots through.
+// +kubebuilder:validation:Enum=BIOS;UEFI
+type Firmware string
+
+// Firmwares.
+const (
+	FirmwareBIOS Firmware = "BIOS" // SeaBIOS
+	FirmwareUEFI Firmware = "UEFI" // OVMF, secure boot off
+)
+
+// GuestProbe checks that the guest serves: a TCP connection to a guest port, or an HTTP GET
+// answered 2xx or 3xx. The runner probes the guest every 2 seconds with a 1-second timeout.
+// +kubebuilder:validation:XValidation:rule="has(self.tcpSocket) != has(self.httpGet)",message="spec.guest.readinessProbe needs exactly one of tcpSocket or httpGet"
+type GuestProbe struct {
+	// tcpSocket passes when the guest accepts a TCP connection on port.
+	// +optional
+	TCPSocket *TCPProbe `json:"tcpSocket,omitempty"`
+	// httpGet passes when the guest answers an HTTP GET of path on port with 2xx or 3xx.
+	// +optional
+	HTTPGet *HTTPProbe `json:"httpGet,omitempty"`
+}
+
+// TCPProbe is a TCP connection to a guest port.
+type TCPProbe struct {
+	// port is the guest's port, 1-65535.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// HTTPProbe is an HTTP GET of a guest port.
+type HTTPProbe struct {
+	// port is the guest's port, 1-65535.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+	// path is the request's absolute path; / when empty.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.matches('^/[!-~]*$')",message="spec.guest.readinessProbe.httpGet.path must be an absolute path such as /healthz: '/' then printable characters without spaces"
+	// +optional
+	Path string `json:"path,omitempty"`
 }
 
 // CloudInit is a cloud-init NoCloud seed taken from a Secret in the VM's namespace. The runner
@@ -202,8 +262,9 @@ type CloudInit struct {
 	UserDataKey string `json:"userDataKey,omitempty"`
 
 	// networkDataKey is the Secret key holding a cloud-init network configuration, written to
-	// the seed as network-config. Empty: no network-config, the guest keeps its own (virtpod
-	// passes the pod IP on the kernel command line).
+	// the seed as network-config. Empty: no network-config, and the guest configures its
+	// network as it would anyway: by DHCP, which the runner answers with the pod's address,
+	// routes and DNS (a kernel boot also gets the pod IP on its kernel command line).
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$') && self != '.' && !self.startsWith('..')",message="spec.guest.cloudInit.networkDataKey must be a Secret key such as network-config: letters, digits, '-', '_' and '.', not starting with '..'"
 	// +optional
@@ -226,9 +287,10 @@ type SecretReference struct {
 // RootDisk is the guest's root disk: a read-only base image with a writable overlay.
 // +kubebuilder:validation:XValidation:rule="has(self.size) == has(oldSelf.size) && (!has(self.size) || self.size == oldSelf.size)",message="spec.guest.rootDisk.size is immutable; create a new VirtualMachine for a different disk size"
 type RootDisk struct {
-	// image is an OCI image that carries the disk at /disk/root.img (raw or qcow2). The guest
-	// writes to a copy-on-write overlay; the image is never modified. A change applies at the
-	// guest's next start.
+	// image is an OCI image that carries the disk, raw or qcow2, at /disk/root.img or as the one
+	// .qcow2, .img or .raw file under /disk/ (KubeVirt's containerDisk layout, so published
+	// containerDisk images work unchanged). The guest writes to a copy-on-write overlay; the
+	// image is never modified. A change applies at the guest's next start.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$')",message="spec.guest.rootDisk.image must be an image reference such as registry.example.com/vm/disk:v1"
@@ -274,8 +336,9 @@ const (
 type Images struct {
 	// runner is the runner container's image.
 	Runner string `json:"runner"`
-	// kernel is the image the guest kernel comes from.
-	Kernel string `json:"kernel"`
+	// kernel is the image the guest kernel comes from; empty for a firmware boot.
+	// +optional
+	Kernel string `json:"kernel,omitempty"`
 	// rootDisk is the image the root disk comes from.
 	RootDisk string `json:"rootDisk"`
 }
