@@ -70,6 +70,13 @@ func setReady(st *vmv1.VirtualMachineStatus, generation int64, f facts) {
 	case isReady(pod):
 		c.Status = metav1.ConditionTrue
 		why = cause{vmv1.ReasonGuestRunning, "the guest is running"}
+		if probe := podspec.GuestProbe(pod); probe != "" {
+			why.message += " and passes its readiness probe (" + probe + ")"
+		}
+	case guestStarted(pod):
+		// Only a pod whose guest has a readiness probe is started and not ready for long.
+		why = cause{vmv1.ReasonGuestNotReady, fmt.Sprintf("the guest is running but has not passed its readiness probe (%s); "+
+			"the runner pod's Unhealthy events give each failure: kubectl describe pod %s", podspec.GuestProbe(pod), pod.Name)}
 	default:
 		why.reason, why.message = startingReason(pod)
 	}

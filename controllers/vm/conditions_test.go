@@ -53,6 +53,17 @@ func ready(p *corev1.Pod) {
 func runnerUp(p *corev1.Pod) {
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 }
+// probed is a pod whose runner has a startup probe (the guest runs once it passes) and a guest
+// readiness probe; guestUp marks the startup probe passed.
+func probed(p *corev1.Pod) {
+	p.Spec.Containers = []corev1.Container{{Name: podspec.RunnerContainer, Args: []string{"--name=web", "--readiness-probe=http:8080/healthz"},
+		StartupProbe: &corev1.Probe{}}}
+}
+func guestUp(p *corev1.Pod) {
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Started: ptr.To(true),
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+}
 func pullBackOff(p *corev1.Pod) {
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{
 		Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "r:1"`}}}}
@@ -111,6 +122,19 @@ func TestScheduledAndReady(t *testing.T) {
 		{name: "running", f: facts{pod: pod(onNode, runnerUp, ready)}, phase: vmv1.PhaseRunning,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running"}},
+		{name: "probed guest booting", f: facts{pod: pod(onNode, probed, runnerUp)}, phase: vmv1.PhaseStarting,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"}},
+		{name: "probed guest running, probe not passed", f: facts{pod: pod(onNode, probed, guestUp)}, phase: vmv1.PhaseRunning,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready: want{"False", vmv1.ReasonGuestNotReady, "the guest is running but has not passed its readiness probe (HTTP GET of /healthz on port 8080); " +
+				"the runner pod's Unhealthy events give each failure: kubectl describe pod web-runner"}},
+		{name: "probed guest ready", f: facts{pod: pod(onNode, probed, guestUp, ready)}, phase: vmv1.PhaseRunning,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running and passes its readiness probe (HTTP GET of /healthz on port 8080)"}},
+		{name: "started without a startup probe says nothing of the guest", f: facts{pod: pod(onNode, guestUp)}, phase: vmv1.PhaseStarting,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"}},
 		{name: "node lost while running", f: facts{pod: pod(onNode, runnerUp, ready), lost: lost}, phase: vmv1.PhaseRunning,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"False", vmv1.ReasonNodeNotReady, lost.message}},

@@ -41,7 +41,7 @@ func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, h
 	case podEnded(pod): // an earlier run's, being let go of: the phase stays what the restart made it
 	case pod.Spec.NodeName == "":
 		st.Phase = vmv1.PhaseScheduling
-	case isReady(pod):
+	case isReady(pod) || guestStarted(pod):
 		st.Phase = vmv1.PhaseRunning
 	default:
 		st.Phase = vmv1.PhaseStarting
@@ -122,6 +122,26 @@ func podEnded(pod *corev1.Pod) bool {
 func isReady(pod *corev1.Pod) bool {
 	c := podCondition(pod, corev1.PodReady)
 	return pod.Status.Phase == corev1.PodRunning && c != nil && c.Status == corev1.ConditionTrue
+}
+
+// guestStarted says the runner's startup probe passed: the guest runs, whether or not it passes
+// its readiness probe yet. A pod without a startup probe (made by an older controller) is
+// started as soon as its container runs, which says nothing of the guest: there, Ready decides.
+func guestStarted(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == podspec.RunnerContainer && c.StartupProbe == nil {
+			return false
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == podspec.RunnerContainer {
+			return cs.State.Running != nil && cs.Started != nil && *cs.Started
+		}
+	}
+	return false
 }
 
 func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {

@@ -9,7 +9,7 @@ package v1alpha1
 const (
 	// ConditionScheduled is True once the runner pod is bound to a node.
 	ConditionScheduled = "Scheduled"
-	// ConditionReady is True while the guest runs.
+	// ConditionReady is True while the guest runs and, when it has a readiness probe, passes it.
 	ConditionReady = "Ready"
 	// ConditionImagesCurrent is True while the runner pod uses the VM's effective images.
 	ConditionImagesCurrent = "ImagesCurrent"
@@ -30,9 +30,11 @@ const (
 	ReasonStarting            = "Starting"
 	ReasonGuestBooting        = "GuestBooting"
 	ReasonGuestRunning        = "GuestRunning"
-	ReasonStopping            = "Stopping"
-	ReasonGuestStopped        = "GuestStopped"
-	ReasonRunnerFailed        = "RunnerFailed"
+	// ReasonGuestNotReady: the guest runs but has not passed its readiness probe.
+	ReasonGuestNotReady = "GuestNotReady"
+	ReasonStopping      = "Stopping"
+	ReasonGuestStopped  = "GuestStopped"
+	ReasonRunnerFailed  = "RunnerFailed"
 	// ReasonHalted: runStrategy is Halted and the guest is off, with no runner pod (phase
 	// Stopped); a start (vmctl start) changes the strategy.
 	ReasonHalted = "Halted"

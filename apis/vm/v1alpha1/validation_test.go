@@ -46,7 +46,9 @@ func TestRejectsBadSpecs(t *testing.T) {
 		{"probe with two checks", func(v *vmv1.VirtualMachine) {
 			v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{Port: 22}, HTTPGet: &vmv1.HTTPProbe{Port: 80}}
 		}, "spec.guest.readinessProbe", "exactly one of tcpSocket or httpGet"},
-		{"probe port zero", func(v *vmv1.VirtualMachine) { v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{}} },
+		{"probe port zero", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{}}
+		},
 			"spec.guest.readinessProbe.tcpSocket.port", "greater than or equal to 1"},
 		{"probe path not absolute", func(v *vmv1.VirtualMachine) {
 			v.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 80, Path: "healthz"}}

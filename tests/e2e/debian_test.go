@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// debianImage is the Debian cloud guest as a VM image in KubeVirt's containerDisk layout (one
+// qcow2 under /disk/, no kernel): make image-debian-guest.
+const debianImage = "localhost/virtpod/debian:dev"
+
+// debianBoot bounds a TCG boot of the Debian guest in the cluster to its readiness probe:
+// firmware, systemd, cloud-init's four stages (Python, emulated) and the user-data's service.
+const debianBoot = 10 * time.Minute
+
+// TestDebianCloudGuest boots a stock-style cloud image the way a user would: no kernelImage (its
+// own bootloader through OVMF), its network by the runner's DHCP, cloud-init user-data from a
+// Secret that adds a user with an SSH key and starts an HTTP service. The VM is Ready only once
+// its readiness probe (that service) passes; another pod fetches the service at the VM's IP and
+// logs in over SSH with the key; vmctl ssh logs in through the API server's port-forward; and
+// deleting the VM powers the guest off through systemd. One boot for all of it.
+func TestDebianCloudGuest(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	pub, priv := sshKey(t)
+	userData := fmt.Sprintf(`#cloud-config
+users:
+  - name: tester
+    shell: /bin/bash
+    lock_passwd: true
+    ssh_authorized_keys: [%q]
+write_files:
+  - path: /srv/www/index.html
+    content: "virtpod debian guest %s\n"
+  - path: /etc/systemd/system/virtpod-web.service
+    content: |
+      [Unit]
+      Description=virtpod e2e web service
+      [Service]
+      ExecStart=/usr/bin/python3 -m http.server 8080 --directory /srv/www
+      [Install]
+      WantedBy=multi-user.target
+runcmd:
+  - [systemctl, daemon-reload]
+  - [systemctl, enable, --now, virtpod-web.service]
+`, pub, ns)
+	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian-user-data"},
+		Data: map[string][]byte{"value": []byte(userData)}})
+	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ssh-key"},
+		Data: map[string][]byte{"id": priv}})
+
+	vm := debianVM(ns, "debian")
+	vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "debian-user-data"}}
+	vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 8080, Path: "/index.html"}}
+	mustCreate(t, vm)
+	pod := podspec.PodName(vm.Name)
+
+	// Running (the guest is up) comes before Ready (its service answers the probe); until then
+	// Ready says what it waits for.
+	vm = waitRunning(t, ns, vm.Name, 0)
+	if c := meta.FindStatusCondition(getVM(t, ns, vm.Name).Status.Conditions, vmv1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
+		t.Logf("Ready while booting: %s: %s", c.Reason, c.Message)
+	}
+	eventually(t, "the VM Ready: its readiness probe passes", debianBoot, func() error {
+		got := getVM(t, ns, vm.Name)
+		c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionReady)
+		if c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Ready: %+v", c)
+		}
+		return nil
+	})
+	logs := podLogs(ns, pod)
+	// The runner leased the pod IP to the guest by DHCP, and cloud-init ran to its end.
+	if err := contains(logs, `"msg":"dhcp answer"`, `"type":"ACK"`, `"ip":"`+vm.Status.PodIP+`"`, "Cloud-init v.", "finished at"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another pod reaches the user-data's service at the VM's IP.
+	if err := contains(fetchFrom(t, ns, vm.Status.PodIP, 8080), "virtpod debian guest "+ns); err != nil {
+		t.Fatal(err)
+	}
+	// Another pod logs in over SSH with the key cloud-init installed and runs a command.
+	out := sshFrom(t, ns, "ssh-key", vm.Status.PodIP, "tester", "echo user=$(id -un) host=$(hostname)")
+	if err := contains(out, "user=tester host=debian"); err != nil {
+		t.Fatalf("ssh from a pod: %v", err)
+	}
+	// vmctl ssh: the host's OpenSSH client through the API server's port-forward.
+	t.Run("vmctl ssh", func(t *testing.T) {
+		vmctl := installVmctl(t)
+		key := filepath.Join(t.TempDir(), "id")
+		if err := os.WriteFile(key, priv, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(vmctl, "-n", ns, "ssh", vm.Name, "--user", "tester", "--",
+			"-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "uname -n")
+		b, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(b), "debian") {
+			t.Fatalf("vmctl ssh: %v\n%s", err, b)
+		}
+	})
+
+	// Deleting the VM powers the guest off through systemd within its grace period.
+	follow := followLogs(t, ns, pod)
+	if err := kube.Delete(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "runner pod gone", 3*time.Minute, func() error {
+		_, err := kubeset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("pod still there (%v)", err)
+	})
+	console := <-follow
+	if err := contains(console, "Power Off", "reboot: Power down"); err != nil {
+		t.Fatalf("the guest did not power off through systemd: %v", err)
+	}
+	if strings.Contains(console, "did not power off within the grace period") {
+		t.Fatalf("the runner had to stop the hypervisor:\n%s", grepLines(console, "grace"))
+	}
+}
+
+// debianVM is a VM of the Debian cloud guest: no kernel image, UEFI, emulated.
+func debianVM(ns, name string) *vmv1.VirtualMachine {
+	vm := newVM(ns, name)
+	g := &vm.Spec.Guest
+	g.KernelImage, g.Firmware = "", vmv1.FirmwareUEFI
+	g.Memory = resource.MustParse("512Mi")
+	g.RootDisk = vmv1.RootDisk{Image: debianImage}
+	g.Ports = []vmv1.Port{{Name: "ssh", Port: 22}, {Name: "http", Port: 8080}}
+	vm.Spec.TerminationGracePeriodSeconds = ptr.To[int64](120)
+	vm.Spec.PodResources = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("768Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("768Mi")},
+	}
+	return vm
+}
+
+func mustCreate(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := kube.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sshKey makes an ed25519 key pair: the public key as an authorized_keys line, the private key
+// in OpenSSH's format.
+func sshKey(t *testing.T) (string, []byte) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "virtpod e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))), pem.EncodeToMemory(block)
+}
+
+// sshFrom runs a toolbox pod that logs in to ip:22 as user with the private key in Secret
+// keySecret (key id), runs command, and returns what it printed.
+func sshFrom(t *testing.T, ns, keySecret, ip, user, command string) string {
+	t.Helper()
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ssh-client"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "ssh", Image: "localhost/virtpod/toolbox:dev",
+				Command:      []string{"/bin/sshcheck", "-key", "/keys/id", "-user", user, ip + ":22", command},
+				VolumeMounts: []corev1.VolumeMount{{Name: "keys", MountPath: "/keys", ReadOnly: true}}}},
+			Volumes: []corev1.Volume{{Name: "keys", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: keySecret, DefaultMode: ptr.To[int32](0o400)}}}},
+		},
+	}
+	mustCreate(t, p)
+	eventually(t, "ssh client pod done", 2*time.Minute, func() error {
+		got := &corev1.Pod{}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		switch got.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("ssh client pod failed: %s", podLogs(ns, p.Name))
+		}
+		return fmt.Errorf("ssh client pod %s", got.Status.Phase)
+	})
+	return podLogs(ns, p.Name)
+}
