@@ -34,12 +34,12 @@ func TestStatusEndpoints(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code("/healthz") != 200 || code("/readyz") != 503 {
-		t.Fatal("before running: want /healthz 200 and /readyz 503")
+	if code("/healthz") != 200 || code("/readyz") != 503 || code("/startedz") != 503 {
+		t.Fatal("before running: want /healthz 200, /readyz and /startedz 503")
 	}
 	b.set(StateRunning, "")
-	if code("/readyz") != 200 {
-		t.Fatal("running: want /readyz 200")
+	if code("/readyz") != 200 || code("/startedz") != 200 {
+		t.Fatal("running: want /readyz and /startedz 200")
 	}
 	resp, err := http.Get(srv.URL + "/status")
 	if err != nil {
@@ -59,8 +59,8 @@ func TestStatusEndpoints(t *testing.T) {
 		t.Errorf("/status state %v", raw["state"])
 	}
 	b.set(StateStopping, "received SIGTERM")
-	if code("/readyz") != 503 {
-		t.Fatal("stopping: want /readyz 503")
+	if code("/readyz") != 503 || code("/startedz") != 503 {
+		t.Fatal("stopping: want /readyz and /startedz 503")
 	}
 }
 

@@ -78,6 +78,14 @@ func (b *statusBoard) handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	// /startedz: the guest runs (the pod's startup probe: the VM's phase Running).
+	mux.HandleFunc("GET /startedz", func(w http.ResponseWriter, _ *http.Request) {
+		if st := b.get().State; st != StateRunning {
+			http.Error(w, "guest is "+st, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if st := b.get().State; st != StateRunning {
 			http.Error(w, "guest is "+st, http.StatusServiceUnavailable)

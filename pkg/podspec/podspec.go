@@ -259,11 +259,19 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options) corev1.Co
 		Args:                     cfg.Args(),
 		Resources:                resources(vm, opts),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		// Started: the guest runs (the VM's phase Running). Ready: it also passes its own
+		// readiness probe, if it has one (the VM's Ready). The startup probe never gives up:
+		// the runner's boot watchdog ends a boot that hangs, with the reason.
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:     runnerProbe("/startedz"),
+			PeriodSeconds:    1,
+			TimeoutSeconds:   5,
+			FailureThreshold: startupChecks,
+		},
 		ReadinessProbe: &corev1.Probe{
-			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-				Command: []string{RunnerBinary, "probe", "--state-dir=" + runnerconfig.DefaultStateDir, "--http-addr=" + runnerconfig.DefaultHTTPAddr},
-			}},
+			ProbeHandler:     runnerProbe("/readyz"),
 			PeriodSeconds:    2,
+			TimeoutSeconds:   5,
 			FailureThreshold: 1,
 		},
 		SecurityContext: &corev1.SecurityContext{
@@ -292,6 +300,18 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options) corev1.Co
 		c.Ports = append(c.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: protocol(p.Protocol)})
 	}
 	return c
+}
+
+// startupChecks is the startup probe's failure threshold: a day of one-second checks, so the
+// kubelet never kills a runner for a slow start (a large disk to copy first, say).
+const startupChecks = 24 * 60 * 60
+
+// runnerProbe is an exec of the runner's probe command against one of its endpoints: the
+// endpoint is a unix socket in the pod (the guest owns the pod IP), beyond an HTTP probe's reach.
+func runnerProbe(path string) corev1.ProbeHandler {
+	return corev1.ProbeHandler{Exec: &corev1.ExecAction{
+		Command: []string{RunnerBinary, "probe", "--state-dir=" + runnerconfig.DefaultStateDir, "--http-addr=" + runnerconfig.DefaultHTTPAddr, "--path=" + path},
+	}}
 }
 
 func volumes(vm *vmv1.VirtualMachine, images vmv1.Images, copyImages bool) []corev1.Volume {

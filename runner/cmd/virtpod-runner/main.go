@@ -166,7 +166,7 @@ func probeCommand(code *int) *cobra.Command {
 	}
 	c.Flags().StringVar(&addr, "http-addr", runnerconfig.DefaultHTTPAddr, "the runner's --http-addr")
 	c.Flags().StringVar(&stateDir, "state-dir", runnerconfig.DefaultStateDir, "the runner's --state-dir (for a unix: --http-addr)")
-	c.Flags().StringVar(&path, "path", "/readyz", "endpoint to check: /readyz or /healthz")
+	c.Flags().StringVar(&path, "path", "/readyz", "endpoint to check: /readyz (the guest runs and passes its readiness probe), /startedz (the guest runs) or /healthz (the runner answers)")
 	c.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for an answer")
 	c.Flags().BoolVar(&print, "print", false, "print the answer's body (e.g. with --path=/status)")
 	return c
