@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # `make demo`, after `make cluster-up`: install virtpod exactly as a user would (kustomize,
 # config/local = config/default with the local image tags), apply the sample VM, wait until it
-# runs, and show it.
+# runs, and show it. GUEST=debian runs the Debian cloud guest (config/samples/debian) instead of
+# the quick test guest, and ends with cloud-init's final message on its console.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${KUBECTL:?set by make demo}" "${KUBECONFIG:?set by make demo}"
+GUEST=${GUEST:-test}
 k() { "$KUBECTL" "$@"; }
+case $GUEST in
+test) sample=config/samples vm=demo boot=300s ;;
+debian) sample=config/samples/debian vm=debian boot=900s ;;
+*) echo "GUEST=$GUEST: want test (the default) or debian" >&2; exit 2 ;;
+esac
 
 echo "== installing virtpod (kubectl apply -k config/local)"
 # The first pass creates the CRDs; the ProviderClasses in it need them established.
@@ -16,13 +23,39 @@ fi
 k wait --for=condition=Established crd/virtualmachines.vm.virtpod.io --timeout=60s >/dev/null
 k -n virtpod-system rollout status deployment/virtpod-controller --timeout=180s
 
-echo "== applying the sample VM (config/samples)"
-k apply -k config/samples
-if ! k wait --for=jsonpath='{.status.phase}'=Running vm/demo --timeout=300s >/dev/null; then
+echo "== applying the sample VM ($sample)"
+k apply -k $sample
+if ! k wait --for=jsonpath='{.status.phase}'=Running vm/$vm --timeout=$boot >/dev/null; then
 	echo "the VM did not reach Running; what it says:" >&2
-	k get vm demo -o yaml >&2
-	k describe pod demo-runner >&2 || true
+	k get vm $vm -o yaml >&2
+	k describe pod $vm-runner >&2 || true
 	exit 1
+fi
+
+if [ "$GUEST" = debian ]; then
+	echo "== waiting for cloud-init's final message on the guest's console (emulated: minutes)"
+	for _ in $(seq 1 900); do
+		k logs debian-runner 2>/dev/null | grep -q 'cloud-init final' && break
+		sleep 1
+	done
+	echo
+	k get vm -o wide
+	echo
+	echo "== the guest's console (kubectl logs debian-runner): DHCP, cloud-init, login prompt"
+	k logs debian-runner | grep -E '"msg":"dhcp answer"|ci-info: \|  *eth0|Cloud-init v\.|cloud-init final|login:' | tail -n 12
+	k logs debian-runner | grep -q 'cloud-init final' || { echo "cloud-init did not finish in 15 minutes" >&2; exit 1; }
+	cat <<EOM
+
+The Debian guest runs in pod debian-runner at the VM's IP. To log in, put your public key in
+config/samples/debian/user-data.yaml and apply it again with a new VM (cloud-init adds users once
+per instance, and the instance is the VM's UID: kubectl delete vm debian; kubectl apply -k
+config/samples/debian), then:
+  export KUBECONFIG=$KUBECONFIG
+  vmctl ssh debian --user debian      # make install puts vmctl in /usr/local/bin
+  vmctl console debian
+Stop everything with: make demo-down
+EOM
+	exit 0
 fi
 
 echo
