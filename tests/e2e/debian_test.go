@@ -157,7 +157,7 @@ func debianVM(ns, name string) *vmv1.VirtualMachine {
 	return vm
 }
 
-func mustCreate(t *testing.T, obj client.Object) {
+func mustCreate(t testing.TB, obj client.Object) {
 	t.Helper()
 	if err := kube.Create(context.Background(), obj); err != nil {
 		t.Fatal(err)

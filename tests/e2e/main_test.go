@@ -83,7 +83,7 @@ func run(args ...string) (string, error) {
 	return string(out), err
 }
 
-func namespace(t *testing.T) string {
+func namespace(t testing.TB) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
 	if err := kube.Create(context.Background(), ns); err != nil {
@@ -100,7 +100,7 @@ func namespace(t *testing.T) string {
 }
 
 // eventually polls check until it passes or timeout; the cluster works at its own pace.
-func eventually(t *testing.T, what string, timeout time.Duration, check func() error) {
+func eventually(t testing.TB, what string, timeout time.Duration, check func() error) {
 	t.Helper()
 	kubeapi.Eventually(t, what, timeout, check)
 }
