@@ -2,6 +2,7 @@ package vm
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -131,10 +132,10 @@ func guestStarted(pod *corev1.Pod) bool {
 	if pod.Status.Phase != corev1.PodRunning {
 		return false
 	}
-	for _, c := range pod.Spec.Containers {
-		if c.Name == podspec.RunnerContainer && c.StartupProbe == nil {
-			return false
-		}
+	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
+		return c.Name == podspec.RunnerContainer && c.StartupProbe != nil
+	}) {
+		return false
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name == podspec.RunnerContainer {
