@@ -16,6 +16,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/spoofguard"
+	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/kvm"
 )
@@ -111,7 +112,13 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			initrd = ""
 		}
 	}
-	overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, cfg.RootDisk, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
+	// --root-disk names the disk, or the VM image's /disk, which holds it as root.img or as a
+	// containerDisk's one disk file.
+	base, _, err := diskfile.Resolve(cfg.RootDisk)
+	if err != nil {
+		return failf(ExitRootDiskUnusable, "root disk: %v", err)
+	}
+	overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, base, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
 	if err != nil {
 		return failf(ExitError, "%v", err)
 	}

@@ -65,7 +65,7 @@ type Config struct {
 	Firmware    string // bios or uefi, only without Kernel
 	Initrd      string // optional path of an initramfs; ignored when the file does not exist
 	KernelArgs  string
-	RootDisk    string // path of the read-only base disk (raw or qcow2)
+	RootDisk    string // the read-only base disk (raw or qcow2), or a VM image's /disk holding it
 	DiskSizeMiB int64  // size of the writable overlay; 0 keeps the base size
 
 	Ports []Port
@@ -285,7 +285,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Firmware, "firmware", "", "without --kernel: "+FirmwareBIOS+" (SeaBIOS, the default) or "+FirmwareUEFI+" (OVMF, secure boot off)")
 	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")
 	fs.StringVar(&c.KernelArgs, "kernel-args", "", "guest kernel command line")
-	fs.StringVar(&c.RootDisk, "root-disk", "", "path of the read-only root-disk image (raw or qcow2)")
+	fs.StringVar(&c.RootDisk, "root-disk", "", "the read-only root disk (raw or qcow2): its path, or a VM image's /disk directory holding root.img or one .qcow2, .img or .raw file")
 	fs.Int64Var(&c.DiskSizeMiB, "disk-size-mib", 0, "size of the writable root disk in MiB (0 keeps the image size)")
 	fs.Var(portList{&c.Ports}, "port", "guest port NAME:PORT/PROTOCOL published at the pod IP (repeatable)")
 	fs.StringVar(&c.StateDir, "state-dir", DefaultStateDir, "writable directory for sockets and the disk overlay")
