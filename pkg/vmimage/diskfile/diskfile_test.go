@@ -36,13 +36,13 @@ func TestChoose(t *testing.T) {
 		"upper-case extension":          {f("DISK.QCOW2"), "DISK.QCOW2", nil},
 		"one disk beside other files":   {f("README", "disk.qcow2", "checksums/", "disk.qcow2.sha256"), "disk.qcow2", nil},
 		"a directory named like a disk": {f("old.img/", "new.qcow2"), "new.qcow2", nil},
-		"empty": {f(), "", []string{"/disk is empty", "/disk/root.img", "one .qcow2, .img or .raw file", "containerDisk"}},
-		"two disks": {f("a.qcow2", "b.img"), "", []string{"2 disk files (a.qcow2, b.img)", "no root.img to choose", "keep one, or name the root disk root.img"}},
-		"three disks and others": {f("c.raw", "a.qcow2", "notes.txt", "b.img"), "", []string{"3 disk files (a.qcow2, b.img, c.raw)"}},
-		"only other kinds": {f("disk.vmdk", "notes.txt"), "", []string{"holds no disk file (found disk.vmdk, notes.txt)", "qemu-img convert -O qcow2", "containerDisk"}},
-		"root.img is a directory": {f("root.img/"), "", []string{"holds no disk file (found root.img (not a file))"}},
-		"hidden and bare extension": {f(".img", ".hidden.qcow2"), "", []string{"holds no disk file (found .hidden.qcow2, .img)"}},
-		"many others, listed short": {f("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"), "", []string{"and 2 more"}},
+		"empty":                         {f(), "", []string{"/disk is empty", "/disk/root.img", "one .qcow2, .img or .raw file", "containerDisk"}},
+		"two disks":                     {f("a.qcow2", "b.img"), "", []string{"2 disk files (a.qcow2, b.img)", "no root.img to choose", "keep one, or name the root disk root.img"}},
+		"three disks and others":        {f("c.raw", "a.qcow2", "notes.txt", "b.img"), "", []string{"3 disk files (a.qcow2, b.img, c.raw)"}},
+		"only other kinds":              {f("disk.vmdk", "notes.txt"), "", []string{"holds no disk file (found disk.vmdk, notes.txt)", "qemu-img convert -O qcow2", "containerDisk"}},
+		"root.img is a directory":       {f("root.img/"), "", []string{"holds no disk file (found root.img (not a file))"}},
+		"hidden and bare extension":     {f(".img", ".hidden.qcow2"), "", []string{"holds no disk file (found .hidden.qcow2, .img)"}},
+		"many others, listed short":     {f("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"), "", []string{"and 2 more"}},
 	} {
 		got, err := diskfile.Choose(tc.entries)
 		if tc.want != "" {
