@@ -80,6 +80,9 @@ type Config struct {
 	InstanceID           string // the seed's instance-id: the VM's UID
 	CloudInitUserData    string // path of the user-data file
 	CloudInitNetworkData string // optional path of a network-config file
+
+	// ReadinessProbe, when set, is checked at the pod IP; the runner is ready only while it passes.
+	ReadinessProbe Probe
 }
 
 // Defaults fills what the caller left empty.
@@ -160,6 +163,14 @@ func (c *Config) Validate() error {
 		}
 	} else if c.InstanceID == "" {
 		errs = append(errs, errors.New("--instance-id: required with --cloud-init-user-data (the seed's instance-id; the controller passes the VM's UID)"))
+	}
+	if c.ReadinessProbe.IsSet() {
+		if err := c.ReadinessProbe.validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Network != NetworkPod {
+			errs = append(errs, errors.New("--readiness-probe: needs --network=pod (the probe reaches the guest at the pod IP)"))
+		}
 	}
 	for _, p := range c.Ports {
 		if p.Port < 1 || p.Port > 65535 || (p.Protocol != "TCP" && p.Protocol != "UDP") || p.Name == "" {
@@ -248,6 +259,9 @@ func (c Config) Args() []string {
 	if c.CloudInitNetworkData != "" {
 		args = append(args, "--cloud-init-network-data="+c.CloudInitNetworkData)
 	}
+	if c.ReadinessProbe.IsSet() {
+		args = append(args, "--readiness-probe="+c.ReadinessProbe.String())
+	}
 	return args
 }
 
@@ -295,6 +309,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.InstanceID, "instance-id", "", "the cloud-init seed's instance-id (the VM's UID)")
 	fs.StringVar(&c.CloudInitUserData, "cloud-init-user-data", "", "path of a user-data file: attach a cloud-init NoCloud seed disk (label cidata) built from it")
 	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")
+	fs.Var(probeValue{&c.ReadinessProbe}, "readiness-probe", "guest readiness probe at the pod IP: tcp:PORT (a connection) or http:PORT/PATH (a GET answered 2xx or 3xx); checked every 2s, 1s timeout")
 }
 
 type int32Value struct{ p *int32 }
