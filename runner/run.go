@@ -158,6 +158,14 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			return failf(ExitError, "--network=pod: %v", err)
 		}
 		defer startRelay(cfg.Ports, pod.Addr.IP, log).Close()
+		if cfg.ReadinessProbe.IsSet() {
+			// Checked from the relay address, the runner's own path to the guest.
+			probe := newGuestProbe(cfg.ReadinessProbe, pod.Addr.IP, guestnet.RelayIP, log)
+			probeCtx, stopProbe := context.WithCancel(ctx)
+			defer stopProbe()
+			go probe.run(probeCtx)
+			board.setProbe(probe)
+		}
 		board.setDropped(spoofguard.Dropped)
 		dhcpCtx, stopDHCP := context.WithCancel(ctx)
 		defer stopDHCP()
