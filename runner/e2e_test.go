@@ -25,7 +25,8 @@ const bootTimeout = 90 * time.Second
 func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 1)
-	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-e2e"), "--network=pod", "--resolv-conf="+ns.resolvConf)...)
+	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-e2e"), "--network=pod", "--resolv-conf="+ns.resolvConf,
+		"--readiness-probe=http:80/")...)
 	r.waitMarker(t, bootTimeout)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -55,18 +56,15 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 		}
 	}
 
-	// The kubelet's exec probe, run inside the pod's namespace like the kubelet would.
+	// The kubelet's exec probe, run inside the pod's namespace like the kubelet would: ready, as
+	// the guest runs and its readiness probe (HTTP on the port it serves) passes.
 	bin := runnerBinary(t)
-	if out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe", "--state-dir="+r.stateDir).CombinedOutput(); err != nil {
+	if out, err := waitProbe(ns.name, bin, r.stateDir, func(out string, err error) bool { return err == nil }); err != nil {
 		t.Fatalf("runner probe: %v %s", err, out)
 	}
-	out, err := exec.Command("ip", "netns", "exec", ns.name, bin, "probe", "--state-dir="+r.stateDir, "--path=/status", "--print").Output()
-	if err != nil {
-		t.Fatalf("runner probe --path=/status: %v", err)
-	}
-	var st runner.Status
-	if err := json.Unmarshal(out, &st); err != nil {
-		t.Fatalf("/status %q: %v", out, err)
+	st := readStatus(t, ns.name, r.stateDir)
+	if p := st.ReadinessProbe; p == nil || p.Probe != "http:80/" || !p.Passed || p.Message != "" || p.LastChecked.IsZero() {
+		t.Errorf("/status readinessProbe = %+v, want http:80/ passed", p)
 	}
 	if st.State != runner.StateRunning || st.Hypervisor != "qemu" || st.Acceleration != "tcg" || !strings.HasPrefix(st.Version, "7.") && !strings.HasPrefix(st.Version, "8.") && !strings.HasPrefix(st.Version, "9.") || st.UptimeSeconds <= 0 {
 		t.Fatalf("/status = %+v", st)
@@ -110,11 +108,27 @@ func TestGuestIgnoringPowerButtonIsStoppedAfterGrace(t *testing.T) {
 }
 
 // TestQEMUKilledIsReported: QEMU dying under the runner is a failure with the reason in the
-// exit code and the termination message.
+// exit code and the termination message. Before that, the same boot checks a readiness probe on a
+// port the guest does not open: the guest runs, yet the runner is not ready, and the exec probe
+// prints why (the line the kubelet puts in the pod's Unhealthy event).
 func TestQEMUKilledIsReported(t *testing.T) {
 	guest := needGuestHost(t)
-	r := startRunner(t, "", append(baseArgs(t, guest, "vm-kill"), "--network=none", "--http-addr="+loopback.FreeAddr(t))...)
+	ns := newPodNetns(t, 6)
+	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-kill"), "--network=pod", "--resolv-conf="+ns.resolvConf,
+		"--readiness-probe=tcp:81")...)
 	r.waitMarker(t, bootTimeout)
+	if _, err := httpGet(context.Background(), "http://"+ns.podIP+"/"); err != nil {
+		t.Fatalf("the guest's network is not up: %v", err)
+	}
+	want := "guest readiness probe tcp :81: connection refused"
+	out, err := waitProbe(ns.name, runnerBinary(t), r.stateDir, func(out string, err error) bool { return strings.TrimSpace(out) == want })
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || strings.TrimSpace(out) != want {
+		t.Fatalf("runner probe with the guest running and port 81 closed: %v, output %q; want exit 1 and %q", err, out, want)
+	}
+	st := readStatus(t, ns.name, r.stateDir)
+	if p := st.ReadinessProbe; st.State != runner.StateRunning || p == nil || p.Passed || p.Message != "connection refused" || p.ConsecutiveFailures < 1 {
+		t.Fatalf("/status = %+v, probe %+v", st, p)
+	}
 	pid := r.qemuPID(t)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -240,4 +254,31 @@ func containsAny(s string, parts []string) bool {
 		}
 	}
 	return false
+}
+
+// waitProbe runs the exec probe in the pod's namespace, as the kubelet does, until done accepts
+// its combined output and error, for at most 30 s; it returns the last run's.
+func waitProbe(netns, bin, stateDir string, done func(string, error) bool) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command("ip", "netns", "exec", netns, bin, "probe", "--state-dir="+stateDir).CombinedOutput()
+		if done(string(out), err) || time.Now().After(deadline) {
+			return string(out), err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// readStatus reads the runner's /status through the exec probe.
+func readStatus(t *testing.T, netns, stateDir string) runner.Status {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", netns, runnerBinary(t), "probe", "--state-dir="+stateDir, "--path=/status", "--print").Output()
+	if err != nil {
+		t.Fatalf("runner probe --path=/status: %v", err)
+	}
+	var st runner.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("/status %q: %v", out, err)
+	}
+	return st
 }

@@ -58,9 +58,14 @@ func TestDebianGuestBootsFromItsDisk(t *testing.T) {
 				needFirmware(t, binaries.SeaBIOS)
 			}
 			ns := newPodNetns(t, 13+i)
+			// The disk by its path, and (bios) the image's /disk directory, as pods pass it.
+			disk := filepath.Join(image, "disk", "root.img")
+			if firmware == "bios" {
+				disk = filepath.Dir(disk)
+			}
 			start := time.Now()
 			r := startRunner(t, ns.name, "--name=vm-debian", "--accel=tcg", "--cpus=1", "--memory-mib=768",
-				"--root-disk="+filepath.Join(image, "disk", "root.img"), "--firmware="+firmware,
+				"--root-disk="+disk, "--firmware="+firmware,
 				"--network=pod", "--resolv-conf="+ns.resolvConf, "--grace-period-seconds=90")
 
 			ack := r.waitLog(t, debianBootTimeout, func(l map[string]any) bool {
@@ -105,24 +110,30 @@ func TestDebianGuestBootsFromItsDisk(t *testing.T) {
 
 // TestDiskWithoutBootloader: booting an empty disk through either firmware ends the run, well
 // within the boot watchdog, with the reason and the fix; it neither hangs in the firmware's
-// shell nor retries for ever.
+// shell nor retries for ever. The bios case names the disk by its directory: a containerDisk's
+// one .raw file is what QEMU boots.
 func TestDiskWithoutBootloader(t *testing.T) {
 	needGuestHost(t)
-	empty := filepath.Join(t.TempDir(), "empty.img")
+	// A containerDisk-style /disk holding one raw disk of zeros; bios is given the directory.
+	dir := filepath.Join(t.TempDir(), "disk")
+	empty := filepath.Join(dir, "empty.raw")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Truncate(empty, 64<<20); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ firmware, file, line string }{
-		{"bios", binaries.SeaBIOS, "No bootable device."},
-		{"uefi", binaries.OVMFCode, `"EFI Internal Shell"`},
+	for _, tc := range []struct{ firmware, file, line, disk string }{
+		{"bios", binaries.SeaBIOS, "No bootable device.", dir},
+		{"uefi", binaries.OVMFCode, `"EFI Internal Shell"`, empty},
 	} {
 		t.Run(tc.firmware, func(t *testing.T) {
 			needFirmware(t, tc.file)
 			start := time.Now()
-			r := startRunner(t, "", "--name=vm-empty", "--accel=tcg", "--cpus=1", "--memory-mib=256", "--root-disk="+empty,
+			r := startRunner(t, "", "--name=vm-empty", "--accel=tcg", "--cpus=1", "--memory-mib=256", "--root-disk="+tc.disk,
 				"--firmware="+tc.firmware, "--network=none", "--http-addr="+loopback.FreeAddr(t))
 			code, msg := r.waitExit(t, 60*time.Second) // the boot watchdog's default
 			took := time.Since(start)

@@ -15,6 +15,7 @@ const (
 	ExitGraceExpired     = 5 // the guest ignored the power button for the grace period
 	ExitGuestPanicked    = 6 // the guest kernel panicked
 	ExitNoBootableDisk   = 7 // booting through firmware, the root disk had nothing to boot
+	ExitRootDiskUnusable = 8 // the VM image's /disk has no root disk, several, or one in a format the runner cannot boot
 )
 
 // Outcome is how a run ended.

@@ -16,6 +16,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/spoofguard"
+	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/kvm"
 )
@@ -111,7 +112,13 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			initrd = ""
 		}
 	}
-	overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, cfg.RootDisk, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
+	// --root-disk names the disk, or the VM image's /disk, which holds it as root.img or as a
+	// containerDisk's one disk file.
+	base, _, err := diskfile.Resolve(cfg.RootDisk)
+	if err != nil {
+		return failf(ExitRootDiskUnusable, "root disk: %v", err)
+	}
+	overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, base, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
 	if err != nil {
 		return failf(ExitError, "%v", err)
 	}
@@ -151,6 +158,14 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			return failf(ExitError, "--network=pod: %v", err)
 		}
 		defer startRelay(cfg.Ports, pod.Addr.IP, log).Close()
+		if cfg.ReadinessProbe.IsSet() {
+			// Checked from the relay address, the runner's own path to the guest.
+			probe := newGuestProbe(cfg.ReadinessProbe, pod.Addr.IP, guestnet.RelayIP, log)
+			probeCtx, stopProbe := context.WithCancel(ctx)
+			defer stopProbe()
+			go probe.run(probeCtx)
+			board.setProbe(probe)
+		}
 		board.setDropped(spoofguard.Dropped)
 		dhcpCtx, stopDHCP := context.WithCancel(ctx)
 		defer stopDHCP()

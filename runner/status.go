@@ -36,6 +36,8 @@ type Status struct {
 	// SpoofDropped counts the frames the guest sent as someone else (by counter: mac, arp, ip,
 	// other), dropped on its tap; absent when the guest has no pod network.
 	SpoofDropped map[string]uint64 `json:"spoofDropped,omitempty"`
+	// ReadinessProbe is the guest readiness probe's last result; absent without one.
+	ReadinessProbe *ProbeStatus `json:"readinessProbe,omitempty"`
 }
 
 type statusBoard struct {
@@ -44,6 +46,8 @@ type statusBoard struct {
 	running time.Time // when the guest last started running
 	// dropped reads the anti-spoofing counters; nil until the guard is installed.
 	dropped func() (map[string]uint64, error)
+	// probe is the guest readiness probe; nil without one.
+	probe *guestProbe
 }
 
 func (b *statusBoard) set(state, reason string) {
@@ -91,12 +95,23 @@ func (b *statusBoard) handler() http.Handler {
 			http.Error(w, "guest is "+st, http.StatusServiceUnavailable)
 			return
 		}
+		// Running is not ready when the VM asked for more: its probe must have passed too.
+		if p := b.guestProbe(); p != nil {
+			if msg := p.notReady(); msg != "" {
+				http.Error(w, msg, http.StatusServiceUnavailable)
+				return
+			}
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		s := b.get()
 		s.SpoofDropped = b.spoofDropped()
+		if p := b.guestProbe(); p != nil {
+			ps := p.status()
+			s.ReadinessProbe = &ps
+		}
 		_ = json.NewEncoder(w).Encode(s)
 	})
 	reg := prometheus.NewRegistry()
@@ -143,6 +158,18 @@ func (b *statusBoard) spoofDropped() map[string]uint64 {
 		return nil
 	}
 	return m
+}
+
+func (b *statusBoard) setProbe(p *guestProbe) {
+	b.mu.Lock()
+	b.probe = p
+	b.mu.Unlock()
+}
+
+func (b *statusBoard) guestProbe() *guestProbe {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.probe
 }
 
 func (b *statusBoard) setDropped(f func() (map[string]uint64, error)) {

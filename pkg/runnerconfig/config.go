@@ -65,7 +65,7 @@ type Config struct {
 	Firmware    string // bios or uefi, only without Kernel
 	Initrd      string // optional path of an initramfs; ignored when the file does not exist
 	KernelArgs  string
-	RootDisk    string // path of the read-only base disk (raw or qcow2)
+	RootDisk    string // the read-only base disk (raw or qcow2), or a VM image's /disk holding it
 	DiskSizeMiB int64  // size of the writable overlay; 0 keeps the base size
 
 	Ports []Port
@@ -80,6 +80,9 @@ type Config struct {
 	InstanceID           string // the seed's instance-id: the VM's UID
 	CloudInitUserData    string // path of the user-data file
 	CloudInitNetworkData string // optional path of a network-config file
+
+	// ReadinessProbe, when set, is checked at the pod IP; the runner is ready only while it passes.
+	ReadinessProbe Probe
 }
 
 // Defaults fills what the caller left empty.
@@ -160,6 +163,14 @@ func (c *Config) Validate() error {
 		}
 	} else if c.InstanceID == "" {
 		errs = append(errs, errors.New("--instance-id: required with --cloud-init-user-data (the seed's instance-id; the controller passes the VM's UID)"))
+	}
+	if c.ReadinessProbe.IsSet() {
+		if err := c.ReadinessProbe.validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Network != NetworkPod {
+			errs = append(errs, errors.New("--readiness-probe: needs --network=pod (the probe reaches the guest at the pod IP)"))
+		}
 	}
 	for _, p := range c.Ports {
 		if p.Port < 1 || p.Port > 65535 || (p.Protocol != "TCP" && p.Protocol != "UDP") || p.Name == "" {
@@ -248,6 +259,9 @@ func (c Config) Args() []string {
 	if c.CloudInitNetworkData != "" {
 		args = append(args, "--cloud-init-network-data="+c.CloudInitNetworkData)
 	}
+	if c.ReadinessProbe.IsSet() {
+		args = append(args, "--readiness-probe="+c.ReadinessProbe.String())
+	}
 	return args
 }
 
@@ -285,7 +299,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Firmware, "firmware", "", "without --kernel: "+FirmwareBIOS+" (SeaBIOS, the default) or "+FirmwareUEFI+" (OVMF, secure boot off)")
 	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")
 	fs.StringVar(&c.KernelArgs, "kernel-args", "", "guest kernel command line")
-	fs.StringVar(&c.RootDisk, "root-disk", "", "path of the read-only root-disk image (raw or qcow2)")
+	fs.StringVar(&c.RootDisk, "root-disk", "", "the read-only root disk (raw or qcow2): its path, or a VM image's /disk directory holding root.img or one .qcow2, .img or .raw file")
 	fs.Int64Var(&c.DiskSizeMiB, "disk-size-mib", 0, "size of the writable root disk in MiB (0 keeps the image size)")
 	fs.Var(portList{&c.Ports}, "port", "guest port NAME:PORT/PROTOCOL published at the pod IP (repeatable)")
 	fs.StringVar(&c.StateDir, "state-dir", DefaultStateDir, "writable directory for sockets and the disk overlay")
@@ -295,6 +309,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.InstanceID, "instance-id", "", "the cloud-init seed's instance-id (the VM's UID)")
 	fs.StringVar(&c.CloudInitUserData, "cloud-init-user-data", "", "path of a user-data file: attach a cloud-init NoCloud seed disk (label cidata) built from it")
 	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")
+	fs.Var(probeValue{&c.ReadinessProbe}, "readiness-probe", "guest readiness probe at the pod IP: tcp:PORT (a connection) or http:PORT/PATH (a GET answered 2xx or 3xx); checked every 2s, 1s timeout")
 }
 
 type int32Value struct{ p *int32 }

@@ -19,22 +19,26 @@ import (
 func FuzzArgsRoundTrip(f *testing.F) {
 	f.Add("web", "qemu", "kvm", int32(2), int64(1024), "/virtpod/images/kernel/boot/vmlinuz", "/virtpod/images/kernel/boot/initrd.img",
 		"console=ttyS0 quiet", "/virtpod/images/disk/disk/root.img", int64(10240), "22/TCP ssh\n53/UDP dns", "/var/run/virtpod", "127.0.0.1:8080", "pod", int64(30),
-		"0b5f6a43-1111-2222-3333-444455556666", "/virtpod/cloud-init/user-data", "/virtpod/cloud-init/network-config", "")
+		"0b5f6a43-1111-2222-3333-444455556666", "/virtpod/cloud-init/user-data", "/virtpod/cloud-init/network-config", "", "http:8080/healthz?full=1")
 	f.Add("evil", "qemu", "tcg", int32(1), int64(256), "/k", "", "x --name=root --network=none\t--port=a:1/TCP", "/d", int64(0),
-		"80/TCP http", "", "", "", int64(0), "x --cloud-init-user-data=/etc/shadow", "/u", "", "")
-	f.Add("a=b", "cloud-hypervisor", "kvm", int32(255), int64(16), "-k", "--initrd=", "--", "=", int64(-1), "", "/s", ":0", "none", int64(-5), "", "", "/n", "bios")
-	f.Add("", "qemu", "kvm", int32(1), int64(64), "/k", "", "", "/d", int64(64), "80/TCP a:b\n81/UDP a/b\n82/TCP z", "", "", "", int64(3600), "", "", "", "")
+		"80/TCP http", "", "", "", int64(0), "x --cloud-init-user-data=/etc/shadow", "/u", "", "", "tcp:22")
+	f.Add("a=b", "cloud-hypervisor", "kvm", int32(255), int64(16), "-k", "--initrd=", "--", "=", int64(-1), "", "/s", ":0", "none", int64(-5), "", "", "/n", "bios", "http:1")
+	f.Add("", "qemu", "kvm", int32(1), int64(64), "/k", "", "", "/d", int64(64), "80/TCP a:b\n81/UDP a/b\n82/TCP z", "", "", "", int64(3600), "", "", "", "", "tcp:80/x")
 	// Firmware boot: no kernel, the default firmware (bios) or uefi.
-	f.Add("debian", "qemu", "tcg", int32(1), int64(512), "", "", "", "/virtpod/images/disk/disk/root.img", int64(0), "22/TCP ssh", "", "", "pod", int64(30), "", "", "", "")
-	f.Add("debian", "qemu", "kvm", int32(1), int64(512), "", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "uefi")
-	f.Add("both", "qemu", "kvm", int32(1), int64(512), "/k", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "uefi")
+	f.Add("debian", "qemu", "tcg", int32(1), int64(512), "", "", "", "/virtpod/images/disk/disk/root.img", int64(0), "22/TCP ssh", "", "", "pod", int64(30), "", "", "", "", "tcp:22")
+	f.Add("debian", "qemu", "kvm", int32(1), int64(512), "", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "uefi", "http:80/")
+	f.Add("both", "qemu", "kvm", int32(1), int64(512), "/k", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "uefi", "")
 	f.Fuzz(func(t *testing.T, name, provider, accel string, cpus int32, memMiB int64, kernel, initrd, kernelArgs, rootDisk string,
-		diskMiB int64, ports, stateDir, httpAddr, network string, grace int64, instanceID, userData, networkData, firmware string) {
+		diskMiB int64, ports, stateDir, httpAddr, network string, grace int64, instanceID, userData, networkData, firmware, probe string) {
 		c := runnerconfig.Config{
 			Name: name, Provider: provider, Acceleration: accel, CPUs: cpus, MemoryMiB: memMiB,
 			Kernel: kernel, Initrd: initrd, KernelArgs: kernelArgs, RootDisk: rootDisk, DiskSizeMiB: diskMiB,
 			StateDir: stateDir, HTTPAddr: httpAddr, Network: network, GracePeriodSeconds: grace,
 			InstanceID: instanceID, CloudInitUserData: userData, CloudInitNetworkData: networkData, Firmware: firmware,
+		}
+		var err error
+		if c.ReadinessProbe, err = runnerconfig.ParseProbe(probe); err != nil {
+			return // not a probe the flag reads
 		}
 		for line := range strings.Lines(ports) {
 			p, ok := decodePort(strings.TrimSuffix(line, "\n"))

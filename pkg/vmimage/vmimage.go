@@ -6,7 +6,8 @@
 //
 //	/boot/vmlinuz        the kernel (x86 bzImage, or an ELF kernel QEMU can boot as PVH)
 //	/boot/initrd.img     the initramfs, optional
-//	/disk/root.img       the root disk, raw or qcow2
+//	/disk/root.img       the root disk, raw or qcow2; or, as KubeVirt's containerDisk
+//	                     layout has it, the one .qcow2, .img or .raw file in /disk (DiskName)
 //	/virtpod/bin/vmcopy  a static copy program, for clusters without image volumes: init
 //	                     containers run the image with it to copy /boot and /disk to emptyDirs
 //
@@ -22,11 +23,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
 	"github.com/virtpod/virtpod/pkg/rootdisk"
+	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
 )
 
 // Paths inside a VM image. The copy program copies BootDir and DiskDir whole.
@@ -46,6 +49,9 @@ type Files struct {
 	// tarball such as `docker export` writes) as raw ext4 of DiskSize bytes.
 	Disk, Rootfs, RootfsTar string
 	DiskSize                int64
+	// DiskName is the disk's file name in DiskDir: root.img (the default), or a containerDisk
+	// name ending .qcow2, .img or .raw (see pkg/vmimage/diskfile, which the runner reads it by).
+	DiskName string
 	// Copier is the static copy program (runner/cmd/vmcopy); every VM image has it.
 	Copier string
 }
@@ -80,6 +86,10 @@ func Layers(f Files, work string) ([]*ociimage.Layer, error) {
 		return nil, errors.New("--rootfs and --rootfs-tar need --disk-size, the size of the disk to make (e.g. --disk-size=2Gi)")
 	case f.Rootfs == "" && f.RootfsTar == "" && f.DiskSize != 0:
 		return nil, errors.New("--disk-size only applies to --rootfs and --rootfs-tar: a --disk keeps its own size")
+	case f.DiskName != "" && disks == 0:
+		return nil, errors.New("--disk-name without a root disk: pass --disk, --rootfs or --rootfs-tar")
+	case f.DiskName != "" && !validDiskName(f.DiskName):
+		return nil, fmt.Errorf("--disk-name=%s: want %s or a file name ending .qcow2, .img or .raw (KubeVirt's containerDisk layout), with no '/' and not starting with '.'", f.DiskName, diskfile.RootName)
 	case f.Copier == "":
 		return nil, errors.New("no copy program for " + CopierPath + ": every VM image carries one (imagebuild builds runner/cmd/vmcopy)")
 	}
@@ -113,12 +123,16 @@ func Layers(f Files, work string) ([]*ociimage.Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkDisk(disk); err != nil {
+	if err := checkDisk(disk, f.DiskName); err != nil {
 		return nil, err
+	}
+	name := DiskPath
+	if f.DiskName != "" {
+		name = DiskDir + "/" + f.DiskName
 	}
 	l := ociimage.NewLayer("root disk")
 	l.SpoolDir = work // gigabytes: compressed to a file, not memory
-	if err := l.HostFile(DiskPath, disk, 0o644); err != nil {
+	if err := l.HostFile(name, disk, 0o644); err != nil {
 		return nil, fmt.Errorf("--disk: %w", err)
 	}
 	return append(layers, l), nil
@@ -160,24 +174,22 @@ func checkKernel(file string) error {
 	return fmt.Errorf("--kernel: %s is neither an x86 bzImage nor an ELF kernel: pass the vmlinuz file, not a compressed vmlinux or an initrd", file)
 }
 
-// checkDisk accepts qcow2 (by its magic, as the runner tells them apart) or raw; a raw disk must
-// be whole 512-byte sectors, or QEMU refuses it.
-func checkDisk(file string) error {
-	head, err := readHead("--disk", file, 4)
-	if err != nil {
-		return err
-	}
-	if bytes.Equal(head, []byte("QFI\xfb")) {
-		return nil
-	}
-	fi, err := os.Stat(file)
+// checkDisk accepts what the runner boots (diskfile.Format: qcow2, or raw of whole 512-byte
+// sectors), and a containerDisk name whose extension says the format only when it is right.
+func checkDisk(file, name string) error {
+	format, err := diskfile.Format(file)
 	if err != nil {
 		return fmt.Errorf("--disk: %w", err)
 	}
-	if fi.Size()%512 != 0 {
-		return fmt.Errorf("--disk: %s is %d bytes, not whole 512-byte sectors: pad the raw image (truncate -s %%512) or convert it with qemu-img convert -O qcow2", file, fi.Size())
+	switch ext := strings.ToLower(filepath.Ext(name)); {
+	case ext == ".qcow2" && format != diskfile.FormatQCOW2, ext == ".raw" && format != diskfile.FormatRaw:
+		return fmt.Errorf("--disk-name=%s: the disk is %s; name it with .%s or .img, or convert it (qemu-img convert -O %s)", name, format, format, strings.TrimPrefix(ext, "."))
 	}
 	return nil
+}
+
+func validDiskName(name string) bool {
+	return !strings.Contains(name, "/") && (name == diskfile.RootName || diskfile.IsCandidate(name))
 }
 
 func checkNonEmpty(flag, file string) error {
@@ -208,9 +220,6 @@ func readHead(flag, file string, n int) ([]byte, error) {
 	got, err := io.ReadFull(f, b)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: %w", flag, err)
-	}
-	if flag == "--disk" && got == 0 {
-		return nil, fmt.Errorf("--disk: %s is empty", file)
 	}
 	return b[:got], nil
 }

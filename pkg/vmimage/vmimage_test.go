@@ -75,7 +75,7 @@ func TestImageLayout(t *testing.T) {
 
 // TestLayersAreShared: a kernel-only and a disk-only image reuse the combined image's layers.
 func TestLayersAreShared(t *testing.T) {
-	f := fakeFiles(t, []byte("QFI\xfb qcow2 header of any length"))
+	f := fakeFiles(t, qcow2Header())
 	digests := func(f Files) []string {
 		t.Helper()
 		img, err := Image(f, t.TempDir())
@@ -117,11 +117,57 @@ func TestRejectsBadInput(t *testing.T) {
 		{Files{Disk: good.Disk, DiskSize: 1 << 20, Copier: c}, "--disk-size only applies to --rootfs"},
 		{Files{Kernel: good.Kernel}, "no copy program for /virtpod/bin/vmcopy"},
 		{Files{Kernel: good.Kernel, Copier: "/nonexistent"}, "copy program: stat /nonexistent"},
+		{Files{Disk: fakeFiles(t, []byte("KDMV")).Disk, Copier: c}, "is a VMDK image, not a raw or qcow2 disk image"},
+		{Files{Kernel: good.Kernel, DiskName: "x.qcow2", Copier: c}, "--disk-name without a root disk"},
+		{Files{Disk: good.Disk, DiskName: "disk.vmdk", Copier: c}, "--disk-name=disk.vmdk: want root.img or a file name ending .qcow2, .img or .raw"},
+		{Files{Disk: good.Disk, DiskName: "sub/disk.img", Copier: c}, "--disk-name=sub/disk.img: want"},
+		{Files{Disk: good.Disk, DiskName: ".img", Copier: c}, "--disk-name=.img: want"},
+		{Files{Disk: good.Disk, DiskName: "debian.qcow2", Copier: c}, "--disk-name=debian.qcow2: the disk is raw; name it with .raw or .img, or convert it (qemu-img convert -O qcow2)"},
+		{Files{Disk: fakeFiles(t, qcow2Header()).Disk, DiskName: "debian.raw", Copier: c}, "--disk-name=debian.raw: the disk is qcow2"},
 	} {
 		if _, err := Layers(tc.f, t.TempDir()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want %q", tc.f, err, tc.want)
 		}
 	}
+}
+
+// TestDiskName: the disk goes to /disk/<name>, the containerDisk layout; .img takes either format.
+func TestDiskName(t *testing.T) {
+	raw, qcow2 := fakeFiles(t, make([]byte, 4096)), fakeFiles(t, qcow2Header())
+	for _, tc := range []struct {
+		f    Files
+		name string
+	}{
+		{Files{Disk: qcow2.Disk, DiskName: "debian-12.qcow2"}, "debian-12.qcow2"},
+		{Files{Disk: qcow2.Disk, DiskName: "ubuntu.img"}, "ubuntu.img"},
+		{Files{Disk: raw.Disk, DiskName: "disk.RAW"}, "disk.RAW"},
+		{Files{Disk: raw.Disk, DiskName: "root.img"}, "root.img"},
+		{Files{Disk: raw.Disk}, "root.img"},
+	} {
+		tc.f.Copier = raw.Copier
+		img, err := Image(tc.f, t.TempDir())
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var disks []string
+		tr := tar.NewReader(mutate.Extract(img))
+		for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+			if dir, _ := filepath.Split("/" + h.Name); dir == DiskDir+"/" && h.Typeflag == tar.TypeReg {
+				disks = append(disks, "/"+h.Name)
+			}
+		}
+		if want := []string{DiskDir + "/" + tc.name}; !slices.Equal(disks, want) {
+			t.Errorf("files in /disk: %v, want %v", disks, want)
+		}
+	}
+}
+
+// qcow2Header is the start of a qcow2 v3 image with no backing file and no encryption.
+func qcow2Header() []byte {
+	h := make([]byte, 512)
+	copy(h, "QFI\xfb\x00\x00\x00\x03")
+	h[20+3] = 16 // cluster bits
+	return h
 }
 
 // TestRootfs: a directory and a tarball become an ext4 root disk of the asked size.

@@ -197,6 +197,7 @@ func TestVMImageFlagErrors(t *testing.T) {
 		{[]string{"--initrd=/etc/hostname", "--disk=/dev/null"}, "--initrd without --kernel"},
 		{[]string{"--kernel=" + notKernel}, "--kernel: " + notKernel + " is neither"},
 		{[]string{"--kernel=/nonexistent/vmlinuz"}, "--kernel: open /nonexistent/vmlinuz"},
+		{[]string{"--disk=/etc/hostname", "--disk-name=disk.vmdk"}, "--disk-name=disk.vmdk: want root.img or a file name ending .qcow2, .img or .raw"},
 	} {
 		cmd := newRootCommand()
 		cmd.SetArgs(append([]string{"vm", "--out=" + filepath.Join(t.TempDir(), "x.tar")}, tc.args...))

@@ -183,7 +183,7 @@ func newVMCommand() *cobra.Command {
 	var diskSize, copier string
 	cmd := &cobra.Command{
 		Use: "vm",
-		Short: "A VM image: --kernel to /boot/vmlinuz, --initrd to /boot/initrd.img, a root disk to /disk/root.img " +
+		Short: "A VM image: --kernel to /boot/vmlinuz, --initrd to /boot/initrd.img, a root disk to /disk/root.img (or /disk/<--disk-name>) " +
 			"(--disk, or raw ext4 made from --rootfs or --rootfs-tar with --disk-size), and the copy program /virtpod/bin/vmcopy",
 		Args: cobra.NoArgs,
 	}
@@ -191,7 +191,8 @@ func newVMCommand() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.Kernel, "kernel", "", "guest kernel (bzImage), installed as "+vmimage.KernelPath)
 	fl.StringVar(&f.Initrd, "initrd", "", "guest initramfs, installed as "+vmimage.InitrdPath)
-	fl.StringVar(&f.Disk, "disk", "", "root disk, raw or qcow2, installed as "+vmimage.DiskPath)
+	fl.StringVar(&f.Disk, "disk", "", "root disk, raw or qcow2, installed as "+vmimage.DiskPath+" (or --disk-name)")
+	fl.StringVar(&f.DiskName, "disk-name", "", "the root disk's file name in "+vmimage.DiskDir+": root.img (default), or a KubeVirt containerDisk name ending .qcow2, .img or .raw (e.g. debian-12.qcow2)")
 	fl.StringVar(&f.Rootfs, "rootfs", "", "root filesystem directory to make the root disk from (raw ext4, with --disk-size)")
 	fl.StringVar(&f.RootfsTar, "rootfs-tar", "", "root filesystem tarball, plain or gzip (e.g. from docker export), to make the root disk from (raw ext4, with --disk-size)")
 	fl.StringVar(&diskSize, "disk-size", "", "size of the disk --rootfs or --rootfs-tar makes, e.g. 2Gi or 512Mi (the file is sparse)")

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -154,11 +155,18 @@ func probeCommand(code *int) *cobra.Command {
 				return nil
 			}
 			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			if print {
-				_, _ = io.Copy(os.Stdout, resp.Body)
+				_, _ = os.Stdout.Write(body)
 			}
 			if resp.StatusCode != http.StatusOK {
-				fmt.Fprintf(os.Stderr, "probe: %s answered %s\n", path, resp.Status)
+				// The body's first line is the reason (the guest's state, or its readiness
+				// probe's failure): the kubelet shows it in the pod's Unhealthy event.
+				line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+				if line == "" || print {
+					line = fmt.Sprintf("probe: %s answered %s", path, resp.Status)
+				}
+				fmt.Fprintln(os.Stderr, line)
 				*code = 1
 			}
 			return nil

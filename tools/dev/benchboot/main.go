@@ -2,7 +2,8 @@
 // the runner to the guest's console marker, against plain qemu-system-x86_64 booting the same
 // kernel, initrd and disk under the same acceleration, in alternating pairs so drift on the
 // machine hits both sides alike. It also reports the runner's own memory (its RSS, QEMU not
-// included). It prints figures; it is a benchmark, not a test.
+// included). With -debian it also times the firmware boot of the Debian cloud guest (firmware.go).
+// It prints figures; it is a benchmark, not a test.
 package main
 
 import (
@@ -26,10 +27,24 @@ func main() {
 	pairs := flag.Int("pairs", 5, "number of runner/QEMU pairs")
 	qemuBin := flag.String("qemu", "/usr/bin/qemu-system-x86_64", "qemu-system-x86_64")
 	timeout := flag.Duration("timeout", 2*time.Minute, "longest wait for one boot")
+	debian := flag.String("debian", "", "Debian guest directory (make debian-guest): also time its firmware boot to cloud-init's final message")
+	firmwares := flag.String("firmware", "bios,uefi", "with -debian: the firmwares to time, comma-separated (bios, uefi)")
+	debianPairs := flag.Int("debian-pairs", 3, "with -debian: runner/QEMU pairs per firmware")
+	debianTimeout := flag.Duration("debian-timeout", 8*time.Minute, "with -debian: longest wait for one boot")
 	flag.Parse()
-	if err := bench(*guest, *qemuBin, *pairs, *timeout); err != nil {
-		fmt.Fprintln(os.Stderr, "benchboot:", err)
-		os.Exit(1)
+	if *guest != "" || *debian == "" {
+		if err := bench(*guest, *qemuBin, *pairs, *timeout); err != nil {
+			fmt.Fprintln(os.Stderr, "benchboot:", err)
+			os.Exit(1)
+		}
+	}
+	if *debian != "" {
+		for _, fw := range strings.Split(*firmwares, ",") {
+			if err := benchFirmware(*debian, fw, *qemuBin, *debianPairs, *debianTimeout); err != nil {
+				fmt.Fprintln(os.Stderr, "benchboot:", err)
+				os.Exit(1)
+			}
+		}
 	}
 }
 
@@ -47,9 +62,9 @@ func bench(guest, qemuBin string, pairs int, timeout time.Duration) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	runnerBin := filepath.Join(work, "runner")
-	if out, err := exec.Command("go", "build", "-trimpath", "-o", runnerBin, "github.com/virtpod/virtpod/runner/cmd/virtpod-runner").CombinedOutput(); err != nil {
-		return fmt.Errorf("build the runner: %v\n%s", err, out)
+	runnerBin, err := buildRunner(work)
+	if err != nil {
+		return err
 	}
 	kernel := filepath.Join(guest, "boot", "vmlinuz")
 	initrd := filepath.Join(guest, "boot", "initrd.img")
@@ -96,6 +111,16 @@ func bench(guest, qemuBin string, pairs int, timeout time.Duration) error {
 	return nil
 }
 
+func buildRunner(work string) (string, error) {
+	runnerBin := filepath.Join(work, "runner")
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", runnerBin, "github.com/virtpod/virtpod/runner/cmd/virtpod-runner").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the runner: %v\n%s", err, out)
+	}
+	return runnerBin, nil
+}
+
+func isMarker(line string) bool { return strings.Contains(line, marker) }
+
 func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
@@ -113,7 +138,7 @@ func bootRunner(runnerBin, qemuBin, kernel, initrd, disk, state string, timeout 
 		"--termination-log="+filepath.Join(filepath.Dir(state), filepath.Base(state)+".term"),
 		"--qemu-binary="+qemuBin, "--grace-period-seconds=10")
 	var rss, hwm int64
-	d, err := timeToMarker(cmd, timeout, func() { rss, hwm = memKiB(cmd.Process.Pid) })
+	d, err := timeToMarker(cmd, timeout, isMarker, func() { rss, hwm = memKiB(cmd.Process.Pid) })
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("runner: %w", err)
 	}
@@ -138,7 +163,7 @@ func bootQEMU(qemuBin, kernel, initrd, disk, dir string, timeout time.Duration) 
 		"-kernel", kernel, "-initrd", initrd, "-append", "console=ttyS0 root=/dev/vda rw",
 		"-drive", "if=none,id=root,format=qcow2,file.driver=file,file.filename="+overlay+",cache=none,aio=threads",
 		"-device", "virtio-blk-pci,drive=root", "-serial", "stdio")
-	d, err := timeToMarker(cmd, timeout, nil)
+	d, err := timeToMarker(cmd, timeout, isMarker, nil)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if err != nil {
@@ -147,8 +172,9 @@ func bootQEMU(qemuBin, kernel, initrd, disk, dir string, timeout time.Duration) 
 	return d, nil
 }
 
-// timeToMarker starts cmd and returns the time until the marker appears on its stdout.
-func timeToMarker(cmd *exec.Cmd, timeout time.Duration, atMarker func()) (time.Duration, error) {
+// timeToMarker starts cmd and returns the time until a line isMarker accepts appears on its
+// stdout.
+func timeToMarker(cmd *exec.Cmd, timeout time.Duration, isMarker func(string) bool, atMarker func()) (time.Duration, error) {
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return 0, err
@@ -161,7 +187,7 @@ func timeToMarker(cmd *exec.Cmd, timeout time.Duration, atMarker func()) (time.D
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), marker) {
+			if isMarker(sc.Text()) {
 				found <- time.Since(start)
 				if atMarker != nil {
 					atMarker()
@@ -178,7 +204,7 @@ func timeToMarker(cmd *exec.Cmd, timeout time.Duration, atMarker func()) (time.D
 		return d, nil
 	case <-time.After(timeout):
 		_ = cmd.Process.Kill()
-		return 0, fmt.Errorf("no %s within %v", marker, timeout)
+		return 0, fmt.Errorf("no end marker within %v", timeout)
 	}
 }
 

@@ -21,5 +21,5 @@ demo: cluster-up ## A one-node cluster, the controller, and a running VM.
 
 demo-down: cluster-down ## Stop the demo cluster.
 
-test-e2e: cluster-up capi ## End-to-end tests on the local cluster.
+test-e2e: test-images cluster-up capi ## End-to-end tests on the local cluster.
 	$(CAPI_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -count=1 -timeout 20m -v ./tests/e2e/...

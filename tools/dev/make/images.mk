@@ -39,3 +39,27 @@ image-toolbox: imagebuild runner-deps
 image-guest: imagebuild guest-fixture
 	$(IMAGEBUILD_BIN) vm $(IMAGEBUILD_FLAGS) --tag=$(GUEST_IMAGE) --out=$(IMAGES_DIR)/guest.tar \
 		--kernel=$(GUEST_FIXTURE)/boot/vmlinuz --initrd=$(GUEST_FIXTURE)/boot/initrd.img --disk=$(GUEST_FIXTURE)/disk/root.img
+
+# VM images only the tests use (and `make demo GUEST=debian`), so plain `make images`, and with it
+# `make demo`, stays quick: `make test` and `make test-e2e` build them into $(IMAGES_DIR), and
+# cluster-up imports every archive there.
+DEBIAN_IMAGE ?= localhost/virtpod/debian:dev
+# The Debian guest's raw disk as qcow2: the image's /disk/debian-12.qcow2, KubeVirt's
+# containerDisk layout, converted again only when the raw disk is newer.
+DEBIAN_QCOW2 := $(VIRTPOD_CACHE)/debian-qcow2/debian-12.qcow2
+
+.PHONY: test-images image-debian-guest image-test-vms
+
+test-images: image-debian-guest image-test-vms ## Build the tests' VM images: the Debian cloud guest (qcow2, containerDisk layout), nobootloader, twodisks.
+
+image-debian-guest: imagebuild debian-guest ## The Debian cloud guest as a VM image, $(DEBIAN_IMAGE), disk at /disk/debian-12.qcow2.
+	@mkdir -p $(dir $(DEBIAN_QCOW2))
+	@if [ ! $(DEBIAN_QCOW2) -nt $(DEBIAN_GUEST)/disk/root.img ]; then \
+		echo "qemu-img convert -O qcow2 $(DEBIAN_GUEST)/disk/root.img $(DEBIAN_QCOW2)"; \
+		qemu-img convert -O qcow2 $(DEBIAN_GUEST)/disk/root.img $(DEBIAN_QCOW2).tmp && mv $(DEBIAN_QCOW2).tmp $(DEBIAN_QCOW2); \
+	fi
+	$(IMAGEBUILD_BIN) vm $(IMAGEBUILD_FLAGS) --tag=$(DEBIAN_IMAGE) --out=$(IMAGES_DIR)/debian.tar \
+		--disk=$(DEBIAN_QCOW2) --disk-name=debian-12.qcow2
+
+image-test-vms: ## VM images that must fail: localhost/virtpod/nobootloader:dev and localhost/virtpod/twodisks:dev (tools/dev/testvmimages).
+	go run ./tools/dev/testvmimages -out $(IMAGES_DIR)

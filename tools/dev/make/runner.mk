@@ -4,6 +4,9 @@ GUEST_FIXTURE ?= $(VIRTPOD_CACHE)/guest
 DEBIAN_GUEST  ?= $(VIRTPOD_CACHE)/debian-guest
 RUNNER_BIN    ?= bin/virtpod-runner
 BENCH_PAIRS   ?= 5
+# The Debian guest's firmware boot in bench-boot: which firmwares (empty: skip it), how many pairs.
+BENCH_FIRMWARE     ?= bios,uefi
+BENCH_DEBIAN_PAIRS ?= 3
 
 # The runner and what it uses; the node agent's packages are test-agent's (agent.mk).
 RUNNER_TEST_PKGS := ./runner/ ./runner/kvm/... ./runner/binaries/... ./runner/cmd/virtpod-runner/... ./runner/cmd/vmcopy/... \
@@ -24,8 +27,9 @@ debian-guest: runner-deps ## Build the Debian cloud guest (a disk that boots thr
 test-runner: guest-fixture debian-guest ## Run the runner's tests, booting real guests under TCG.
 	VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) go test -count=1 -timeout 30m $(RUNNER_TEST_PKGS)
 
-bench-boot: guest-fixture ## Runner start -> guest marker vs plain QEMU, in alternating pairs.
-	go run ./tools/dev/benchboot -guest $(GUEST_FIXTURE) -pairs $(BENCH_PAIRS)
+bench-boot: guest-fixture debian-guest ## Runner vs plain QEMU in alternating pairs: the test guest to its marker, the Debian guest through firmware to cloud-init's final message (root).
+	go run ./tools/dev/benchboot -guest $(GUEST_FIXTURE) -pairs $(BENCH_PAIRS) \
+		$(if $(BENCH_FIRMWARE),-debian $(DEBIAN_GUEST) -firmware $(BENCH_FIRMWARE) -debian-pairs $(BENCH_DEBIAN_PAIRS))
 
 build-runner: ## Build the runner binary into $(RUNNER_BIN).
 	CGO_ENABLED=0 go build -trimpath -o $(RUNNER_BIN) ./runner/cmd/virtpod-runner
