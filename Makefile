@@ -45,7 +45,7 @@ test: verify-generated vet control-plane k8s-binaries capi guest-fixture debian-
 	@was_up=no; $(LOCALCLUSTER) status --quiet 2>/dev/null && was_up=yes; \
 	$(MAKE) --no-print-directory cluster-up || exit 1; \
 	$(ENVTEST_ENV) $(CAPI_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) VIRTPOD_IMAGES=$(IMAGES_DIR) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) \
-		go test -count=1 -timeout 30m ./...; rc=$$?; \
+		go test -count=1 -timeout 45m ./...; rc=$$?; \
 	if [ $$was_up = no ]; then $(LOCALCLUSTER) down || rc=1; fi; \
 	exit $$rc
 

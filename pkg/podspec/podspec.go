@@ -113,6 +113,7 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	} else {
 		c.Firmware = firmware(g.Firmware)
 	}
+	c.ReadinessProbe = runnerProbeConfig(g.ReadinessProbe)
 	if g.RootDisk.Size != nil {
 		c.DiskSizeMiB = ceilMiB(*g.RootDisk.Size)
 	}

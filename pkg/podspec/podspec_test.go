@@ -69,7 +69,11 @@ func TestGolden(t *testing.T) {
 		},
 		"firmware-uefi-copy-images": func(vm *vmv1.VirtualMachine, o *podspec.Options) {
 			vm.Spec.Guest.KernelImage, vm.Spec.Guest.Firmware = "", vmv1.FirmwareUEFI
+			vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 8080}}
 			o.CopyImages = true
+		},
+		"readiness-probe-tcp": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
+			vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{Port: 22}}
 		},
 		"user-affinity-and-resources": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.NodeSelector = map[string]string{"pool": "vms"}
@@ -191,5 +195,24 @@ func TestRunnerConfigRoundTrip(t *testing.T) {
 	if secret == nil || secret.SecretName != "boot" || len(secret.Items) != 1 || secret.Items[0].Key != vmv1.DefaultUserDataKey ||
 		secret.Items[0].Path != "user-data" || *secret.DefaultMode != 0o400 {
 		t.Fatalf("cloud-init secret volume: %+v", secret)
+	}
+}
+
+// TestGuestProbeWords: the words the VM's Ready condition uses for the probe a pod was built with.
+func TestGuestProbeWords(t *testing.T) {
+	for _, tc := range []struct {
+		probe *vmv1.GuestProbe
+		want  string
+	}{
+		{nil, ""},
+		{&vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{Port: 22}}, "TCP port 22"},
+		{&vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 8080}}, "HTTP GET of / on port 8080"},
+		{&vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 80, Path: "/healthz?full=1"}}, "HTTP GET of /healthz?full=1 on port 80"},
+	} {
+		vm := baseVM()
+		vm.Spec.Guest.ReadinessProbe = tc.probe
+		if got := podspec.GuestProbe(podspec.Build(vm, podspec.DefaultOptions())); got != tc.want {
+			t.Errorf("probe %+v: %q, want %q", tc.probe, got, tc.want)
+		}
 	}
 }

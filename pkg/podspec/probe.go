@@ -2,30 +2,29 @@ package podspec
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
-// probeFlag is the runner's --readiness-probe value for a guest probe: tcp:PORT or
-// http:PORT/PATH; "" for none.
-func probeFlag(p *vmv1.GuestProbe) string {
+// runnerProbeConfig is the runner's --readiness-probe for a guest probe; the zero Probe for none.
+func runnerProbeConfig(p *vmv1.GuestProbe) runnerconfig.Probe {
 	switch {
 	case p == nil:
-		return ""
+		return runnerconfig.Probe{}
 	case p.TCPSocket != nil:
-		return "tcp:" + strconv.Itoa(int(p.TCPSocket.Port))
+		return runnerconfig.Probe{Kind: runnerconfig.ProbeTCP, Port: p.TCPSocket.Port}
 	case p.HTTPGet != nil:
 		path := p.HTTPGet.Path
 		if path == "" {
 			path = "/"
 		}
-		return "http:" + strconv.Itoa(int(p.HTTPGet.Port)) + path
+		return runnerconfig.Probe{Kind: runnerconfig.ProbeHTTP, Port: p.HTTPGet.Port, Path: path}
 	}
-	return ""
+	return runnerconfig.Probe{}
 }
 
 // GuestProbe describes, in words, the guest readiness probe the pod's runner was given ("" for
@@ -41,14 +40,14 @@ func GuestProbe(pod *corev1.Pod) string {
 			if !ok {
 				continue
 			}
-			if port, ok := strings.CutPrefix(v, "tcp:"); ok {
-				return "TCP port " + port
+			p, err := runnerconfig.ParseProbe(v)
+			if err != nil {
+				return v
 			}
-			if rest, ok := strings.CutPrefix(v, "http:"); ok {
-				port, path, _ := strings.Cut(rest, "/")
-				return fmt.Sprintf("HTTP GET of /%s on port %s", path, port)
+			if p.Kind == runnerconfig.ProbeTCP {
+				return fmt.Sprintf("TCP port %d", p.Port)
 			}
-			return v
+			return fmt.Sprintf("HTTP GET of %s on port %d", p.Path, p.Port)
 		}
 	}
 	return ""

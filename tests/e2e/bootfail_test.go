@@ -76,7 +76,7 @@ func TestGuestBootFailures(t *testing.T) {
 		})
 	}
 	failedWith(t, ns, "noboot", 3*time.Minute, "the root disk has no bootloader", "use a bootable image, or set guest.kernelImage")
-	failedWith(t, ns, "twodisks", 3*time.Minute, "a.qcow2", "b.raw")
+	failedWith(t, ns, "twodisks", 3*time.Minute, "2 disk files (one.img, two.raw)")
 
 	// The probe's VM: the guest runs, but Ready stays False, naming the probe.
 	waitRunning(t, ns, "unready", 0)

@@ -16,10 +16,18 @@ cluster-down: ## Stop the local cluster and remove what it made.
 cluster-status: ## Show the local cluster's components and node.
 	$(LOCALCLUSTER) status
 
-demo: cluster-up ## A one-node cluster, the controller, and a running VM.
-	KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) bash tools/dev/demo.sh
+# GUEST=debian runs the Debian cloud guest (config/samples/debian) instead of the quick test guest.
+GUEST ?= test
+BENCH_COUNT ?= 3
+
+demo: $(if $(filter debian,$(GUEST)),image-debian-guest) cluster-up ## A one-node cluster, the controller, and a running VM (GUEST=debian: the Debian cloud guest).
+	GUEST=$(GUEST) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) bash tools/dev/demo.sh
 
 demo-down: cluster-down ## Stop the demo cluster.
 
 test-e2e: test-images cluster-up capi ## End-to-end tests on the local cluster.
-	$(CAPI_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -count=1 -timeout 20m -v ./tests/e2e/...
+	$(CAPI_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -count=1 -timeout 45m -v ./tests/e2e/...
+
+.PHONY: bench-apply
+bench-apply: image-debian-guest cluster-up ## kubectl apply of the Debian cloud guest -> Running -> DHCP ACK -> cloud-init final, on the local cluster (BENCH_COUNT runs).
+	KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -run '^$$' -bench BenchmarkDebianApplyToCloudInitFinal -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./tests/e2e/
