@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -43,7 +45,23 @@ func (c *cluster) binFor(name string) string {
 	}
 }
 
+// keepInheritedFDsFromDaemons marks every descriptor this process inherited beyond stdio
+// close-on-exec. The cluster's daemons outlive `up`; without this they would hold whatever the
+// caller had open, such as a `flock` lock around `make cluster-up`, for as long as they run.
+func keepInheritedFDsFromDaemons() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}
+
 func main() {
+	keepInheritedFDsFromDaemons()
 	cache := devcache.Root()
 	c := &cluster{}
 	root := &cobra.Command{
