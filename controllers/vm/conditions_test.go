@@ -53,6 +53,7 @@ func ready(p *corev1.Pod) {
 func runnerUp(p *corev1.Pod) {
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 }
+
 // probed is a pod whose runner has a startup probe (the guest runs once it passes) and a guest
 // readiness probe; guestUp marks the startup probe passed.
 func probed(p *corev1.Pod) {
