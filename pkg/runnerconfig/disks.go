@@ -15,7 +15,8 @@ const (
 	// DiskBlock is a block device the kubelet mapped into the pod (a Block claim): the disk.
 	DiskBlock = "block"
 	// DiskFile is a folder on a volume (a Filesystem claim) holding the disk as the file
-	// DiskFileName, made sparse at SizeMiB on first use and never made again.
+	// DiskFileName, made sparse at SizeMiB (the claim's capacity; 0: the volume's size) on
+	// first use and never made again.
 	DiskFile = "file"
 	// DiskEmpty is a folder on an emptyDir: a blank sparse disk of SizeMiB, made at every start.
 	DiskEmpty = "empty"
@@ -132,9 +133,14 @@ func (d Disk) validate(flag string, root bool) error {
 		errs = append(errs, fmt.Errorf("%s: path %q: want an absolute path of letters, digits, '-', '_', '.' and '/'", flag, d.Path))
 	}
 	switch {
-	case d.Kind == DiskEmpty || d.Kind == DiskFile && !root:
+	case d.Kind == DiskEmpty:
 		if d.SizeMiB < 1 {
-			errs = append(errs, fmt.Errorf("%s: size-mib must be at least 1 for a %s disk, got %d", flag, d.Kind, d.SizeMiB))
+			errs = append(errs, fmt.Errorf("%s: size-mib must be at least 1 for an empty disk, got %d", flag, d.SizeMiB))
+		}
+	case d.Kind == DiskFile && !root:
+		// 0: the claim's capacity was not known; the runner takes the volume's size.
+		if d.SizeMiB < 0 {
+			errs = append(errs, fmt.Errorf("%s: size-mib must not be negative, got %d (0 takes the volume's size)", flag, d.SizeMiB))
 		}
 	case d.SizeMiB != 0:
 		errs = append(errs, fmt.Errorf("%s: size-mib is only for file and empty disks (a root disk's size is --disk-size-mib)", flag))
