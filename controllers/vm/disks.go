@@ -30,10 +30,10 @@ const (
 
 // diskFacts are what DisksReady is decided from.
 type diskFacts struct {
-	named   bool                    // the VM names claims, ConfigMaps or Secrets: DisksReady applies
+	named   bool                     // the VM names claims, ConfigMaps or Secrets: DisksReady applies
 	claims  map[string]podspec.Claim // what the runner pod needs of each claim
-	held    *cause                  // why no runner pod may start for the disks; nil when one may
-	summary string                  // DisksReady's message when nothing holds the VM
+	held    *cause                   // why no runner pod may start for the disks; nil when one may
+	summary string                   // DisksReady's message when nothing holds the VM
 }
 
 // checkDisks reads what the VM's disks name. Claims and ConfigMaps are read from the cache
