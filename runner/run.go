@@ -111,12 +111,28 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			initrd = ""
 		}
 	}
-	overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, cfg.RootDisk, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
+	direct := diskimage.SupportsDirectIO(cfg.StateDir)
+	root := rootDisk{cache: qemu.CacheWriteback}
+	if direct {
+		root.cache = qemu.CacheNone
+	}
+	if cfg.RootVolume != nil {
+		if root, err = prepareRootVolume(ctx, cfg, o.QEMUImgBinary, board, log); err != nil {
+			return failf(ExitError, "%v", err)
+		}
+	} else {
+		overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, cfg.RootDisk, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
+		if err != nil {
+			return failf(ExitError, "%v", err)
+		}
+		log.Info("root disk", zap.String("overlay", overlay.Path), zap.String("base", overlay.Base), zap.String("baseFormat", overlay.BaseFormat), zap.Int64("sizeBytes", overlay.SizeBytes), zap.Bool("reused", overlay.Reused))
+		root.path, root.format = overlay.Path, overlay.Format
+	}
+	drives, cleanDisks, err := prepareDisks(cfg, log)
 	if err != nil {
 		return failf(ExitError, "%v", err)
 	}
-	log.Info("root disk", zap.String("overlay", overlay.Path), zap.String("base", overlay.Base), zap.String("baseFormat", overlay.BaseFormat), zap.Int64("sizeBytes", overlay.SizeBytes), zap.Bool("reused", overlay.Reused))
-	direct := diskimage.SupportsDirectIO(cfg.StateDir)
+	defer cleanDisks()
 	seed, err := writeSeed(cfg)
 	if err != nil {
 		return failf(ExitError, "cloud-init seed: %v", err)
@@ -173,14 +189,10 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	serial := filepath.Join(cfg.StateDir, serialSocketName)
 	switch cfg.Provider {
 	case runnerconfig.ProviderQEMU:
-		cache := qemu.CacheWriteback
-		if direct {
-			cache = qemu.CacheNone
-		}
 		spec := qemu.Spec{
 			Name: cfg.Name, Acceleration: cfg.Acceleration, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
 			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
-			DiskPath: overlay.Path, DiskFormat: overlay.Format, DiskCache: cache, SeedPath: seed,
+			DiskPath: root.path, DiskFormat: root.format, DiskCache: root.cache, DiskBlock: root.block, SeedPath: seed, Disks: drives,
 			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),
 		}
 		fw.qemu(&spec)
@@ -191,7 +203,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		hv = newQEMU(binary, o.Launcher, spec, tap, log)
 	case runnerconfig.ProviderCloudHypervisor:
 		hv = newCloudHypervisor(binary, cfg, cloudHypervisorInputs{
-			initrd: initrd, cmdline: cmdline, firmware: fw.code, overlay: overlay, direct: direct, serial: serial, seed: seed,
+			initrd: initrd, cmdline: cmdline, firmware: fw.code, root: root, disks: drives, direct: direct, serial: serial, seed: seed,
 			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
 		}, log)
 	}
