@@ -1,5 +1,6 @@
-# The local cluster's dynamic storage provisioner: rancher's local-path-provisioner, pinned and
-# built from the Go module proxy (tools/dev/localpathbin), shipped as an image made by imagebuild.
+# Storage: the local cluster's dynamic provisioner (rancher's local-path-provisioner, pinned,
+# built from the Go module proxy in tools/dev/localpathbin, shipped as an image imagebuild makes)
+# and the disk benchmark. Included from the top Makefile.
 LOCALPATH_VERSION := v0.0.30
 LOCALPATH_DIR := $(VIRTPOD_CACHE)/local-path-provisioner-$(LOCALPATH_VERSION)
 LOCALPATH_BIN := $(LOCALPATH_DIR)/local-path-provisioner
@@ -14,3 +15,8 @@ local-path-provisioner: $(LOCALPATH_BIN) ## Build rancher's local-path-provision
 image-local-path-provisioner: imagebuild $(LOCALPATH_BIN)
 	$(IMAGEBUILD_BIN) local-path-provisioner $(IMAGEBUILD_FLAGS) --binary=$(LOCALPATH_BIN) \
 		--tag=localhost/virtpod/local-path-provisioner:$(LOCALPATH_VERSION) --out=$(IMAGES_DIR)/local-path-provisioner.tar
+
+.PHONY: bench-disk
+bench-disk: guest-fixture ## Disk throughput in the guest (TCG) vs on the host, same file, plus filling a 1 GiB claim from an image.
+	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -run '^$$' -bench BenchmarkDisk -benchtime 1x -count 1 ./runner/ $(BENCH_ARGS)
+	go test -run '^$$' -bench BenchmarkFill1GiB -benchtime 1x -count 3 ./pkg/volumedisk/ $(BENCH_ARGS)
