@@ -147,6 +147,25 @@ func (r *Reconciler) claimUsable(ctx context.Context, vm *vmv1.VirtualMachine, p
 // a VM whose runner pod exists holds it; otherwise the VM created first that wants to run. So two
 // VMs that both wait agree on which goes first, whichever the controller looks at first.
 func (r *Reconciler) claimTaken(ctx context.Context, vm *vmv1.VirtualMachine, claim string) (*cause, error) {
+	// First the pods themselves: a runner pod still shutting down (its VM restarting, halted or
+	// deleted) has a guest that may still write, whatever its VM's status says by now.
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(vm.Namespace), client.MatchingLabels{podspec.LabelManagedBy: podspec.ManagedBy}); err != nil {
+		return nil, r.fail("list-claim-pods", err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if ownedBy(p, vm) || podEnded(p) {
+			continue
+		}
+		for _, v := range p.Spec.Volumes {
+			if c := v.PersistentVolumeClaim; c != nil && c.ClaimName == claim && (!c.ReadOnly || vm.Spec.Guest.WritesClaim(claim)) {
+				owner := p.Labels[podspec.LabelVMName]
+				return &cause{vmv1.ReasonClaimInUse, fmt.Sprintf("PersistentVolumeClaim %q is in use by VirtualMachine %s (runner pod %s): two VMs never write one disk; stop %s (runStrategy: Halted) or give this VM another claim",
+					claim, owner, p.Name, owner)}, nil
+			}
+		}
+	}
 	list := &vmv1.VirtualMachineList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(vm.Namespace), client.MatchingFields{indexClaims: claim}); err != nil {
 		return nil, r.fail("list-claim-users", err)
@@ -248,4 +267,25 @@ func secretDisksHint(pod *corev1.Pod) string {
 		return ""
 	}
 	return fmt.Sprintf("; the pod mounts Secret %s for disks: if one is missing, the pod's FailedMount event says so", strings.Join(names, ", "))
+}
+
+// vmsSharingPodClaims maps a runner pod's end or deletion to the VMs, other than its own, that
+// name one of its claims.
+func (r *Reconciler) vmsSharingPodClaims(ctx context.Context, o client.Object) []reconcile.Request {
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		for _, req := range r.vmsNaming(indexClaims)(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}}) {
+			if req.Name != pod.Labels[podspec.LabelVMName] {
+				reqs = append(reqs, req)
+			}
+		}
+	}
+	return reqs
 }

@@ -162,18 +162,43 @@ func TestClaimInUse(t *testing.T) {
 	class := storageClass(t, "disks-wffc", storagev1.VolumeBindingWaitForFirstConsumer)
 	claim(t, ns, "shared", class, corev1.PersistentVolumeFilesystem)
 	first := create(t, diskVM(ns, "first", claimDisk("data", "shared", false)))
-	waitPod(t, first, "")
+	bind(t, waitPod(t, first, ""), "disks-node")
 	second := kubeapi.SampleVM(ns, "second")
 	second.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "shared"}
 	create(t, second)
 	held(t, second, vmv1.ReasonClaimInUse, `PersistentVolumeClaim "shared" is in use by VirtualMachine first`, "stop first (runStrategy: Halted)")
 
+	// Halted, the first VM's pod shuts down (on a node, with no kubelet here, it stays
+	// terminating): its guest may still write, so the second waits for the pod to be gone.
 	halt := getVM(t, first)
 	halt.Spec.RunStrategy = vmv1.RunHalted
 	if err := env.Client.Update(ctx, halt); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, first, vmv1.PhaseStopped, vmv1.ConditionReady, metav1.ConditionFalse, vmv1.ReasonHalted)
+	eventually(t, "the first VM's pod terminating", func() error {
+		p, err := runnerPod(first)
+		if err != nil || p.DeletionTimestamp == nil {
+			return fmt.Errorf("pod %v, %v", p.DeletionTimestamp, err)
+		}
+		return nil
+	})
+	held(t, second, vmv1.ReasonClaimInUse, `in use by VirtualMachine first (runner pod first-runner)`)
+	// The VM goes; its pod (no garbage collector here) stays until deleted: only the pod's own
+	// deletion can wake the second VM now.
+	if err := env.Client.Delete(ctx, getVM(t, first)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first VM gone", func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(first), &vmv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	held(t, second, vmv1.ReasonClaimInUse, `in use by VirtualMachine first (runner pod first-runner)`)
+	old, _ := runnerPod(first)
+	if err := env.Client.Delete(ctx, old, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
 	waitPod(t, second, "")
 	if _, err := runnerPod(first); !apierrors.IsNotFound(err) {
 		t.Fatalf("two runner pods on one writable claim: %v", err)

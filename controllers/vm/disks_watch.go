@@ -48,6 +48,14 @@ func (r *Reconciler) watchDisks(mgr ctrl.Manager, b *builder.Builder) (*builder.
 					n.DeletionTimestamp != nil || o.Spec.RunStrategy != n.Spec.RunStrategy)
 			},
 		}))
+	// A runner pod that ends or goes away frees its claims, whatever its VM does meanwhile.
+	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.vmsSharingPodClaims),
+		builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !podEnded(e.ObjectOld.(*corev1.Pod)) && podEnded(e.ObjectNew.(*corev1.Pod))
+			},
+		}))
 	if r.ConfigMaps == nil {
 		c, err := cache.New(mgr.GetConfig(), cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 		if err != nil {
