@@ -8,6 +8,7 @@ include tools/dev/make/images.mk
 include tools/dev/make/cluster.mk
 include tools/dev/make/agent.mk
 include tools/dev/make/capi.mk
+include tools/dev/make/storage.mk
 
 CONTROLLER_GEN := go tool controller-gen
 

@@ -12,6 +12,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/cloudhypervisor"
 	"github.com/virtpod/virtpod/pkg/diskimage"
 	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner/binaries"
 )
@@ -20,8 +21,9 @@ type cloudHypervisorInputs struct {
 	initrd, cmdline, serial, apiSocket string
 	firmware                           string // without a kernel: the UEFI firmware the disk boots through
 	seed                               string // cloud-init seed image; "" for none
-	overlay                            diskimage.Overlay
-	direct                             bool
+	root                               rootDisk
+	disks                              []qemu.Drive // data disks, as the QEMU builder takes them
+	direct                             bool         // the state directory (the seed's) takes O_DIRECT
 	plumbing                           *guestnet.Plumbing
 }
 
@@ -65,8 +67,12 @@ func (c *chVM) Quit(ctx context.Context) error {
 func (c *chVM) Start(ctx context.Context) error {
 	spec := cloudhypervisor.Spec{
 		CPUs: c.cfg.CPUs, MemoryMiB: c.cfg.MemoryMiB, Kernel: c.cfg.Kernel, Initrd: c.in.initrd, Cmdline: c.in.cmdline, Firmware: c.in.firmware,
-		DiskPath: c.in.overlay.Path, DiskFormat: c.in.overlay.Format, DirectIO: c.in.direct, SerialSocket: c.in.serial,
+		DiskPath: c.in.root.path, DiskFormat: c.in.root.format, DirectIO: c.in.direct && c.in.root.cache == qemu.CacheNone, SerialSocket: c.in.serial,
 		SeedPath: c.in.seed,
+	}
+	for _, d := range c.in.disks {
+		spec.Disks = append(spec.Disks, cloudhypervisor.DataDisk{Serial: d.Serial, Path: d.Path, Qcow2: d.Format == diskimage.FormatQCOW2,
+			ReadOnly: d.ReadOnly, DirectIO: d.Cache == qemu.CacheNone})
 	}
 	if p := c.in.plumbing; p != nil {
 		spec.TapName, spec.MAC, spec.MTU = p.Tap, p.GuestMAC, p.Pod.MTU

@@ -25,7 +25,7 @@ const marker = "VIRTPOD-GUEST-READY"
 
 // need skips a test whose host requirements are missing, and fails it instead under CI=true,
 // where a skip would hide that the suite did not run.
-func need(t *testing.T, ok bool, why string) {
+func need(t testing.TB, ok bool, why string) {
 	t.Helper()
 	prereq.Need(t, ok, why+"; run tools/dev/ci/install-deps.sh and make guest-fixture")
 }
@@ -36,7 +36,7 @@ func haveBinary(name string) bool {
 }
 
 // guestFixture is the directory `make guest-fixture` builds.
-func guestFixture(t *testing.T) string {
+func guestFixture(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("VIRTPOD_GUEST")
 	if dir == "" {
@@ -48,7 +48,7 @@ func guestFixture(t *testing.T) string {
 }
 
 // needGuestHost checks what booting a guest needs.
-func needGuestHost(t *testing.T) string {
+func needGuestHost(t testing.TB) string {
 	t.Helper()
 	need(t, os.Geteuid() == 0, "needs root (network namespaces, bridge and tap)")
 	need(t, haveBinary("qemu-system-x86_64") && haveBinary("qemu-img"), "needs qemu-system-x86 and qemu-utils")
@@ -72,7 +72,7 @@ var (
 )
 
 // runnerBinary builds the runner once per test binary.
-func runnerBinary(t *testing.T) string {
+func runnerBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "virtpod-runner-")
@@ -198,7 +198,7 @@ func (l *lockedBuffer) String() string {
 }
 
 // baseArgs is a runner configuration for the guest fixture under TCG.
-func baseArgs(t *testing.T, guest, name string) []string {
+func baseArgs(t testing.TB, guest, name string) []string {
 	return []string{
 		"--name=" + name, "--accel=tcg", "--cpus=1", "--memory-mib=256",
 		"--kernel=" + filepath.Join(guest, "boot", "vmlinuz"),
@@ -209,7 +209,7 @@ func baseArgs(t *testing.T, guest, name string) []string {
 }
 
 // startRunner starts the runner, inside netns when it is not empty.
-func startRunner(t *testing.T, netns string, args ...string) *runnerProc {
+func startRunner(t testing.TB, netns string, args ...string) *runnerProc {
 	t.Helper()
 	bin := runnerBinary(t)
 	r := &runnerProc{markerSeen: make(chan struct{}), exited: make(chan struct{})}

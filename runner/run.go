@@ -113,17 +113,36 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		}
 	}
 	// --root-disk names the disk, or the VM image's /disk, which holds it as root.img or as a
-	// containerDisk's one disk file.
-	base, _, err := diskfile.Resolve(cfg.RootDisk)
-	if err != nil {
-		return failf(ExitRootDiskUnusable, "root disk: %v", err)
+	// containerDisk's one disk file; with a root volume it is what fills the volume once.
+	if cfg.RootDisk != "" {
+		base, _, err := diskfile.Resolve(cfg.RootDisk)
+		if err != nil {
+			return failf(ExitRootDiskUnusable, "root disk: %v", err)
+		}
+		cfg.RootDisk = base
 	}
-	overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, base, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
+	direct := diskimage.SupportsDirectIO(cfg.StateDir)
+	root := rootDisk{cache: qemu.CacheWriteback}
+	if direct {
+		root.cache = qemu.CacheNone
+	}
+	if cfg.RootVolume != nil {
+		if root, err = prepareRootVolume(ctx, cfg, o.QEMUImgBinary, board, log); err != nil {
+			return failf(ExitError, "%v", err)
+		}
+	} else {
+		overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, cfg.RootDisk, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
+		if err != nil {
+			return failf(ExitError, "%v", err)
+		}
+		log.Info("root disk", zap.String("overlay", overlay.Path), zap.String("base", overlay.Base), zap.String("baseFormat", overlay.BaseFormat), zap.Int64("sizeBytes", overlay.SizeBytes), zap.Bool("reused", overlay.Reused))
+		root.path, root.format = overlay.Path, overlay.Format
+	}
+	drives, cleanDisks, err := prepareDisks(cfg, log)
 	if err != nil {
 		return failf(ExitError, "%v", err)
 	}
-	log.Info("root disk", zap.String("overlay", overlay.Path), zap.String("base", overlay.Base), zap.String("baseFormat", overlay.BaseFormat), zap.Int64("sizeBytes", overlay.SizeBytes), zap.Bool("reused", overlay.Reused))
-	direct := diskimage.SupportsDirectIO(cfg.StateDir)
+	defer cleanDisks()
 	seed, err := writeSeed(cfg)
 	if err != nil {
 		return failf(ExitError, "cloud-init seed: %v", err)
@@ -188,14 +207,10 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	serial := filepath.Join(cfg.StateDir, serialSocketName)
 	switch cfg.Provider {
 	case runnerconfig.ProviderQEMU:
-		cache := qemu.CacheWriteback
-		if direct {
-			cache = qemu.CacheNone
-		}
 		spec := qemu.Spec{
 			Name: cfg.Name, Acceleration: cfg.Acceleration, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
 			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
-			DiskPath: overlay.Path, DiskFormat: overlay.Format, DiskCache: cache, SeedPath: seed,
+			DiskPath: root.path, DiskFormat: root.format, DiskCache: root.cache, DiskBlock: root.block, SeedPath: seed, Disks: drives,
 			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),
 		}
 		fw.qemu(&spec)
@@ -206,7 +221,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		hv = newQEMU(binary, o.Launcher, spec, tap, log)
 	case runnerconfig.ProviderCloudHypervisor:
 		hv = newCloudHypervisor(binary, cfg, cloudHypervisorInputs{
-			initrd: initrd, cmdline: cmdline, firmware: fw.code, overlay: overlay, direct: direct, serial: serial, seed: seed,
+			initrd: initrd, cmdline: cmdline, firmware: fw.code, root: root, disks: drives, direct: direct, serial: serial, seed: seed,
 			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
 		}, log)
 	}

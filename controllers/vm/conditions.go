@@ -208,6 +208,7 @@ func startingReason(pod *corev1.Pod) (string, string) {
 		msg += fmt.Sprintf("; the pod mounts cloud-init Secret %q (keys %s): if that Secret or a key is missing, the pod's FailedMount event says so",
 			s.SecretName, strings.Join(keys, ", "))
 	}
+	msg += secretDisksHint(pod)
 	return vmv1.ReasonStarting, msg
 }
 
@@ -299,4 +300,19 @@ func imagesDiff(have, want vmv1.Images) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// setDisksReady: whether what the VM's disks name is there; the condition is only on VMs that
+// name claims, ConfigMaps or Secrets, and is removed when they no longer do.
+func setDisksReady(st *vmv1.VirtualMachineStatus, generation int64, d diskFacts) {
+	if !d.named {
+		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionDisksReady)
+		return
+	}
+	c := metav1.Condition{Type: vmv1.ConditionDisksReady, Status: metav1.ConditionTrue, ObservedGeneration: generation,
+		Reason: vmv1.ReasonDisksReady, Message: d.summary}
+	if d.held != nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, d.held.reason, d.held.message
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
 }

@@ -36,6 +36,9 @@ type Reconciler struct {
 	// ImageMap is the controller-level image map; nil when --image-map is not set.
 	ImageMap *imagemapwatch.Source
 	Metrics  *Metrics
+	// ConfigMaps reads ConfigMaps' metadata (whether a disk's ConfigMap exists); SetupWithManager
+	// gives it a cache of its own when nil (disks.go).
+	ConfigMaps client.Reader
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -76,6 +79,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	opts.Class = prov.class
 	images := podspec.Images(vm, opts)
+	disks, err := r.checkDisks(ctx, vm, pod)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	opts.Claims = disks.claims
 
 	next := vm.DeepCopy()
 	var result reconcile.Result
@@ -106,6 +114,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Stopped: no pod until the strategy changes.
 	case pod == nil && prov.blocked:
 		held = &prov.why // no new start: ProviderAvailable says why
+	case pod == nil && disks.held != nil:
+		held = disks.held // no new start: DisksReady says why; a claim's or ConfigMap's event brings us back
 	case pod == nil:
 		if rerunRequested(vm) {
 			if err := r.rerun(ctx, vm, next, nil); err != nil {
@@ -152,6 +162,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setImagesCurrent(&next.Status, vm.Generation, pod, images, false)
 	setProviderAvailable(&next.Status, vm.Generation, prov)
 	setSoftwareEmulation(&next.Status, vm)
+	setDisksReady(&next.Status, vm.Generation, disks)
 	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
 	} else if err != nil {

@@ -28,6 +28,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameVal
 	}); err != nil {
 		return err
 	}
+	if err := r.indexDisks(mgr); err != nil {
+		return err
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("virtualmachine").
 		For(&vmv1.VirtualMachine{}).
@@ -62,6 +65,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int, skipNameVal
 		builder.OnlyMetadata, builder.WithPredicates(predicate.Funcs{
 			CreateFunc: func(event.CreateEvent) bool { return false }, DeleteFunc: func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false }, UpdateFunc: podSecurityChanged}))
+	b, err := r.watchDisks(mgr, b)
+	if err != nil {
+		return err
+	}
 	return b.Complete(r)
 }
 

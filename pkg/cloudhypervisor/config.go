@@ -49,6 +49,7 @@ type DiskConfig struct {
 	Direct       bool   `json:"direct,omitempty"`
 	ImageType    string `json:"image_type,omitempty"`    // Qcow2 or Raw
 	BackingFiles bool   `json:"backing_files,omitempty"` // let a qcow2 overlay open its base
+	Serial       string `json:"serial,omitempty"`
 }
 
 type NetConfig struct {
@@ -76,9 +77,10 @@ type Spec struct {
 	Firmware string
 
 	DiskPath   string
-	DiskFormat string // qcow2 or raw
-	DirectIO   bool   // O_DIRECT, as QEMU's cache=none
-	SeedPath   string // cloud-init NoCloud seed image (raw), attached read-only after the root disk; "" for none
+	DiskFormat string     // qcow2 or raw
+	DirectIO   bool       // O_DIRECT, as QEMU's cache=none
+	SeedPath   string     // cloud-init NoCloud seed image (raw), attached read-only after the root disk; "" for none
+	Disks      []DataDisk // data disks, after the seed (disks.go)
 
 	TapName string // "" for no network
 	MAC     net.HardwareAddr
@@ -129,6 +131,8 @@ func Build(s Spec) (VMConfig, error) {
 			errs = append(errs, fmt.Errorf("%q is not UTF-8, which cloud-hypervisor's JSON API cannot carry", v))
 		}
 	}
+	data, diskErrs := dataDisks(s.Disks)
+	errs = append(errs, diskErrs...)
 	if err := errors.Join(errs...); err != nil {
 		return VMConfig{}, err
 	}
@@ -147,6 +151,7 @@ func Build(s Spec) (VMConfig, error) {
 	if s.SeedPath != "" {
 		c.Disks = append(c.Disks, DiskConfig{ID: "cidata", Path: s.SeedPath, Readonly: true, Direct: s.DirectIO, ImageType: "Raw"})
 	}
+	c.Disks = append(c.Disks, data...)
 	if s.TapName != "" {
 		c.Net = []NetConfig{{ID: "net0", Tap: s.TapName, MAC: s.MAC.String(), MTU: s.MTU}}
 	}

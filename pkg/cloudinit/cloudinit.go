@@ -1,18 +1,15 @@
 // Package cloudinit writes a cloud-init NoCloud seed image: an ISO 9660 file system with Rock
 // Ridge names and the volume label cidata, holding user-data, meta-data and, when given,
 // network-config. cloud-init finds such a disk by its label and reads the files from it. The
-// image is made in Go (github.com/diskfs/go-diskfs), so the runner needs no genisoimage.
+// image is made by pkg/isodisk, in Go.
 package cloudinit
 
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 
-	"github.com/diskfs/go-diskfs/backend/file"
-	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+	"github.com/virtpod/virtpod/pkg/isodisk"
 )
 
 // Label is the volume label cloud-init's NoCloud source looks for.
@@ -57,62 +54,19 @@ func (s Seed) MetaData() ([]byte, error) {
 	return fmt.Appendf(nil, "instance-id: %s\nlocal-hostname: %s\n", s.InstanceID, s.Hostname), nil
 }
 
-// Write writes the seed image to path, replacing an older one only once the new one is complete.
-// Scratch files go in a private directory beside path: the data is secret, so it stays in the
-// directory the caller chose (never /tmp), and is removed afterwards.
+// Write writes the seed image to path, replacing an older one only once the new one is complete
+// (pkg/isodisk: scratch files stay beside path, never in /tmp, and are removed).
 func Write(path string, s Seed) error {
 	meta, err := s.MetaData()
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	work, err := os.MkdirTemp(dir, ".cidata-") // mode 0700
-	if err != nil {
-		return fmt.Errorf("cloud-init seed: %w", err)
-	}
-	defer os.RemoveAll(work)
 	files := map[string][]byte{UserDataFile: s.UserData, MetaDataFile: meta}
 	if s.NetworkConfig != nil {
 		files[NetworkConfigFile] = s.NetworkConfig
 	}
-	tree := filepath.Join(work, "tree")
-	if err := os.Mkdir(tree, 0o700); err != nil {
-		return fmt.Errorf("cloud-init seed: %w", err)
-	}
-	for name, data := range files {
-		// 0600: the guest sees Rock Ridge modes; user-data is for root (cloud-init) only.
-		if err := os.WriteFile(filepath.Join(tree, name), data, 0o600); err != nil {
-			return fmt.Errorf("cloud-init seed: %w", err)
-		}
-	}
-	tmp := filepath.Join(work, "seed.iso")
-	if err := writeISO(tmp, tree); err != nil {
-		return fmt.Errorf("cloud-init seed %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := isodisk.Write(path, Label, files); err != nil {
 		return fmt.Errorf("cloud-init seed: %w", err)
 	}
 	return nil
-}
-
-// writeISO makes an ISO 9660 image of the files in tree. go-diskfs builds the image from a
-// workspace directory; tree is that directory, and Finalize removes it.
-func writeISO(path, tree string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	// Size 0: the image is as large as its contents; Finalize writes every block.
-	fsys, err := iso9660.Create(file.New(f, false), 0, 0, 2048, tree)
-	if err != nil {
-		return err
-	}
-	if err := fsys.Finalize(iso9660.FinalizeOptions{RockRidge: true, VolumeIdentifier: Label}); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return f.Close()
 }

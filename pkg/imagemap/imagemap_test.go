@@ -113,8 +113,8 @@ func TestPatternMatchesCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	escaped := strings.ReplaceAll(imagemap.ReferencePattern, `\`, `\\`)
-	if n := strings.Count(string(crd), "self.matches('"+escaped+"')"); n != 3 {
-		t.Fatalf("the CRD uses the reference pattern %d times, want 3 (runnerImage, kernelImage, rootDisk.image)", n)
+	if n := strings.Count(string(crd), "self.matches('"+escaped+"')"); n != 4 {
+		t.Fatalf("the CRD uses the reference pattern %d times, want 4 (runnerImage, kernelImage, rootDisk.image, disks[].image.ref)", n)
 	}
 }
 

@@ -63,6 +63,9 @@ type Options struct {
 	CopyImages bool
 	// Class is the VM's ProviderClass: its node selector, tolerations and overhead shape the pod.
 	Class *vmv1.ProviderClass
+	// Claims are the PersistentVolumeClaims the VM's disks name, as the controller read them
+	// (disks.go): a claim's volumeMode decides between a mount and a device.
+	Claims map[string]Claim
 }
 
 // DefaultOptions are the settings the manager starts with.
@@ -93,13 +96,12 @@ func Labels(vm *vmv1.VirtualMachine) map[string]string {
 func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	g := vm.Spec.Guest
 	c := runnerconfig.Config{
-		Name:         vm.Name,
-		Provider:     string(vm.Spec.Provider),
-		Acceleration: runnerconfig.AccelKVM,
-		CPUs:         g.CPUs,
-		MemoryMiB:    ceilMiB(g.Memory),
-		// The disk image's whole /disk: the runner picks root.img or the one containerDisk file.
-		RootDisk:           diskMount + vmimage.DiskDir,
+		Name:               vm.Name,
+		Provider:           string(vm.Spec.Provider),
+		Acceleration:       runnerconfig.AccelKVM,
+		CPUs:               g.CPUs,
+		MemoryMiB:          ceilMiB(g.Memory),
+		RootDisk:           rootDiskPath(g.RootDisk),
 		StateDir:           runnerconfig.DefaultStateDir,
 		HTTPAddr:           runnerconfig.DefaultHTTPAddr,
 		Network:            runnerconfig.NetworkPod,
@@ -131,6 +133,15 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	}
 	c.Defaults()
 	return c
+}
+
+// rootDiskPath is where the root-disk image is mounted; "" when the root disk is a claim alone.
+func rootDiskPath(r vmv1.RootDisk) string {
+	if r.Image == "" {
+		return ""
+	}
+	// The disk image's whole /disk: the runner picks root.img or the one containerDisk file.
+	return diskMount + vmimage.DiskDir
 }
 
 // Images are the images vm's next runner pod is built from: the spec's, with the runner image
@@ -188,6 +199,7 @@ func PodImages(pod *corev1.Pod) vmv1.Images {
 // Build renders the runner pod of vm.
 func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
 	images := Images(vm, opts)
+	dp := disks(vm, opts)
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -219,15 +231,18 @@ func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
 				// set (Pod Security baseline allows it); it concerns this pod's network only.
 				Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}},
 			},
-			Containers: []corev1.Container{runner(vm, images, opts)},
-			Volumes:    volumes(vm, images, opts.CopyImages),
+			Containers: []corev1.Container{runner(vm, images, opts, dp)},
+			Volumes:    append(volumes(vm, images, opts.CopyImages), dp.volumes...),
 		},
 	}
 	if opts.CopyImages {
 		if images.Kernel != "" {
 			pod.Spec.InitContainers = append(pod.Spec.InitContainers, copier(kernelVolume, images.Kernel, vmimage.BootDir, kernelMount))
 		}
-		pod.Spec.InitContainers = append(pod.Spec.InitContainers, copier(diskVolume, images.RootDisk, vmimage.DiskDir, diskMount))
+		if images.RootDisk != "" {
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, copier(diskVolume, images.RootDisk, vmimage.DiskDir, diskMount))
+		}
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, dp.copiers...)
 	}
 	return pod
 }
@@ -251,8 +266,9 @@ func copier(name, image, src, mount string) corev1.Container {
 	}
 }
 
-func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options) corev1.Container {
+func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskParts) corev1.Container {
 	cfg := RunnerConfig(vm)
+	cfg.Disks, cfg.RootVolume = dp.disks, dp.rootDisk
 	c := corev1.Container{
 		Name:                     RunnerContainer,
 		Image:                    images.Runner,
@@ -293,10 +309,14 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options) corev1.Co
 	if images.Kernel != "" {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: kernelVolume, MountPath: kernelMount, ReadOnly: true})
 	}
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: diskVolume, MountPath: diskMount, ReadOnly: true})
+	if images.RootDisk != "" {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: diskVolume, MountPath: diskMount, ReadOnly: true})
+	}
 	if vm.Spec.Guest.CloudInit != nil {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: CloudInitVolume, MountPath: cloudInitMount, ReadOnly: true})
 	}
+	c.VolumeMounts = append(c.VolumeMounts, dp.mounts...)
+	c.VolumeDevices = dp.devices
 	for _, p := range vm.Spec.Guest.Ports {
 		c.Ports = append(c.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.Port, Protocol: protocol(p.Protocol)})
 	}
@@ -333,7 +353,9 @@ func volumes(vm *vmv1.VirtualMachine, images vmv1.Images, copyImages bool) []cor
 	if images.Kernel != "" {
 		vols = append(vols, corev1.Volume{Name: kernelVolume, VolumeSource: image(images.Kernel)})
 	}
-	vols = append(vols, corev1.Volume{Name: diskVolume, VolumeSource: image(images.RootDisk)})
+	if images.RootDisk != "" {
+		vols = append(vols, corev1.Volume{Name: diskVolume, VolumeSource: image(images.RootDisk)})
+	}
 	if ci := vm.Spec.Guest.CloudInit; ci != nil {
 		vols = append(vols, corev1.Volume{Name: CloudInitVolume, VolumeSource: corev1.VolumeSource{Secret: cloudInitSecret(ci)}})
 	}

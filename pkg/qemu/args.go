@@ -48,13 +48,17 @@ type Spec struct {
 	FirmwareCode string // bios: the SeaBIOS image; uefi: OVMF's code (never written)
 	FirmwareVars string // uefi: this guest's writable copy of OVMF's variable store
 
-	DiskPath   string // the writable root disk (the qcow2 overlay)
+	DiskPath   string // the writable root disk (the qcow2 overlay, or a claim's disk)
 	DiskFormat string // qcow2 or raw
 	DiskCache  string // CacheNone or CacheWriteback
+	DiskBlock  bool   // DiskPath is a block device (a Block claim), not a file
 
 	// SeedPath is a cloud-init NoCloud seed image (raw ISO 9660), attached read-only as the
 	// second virtio disk; "" for none.
 	SeedPath string
+
+	// Disks are the data disks, attached after the root disk and the seed (disks.go).
+	Disks []Drive
 
 	// TapFD is the file descriptor number, in QEMU's process, of an open tap device;
 	// 0 means the guest has no network.
@@ -121,7 +125,7 @@ func Args(s Spec) ([]string, error) {
 	args = append(args,
 		// file.driver=file makes the path a plain file name: QEMU would otherwise read
 		// "json:{...}" or "nbd:..." in a bare file= as a protocol.
-		"-drive", "if=none,id=root,format="+s.DiskFormat+",file.driver=file,file.filename="+optValue(s.DiskPath)+",cache="+s.DiskCache+",aio=threads,discard=unmap",
+		"-drive", "if=none,id=root,format="+s.DiskFormat+",file.driver="+driver(s.DiskBlock)+",file.filename="+optValue(s.DiskPath)+",cache="+s.DiskCache+",aio=threads,discard=unmap",
 		"-device", rootDevice,
 	)
 	if s.SeedPath != "" {
@@ -132,6 +136,7 @@ func Args(s Spec) ([]string, error) {
 			"-device", "virtio-blk-pci,drive=cidata",
 		)
 	}
+	args = append(args, driveArgs(s.Disks)...)
 	if s.TapFD > 0 {
 		args = append(args,
 			"-netdev", "tap,id=net0,fd="+strconv.Itoa(s.TapFD)+",vhost=off",
@@ -211,6 +216,10 @@ func (s Spec) validate() error {
 	} else if s.Firmware != "" || s.FirmwareCode != "" || s.FirmwareVars != "" {
 		errs = append(errs, fmt.Errorf("firmware %q: a guest booted from a kernel takes no firmware boot settings", s.Firmware))
 	}
+	if s.DiskBlock && s.DiskFormat != "raw" {
+		errs = append(errs, errors.New("a root disk on a block device is raw"))
+	}
+	errs = append(errs, validateDrives(s.Disks)...)
 	if s.TapFD > 0 && len(s.MAC) != 6 {
 		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))
 	}

@@ -83,6 +83,10 @@ type Config struct {
 
 	// ReadinessProbe, when set, is checked at the pod IP; the runner is ready only while it passes.
 	ReadinessProbe Probe
+	// Disks kept apart from the overlay root disk (disks.go): the data disks, in the guest's
+	// order, and the root disk when it lives on a claim (then RootDisk, if set, fills it once).
+	Disks      []Disk
+	RootVolume *Disk
 }
 
 // Defaults fills what the caller left empty.
@@ -146,9 +150,10 @@ func (c *Config) Validate() error {
 	} else if c.Firmware != "" {
 		errs = append(errs, errors.New("--firmware: only without --kernel (a guest boots from a kernel or from its disk)"))
 	}
-	if c.RootDisk == "" {
-		errs = append(errs, errors.New("--root-disk: the path of the root-disk image is required"))
+	if c.RootDisk == "" && c.RootVolume == nil {
+		errs = append(errs, errors.New("--root-disk: the path of the root-disk image is required (or --root-volume, a root disk kept on a claim)"))
 	}
+	errs = append(errs, c.validateDisks()...)
 	if c.DiskSizeMiB < 0 {
 		errs = append(errs, fmt.Errorf("--disk-size-mib: must not be negative, got %d (0 keeps the image size)", c.DiskSizeMiB))
 	}
@@ -235,7 +240,9 @@ func (c Config) Args() []string {
 	if c.KernelArgs != "" {
 		args = append(args, "--kernel-args="+c.KernelArgs)
 	}
-	args = append(args, "--root-disk="+c.RootDisk)
+	if c.RootDisk != "" {
+		args = append(args, "--root-disk="+c.RootDisk)
+	}
 	if c.DiskSizeMiB > 0 {
 		args = append(args, "--disk-size-mib="+strconv.FormatInt(c.DiskSizeMiB, 10))
 	}
@@ -262,7 +269,7 @@ func (c Config) Args() []string {
 	if c.ReadinessProbe.IsSet() {
 		args = append(args, "--readiness-probe="+c.ReadinessProbe.String())
 	}
-	return args
+	return append(args, c.diskArgs()...)
 }
 
 // portList collects repeated --port flags.
@@ -310,6 +317,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.CloudInitUserData, "cloud-init-user-data", "", "path of a user-data file: attach a cloud-init NoCloud seed disk (label cidata) built from it")
 	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")
 	fs.Var(probeValue{&c.ReadinessProbe}, "readiness-probe", "guest readiness probe at the pod IP: tcp:PORT (a connection) or http:PORT/PATH (a GET answered 2xx or 3xx); checked every 2s, 1s timeout")
+	c.bindDisks(fs)
 }
 
 type int32Value struct{ p *int32 }

@@ -20,6 +20,31 @@ const (
 	ConditionSoftwareEmulation = "SoftwareEmulation"
 )
 
+// VirtualMachine condition DisksReady: whether the claims and ConfigMaps the VM's disks name are
+// there to use. Set only for a VM that names any (a root disk or a data disk on a claim, a
+// ConfigMap or Secret disk); while it is False no runner pod starts, and Scheduled and Ready carry
+// the same reason and message.
+const (
+	ConditionDisksReady = "DisksReady"
+
+	// ReasonDisksReady: every claim is bound, or waits for the runner pod (WaitForFirstConsumer),
+	// and every ConfigMap exists. Secrets are not read: the message names them.
+	ReasonDisksReady = "DisksReady"
+	// ReasonClaimNotFound: a PersistentVolumeClaim the VM names does not exist.
+	ReasonClaimNotFound = "ClaimNotFound"
+	// ReasonClaimPending: a claim waits for a volume that no runner pod will bring (its class
+	// binds Immediately, or it has none).
+	ReasonClaimPending = "ClaimPending"
+	// ReasonClaimLost: a claim's volume is gone (phase Lost).
+	ReasonClaimLost = "ClaimLost"
+	// ReasonClaimDeleting: a claim is being deleted.
+	ReasonClaimDeleting = "ClaimDeleting"
+	// ReasonClaimInUse: another VirtualMachine (named) uses the claim, and one of them writes it.
+	ReasonClaimInUse = "ClaimInUse"
+	// ReasonConfigMapNotFound: a ConfigMap a disk names does not exist.
+	ReasonConfigMapNotFound = "ConfigMapNotFound"
+)
+
 // VirtualMachine reasons of Scheduled and Ready: where the runner pod and the guest are.
 const (
 	ReasonNoRunnerPod         = "NoRunnerPod"

@@ -140,7 +140,7 @@ type VirtualMachineSpec struct {
 }
 
 // GuestSpec is the guest's virtual hardware and boot images.
-// +kubebuilder:validation:XValidation:rule="has(self.kernelImage) || !has(self.kernelArgs) || self.kernelArgs == ”",message="spec.guest.kernelArgs needs spec.guest.kernelImage: a guest that boots through firmware takes its kernel command line from its own bootloader; set kernelImage or remove kernelArgs",fieldPath=".kernelArgs"
+// +kubebuilder:validation:XValidation:rule="has(self.kernelImage) || !has(self.kernelArgs) || self.kernelArgs == ''",message="spec.guest.kernelArgs needs spec.guest.kernelImage: a guest that boots through firmware takes its kernel command line from its own bootloader; set kernelImage or remove kernelArgs",fieldPath=".kernelArgs"
 // +kubebuilder:validation:XValidation:rule="!has(self.kernelImage) || !has(self.firmware)",message="spec.guest.firmware is only for a guest without spec.guest.kernelImage (a direct kernel boot needs no firmware); remove one of them",fieldPath=".firmware"
 type GuestSpec struct {
 	// cpus is the number of virtual CPUs. Immutable.
@@ -191,6 +191,16 @@ type GuestSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Ports []Port `json:"ports,omitempty"`
+
+	// disks are the guest's data disks, attached after the root disk (and the cloud-init seed)
+	// in this order, each found in the guest at /dev/disk/by-id/virtio-<name> (docs/storage.md).
+	// A change applies at the guest's next start.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(d, self.exists_one(e, e.name == d.name))",message="spec.guest.disks: each disk needs a unique name (it is the disk's serial); rename the duplicate"
+	// +optional
+	Disks []Disk `json:"disks,omitempty"`
 
 	// cloudInit gives the guest a cloud-init NoCloud seed disk built from a Secret, so bootstrap
 	// data (such as a Cluster API Machine's) reaches the guest without appearing in any spec,
@@ -284,20 +294,33 @@ type SecretReference struct {
 	Name string `json:"name"`
 }
 
-// RootDisk is the guest's root disk: a read-only base image with a writable overlay.
+// RootDisk is the guest's root disk: a read-only base image with a writable overlay that lives
+// as long as the runner pod, or a disk kept on a PersistentVolumeClaim (populated once from the
+// image when both are given).
 // +kubebuilder:validation:XValidation:rule="has(self.size) == has(oldSelf.size) && (!has(self.size) || self.size == oldSelf.size)",message="spec.guest.rootDisk.size is immutable; create a new VirtualMachine for a different disk size"
+// +kubebuilder:validation:XValidation:rule="has(self.image) || has(self.persistentVolumeClaim)",message="spec.guest.rootDisk: give an image, a persistentVolumeClaim, or both (the image then fills the claim once, on first boot)"
 type RootDisk struct {
 	// image is an OCI image that carries the disk, raw or qcow2, at /disk/root.img or as the one
 	// .qcow2, .img or .raw file under /disk/ (KubeVirt's containerDisk layout, so published
-	// containerDisk images work unchanged). The guest writes to a copy-on-write overlay; the
-	// image is never modified. A change applies at the guest's next start.
+	// containerDisk images work unchanged). Alone, the guest writes to a copy-on-write overlay
+	// that lives as long as the runner pod; the image is never modified. With
+	// persistentVolumeClaim, it is copied into the claim once, on the first boot, and never
+	// again. A change applies at the guest's next start.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$')",message="spec.guest.rootDisk.image must be an image reference such as registry.example.com/vm/disk:v1"
-	Image string `json:"image"`
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// persistentVolumeClaim keeps the root disk on a PVC in the VM's namespace, so it outlives
+	// runner pods and the VM itself (deleting the VM leaves the claim). The guest boots from it
+	// directly, with no overlay.
+	// +optional
+	PersistentVolumeClaim *RootDiskClaim `json:"persistentVolumeClaim,omitempty"`
 
 	// size of the writable disk the guest sees, at least 64Mi and no smaller than the image.
-	// Empty keeps the image's size. Immutable.
+	// Empty keeps the image's size. With a Filesystem claim, the size of the disk file made on
+	// it when the image fills it. Immutable.
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="spec.guest.rootDisk.size must be between 64Mi and 64Ti, for example 10Gi"
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`

@@ -1,8 +1,9 @@
 // Command guestfixture builds the small Linux guest that the runner tests and the boot benchmark
 // boot: Debian's cloud kernel, a busybox initramfs that loads the virtio modules, and an ext4
 // root disk whose init configures the network from ip=, serves HTTP on port 80, powers off on
-// the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one,
-// prints VIRTPOD-GUEST-READY on the console, then runs a root shell there.
+// the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one and
+// its data disks by serial (VIRTPOD-GUEST-DISK, files/disk-report), prints VIRTPOD-GUEST-READY
+// on the console, then runs a root shell there.
 //
 // The output is laid out like a VM image (boot/vmlinuz, boot/initrd.img, disk/root.img) and is
 // cached outside git, in $VIRTPOD_CACHE/guest (default ~/.cache/virtpod/guest).
@@ -42,7 +43,7 @@ const (
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 5
+const fixtureVersion = 7
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {
@@ -233,7 +234,7 @@ func writeInitramfs(path, moduleDir string) ([]string, error) {
 // mkfs.ext4 -d, which needs no root and no loop device.
 func writeRootDisk(work, img string) error {
 	root := filepath.Join(work, "rootfs")
-	for _, d := range []string{"bin", "sbin", "dev", "proc", "sys", "tmp", "www", "etc/acpi/PWRF"} {
+	for _, d := range []string{"bin", "sbin", "dev", "proc", "sys", "tmp", "www", "etc/acpi/PWRF", "etc/virtpod"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -247,6 +248,7 @@ func writeRootDisk(work, img string) error {
 	for src, dst := range map[string]string{
 		"files/rootfs-init": "sbin/init",
 		"files/poweroff":    "etc/acpi/PWRF/00000080",
+		"files/disk-report": "etc/virtpod/disk-report",
 	} {
 		b, _ := files.ReadFile(src)
 		if err := os.WriteFile(filepath.Join(root, dst), b, 0o755); err != nil {

@@ -49,7 +49,7 @@ func (c *cluster) down() error {
 	for _, p := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers", "/var/log/pods", containerdState} {
 		note(os.RemoveAll(p))
 	}
-	for _, sub := range []string{"etcd", "containerd", "kubelet", "cni", "pids", "pod-logs", "config"} {
+	for _, sub := range []string{"etcd", "containerd", "kubelet", "cni", "pids", "pod-logs", "config", localPathDir} {
 		note(os.RemoveAll(c.path(sub)))
 	}
 	netns, _ := filepath.Glob("/run/netns/cni-*")

@@ -121,6 +121,9 @@ func (c *cluster) up(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := c.storage(ctx, admin); err != nil {
+		return err
+	}
 	fmt.Printf("cluster up in %.1fs\n  export KUBECONFIG=%s\n  stop it with: make demo-down\n", time.Since(begin).Seconds(), kc["admin"])
 	return nil
 }

@@ -19,7 +19,7 @@ imagebuild:
 	@mkdir -p $(dir $(IMAGEBUILD_BIN))
 	go build -o $(IMAGEBUILD_BIN) ./tools/imagebuild
 
-images: image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
+images: image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-local-path-provisioner ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
 
 image-runner: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --tag=$(RUNNER_IMAGE) --out=$(IMAGES_DIR)/runner.tar

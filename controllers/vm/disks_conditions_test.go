@@ -1,0 +1,66 @@
+package vm
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// TestSetDisksReady: the one setter of DisksReady sets it True, False with the cause, and
+// removes it from a VM that names nothing to check, whatever it said before.
+func TestSetDisksReady(t *testing.T) {
+	missing := &cause{vmv1.ReasonClaimNotFound, `PersistentVolumeClaim "x" does not exist`}
+	for _, tc := range []struct {
+		name   string
+		before []metav1.Condition
+		facts  diskFacts
+		want   *metav1.Condition // nil: no DisksReady
+	}{
+		{"nothing named", nil, diskFacts{}, nil},
+		{"disks removed", []metav1.Condition{{Type: vmv1.ConditionDisksReady, Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimNotFound}}, diskFacts{}, nil},
+		{"ready", nil, diskFacts{named: true, summary: "claims a ready"},
+			&metav1.Condition{Status: metav1.ConditionTrue, Reason: vmv1.ReasonDisksReady, Message: "claims a ready"}},
+		{"held", nil, diskFacts{named: true, held: missing, summary: "ignored"},
+			&metav1.Condition{Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimNotFound, Message: missing.message}},
+		{"cleared", []metav1.Condition{{Type: vmv1.ConditionDisksReady, Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimInUse}},
+			diskFacts{named: true, summary: "claims a ready"},
+			&metav1.Condition{Status: metav1.ConditionTrue, Reason: vmv1.ReasonDisksReady, Message: "claims a ready"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &vmv1.VirtualMachineStatus{Conditions: tc.before}
+			setDisksReady(st, 3, tc.facts)
+			got := meta.FindStatusCondition(st.Conditions, vmv1.ConditionDisksReady)
+			switch {
+			case tc.want == nil && got != nil:
+				t.Fatalf("DisksReady %+v, want none", got)
+			case tc.want == nil:
+			case got == nil || got.Status != tc.want.Status || got.Reason != tc.want.Reason || got.Message != tc.want.Message || got.ObservedGeneration != 3:
+				t.Fatalf("DisksReady %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStartingNamesSecretDisks: a pod waiting in ContainerCreating names the Secrets its disks
+// mount, since virtpod reads neither Secrets nor the kubelet's events.
+func TestStartingNamesSecretDisks(t *testing.T) {
+	vm := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app"}, Spec: vmv1.VirtualMachineSpec{
+		Guest: vmv1.GuestSpec{CPUs: 1, Memory: resource.MustParse("256Mi"), KernelImage: "k:1", RootDisk: vmv1.RootDisk{Image: "d:1"},
+			Disks: []vmv1.Disk{{Name: "creds", Secret: &vmv1.SecretDiskSource{SecretName: "app-creds"}}}},
+	}}
+	pod := podspec.Build(vm, podspec.DefaultOptions())
+	pod.Spec.NodeName = "node-a"
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+	_, msg := startingReason(pod)
+	if want := `the pod mounts Secret "app-creds" for disks: if one is missing, the pod's FailedMount event says so`; !strings.Contains(msg, want) {
+		t.Fatalf("startingReason message %q lacks %q", msg, want)
+	}
+}

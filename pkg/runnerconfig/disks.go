@@ -1,0 +1,232 @@
+package runnerconfig
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Kinds of disk the runner attaches. The controller picks the kind from the disk's source and,
+// for a PersistentVolumeClaim, its volumeMode.
+const (
+	// DiskBlock is a block device the kubelet mapped into the pod (a Block claim): the disk.
+	DiskBlock = "block"
+	// DiskFile is a folder on a volume (a Filesystem claim) holding the disk as the file
+	// DiskFileName, made sparse at SizeMiB (the claim's capacity; 0: the volume's size) on
+	// first use and never made again.
+	DiskFile = "file"
+	// DiskEmpty is a folder on an emptyDir: a blank sparse disk of SizeMiB, made at every start.
+	DiskEmpty = "empty"
+	// DiskFiles is a folder of files (a mounted ConfigMap or Secret): the runner writes them to
+	// a small read-only ISO 9660 disk labelled with the disk's name.
+	DiskFiles = "files"
+	// DiskImage is a disk image file (raw or qcow2) in an image volume, attached read-only.
+	DiskImage = "image"
+)
+
+// DiskFileName is the disk's file in a DiskFile folder. PopulatedMarker, beside it on a root
+// disk's volume, records that the root-disk image was copied in completely; the copy is never
+// made again.
+const (
+	DiskFileName    = "disk.img"
+	PopulatedMarker = ".virtpod-populated"
+)
+
+// Disk is one disk of the guest, rendered as --disk (data disks, in order) or --root-volume
+// (the root disk kept on a claim: kind block or file, no name).
+type Disk struct {
+	Name     string // the disk's serial, a DNS label of at most 20 characters
+	Kind     string // DiskBlock, DiskFile, DiskEmpty, DiskFiles or DiskImage
+	Path     string // the device, folder or image file, by Kind
+	SizeMiB  int64  // DiskFile, DiskEmpty: the disk's size
+	ReadOnly bool
+}
+
+var (
+	diskNameRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$`)
+	// diskPathRe keeps a disk's path a plain absolute path, so it stays one value of the
+	// flag's comma-separated list.
+	diskPathRe = regexp.MustCompile(`^/[-._/A-Za-z0-9]*$`)
+)
+
+// String renders the disk as the value of --disk: name=…,kind=…,path=…[,size-mib=…][,readonly].
+func (d Disk) String() string {
+	var b strings.Builder
+	if d.Name != "" {
+		b.WriteString("name=" + d.Name + ",")
+	}
+	b.WriteString("kind=" + d.Kind + ",path=" + d.Path)
+	if d.SizeMiB != 0 {
+		b.WriteString(",size-mib=" + strconv.FormatInt(d.SizeMiB, 10))
+	}
+	if d.ReadOnly {
+		b.WriteString(",readonly")
+	}
+	return b.String()
+}
+
+// ParseDisk reads what String writes.
+func ParseDisk(s string) (Disk, error) {
+	var d Disk
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, hasValue := strings.Cut(kv, "=")
+		if seen[k] {
+			return Disk{}, fmt.Errorf("disk %q: %s given twice", s, k)
+		}
+		seen[k] = true
+		switch {
+		case k == "name" && hasValue:
+			d.Name = v
+		case k == "kind" && hasValue:
+			d.Kind = v
+		case k == "path" && hasValue:
+			d.Path = v
+		case k == "size-mib" && hasValue:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return Disk{}, fmt.Errorf("disk %q: size-mib %q is not a number", s, v)
+			}
+			d.SizeMiB = n
+		case k == "readonly" && !hasValue:
+			d.ReadOnly = true
+		default:
+			return Disk{}, fmt.Errorf("disk %q: %q is not name=, kind=, path=, size-mib= or readonly", s, kv)
+		}
+	}
+	return d, nil
+}
+
+// validate checks one disk; flag names the flag it came from.
+func (d Disk) validate(flag string, root bool) error {
+	var errs []error
+	if root {
+		if d.Name != "" {
+			errs = append(errs, fmt.Errorf("%s: the root disk takes no name", flag))
+		}
+		if d.Kind != DiskBlock && d.Kind != DiskFile {
+			errs = append(errs, fmt.Errorf("%s: kind %q: a root disk on a claim is kind %s or %s", flag, d.Kind, DiskBlock, DiskFile))
+		}
+		if d.ReadOnly {
+			errs = append(errs, fmt.Errorf("%s: a root disk is never read-only", flag))
+		}
+	} else {
+		if !diskNameRe.MatchString(d.Name) || d.Name == "root" || d.Name == "cidata" {
+			errs = append(errs, fmt.Errorf("%s: name %q: want a DNS label of at most 20 characters, not root or cidata", flag, d.Name))
+		}
+		switch d.Kind {
+		case DiskBlock, DiskFile, DiskEmpty, DiskFiles, DiskImage:
+		default:
+			errs = append(errs, fmt.Errorf("%s: kind %q: use %s, %s, %s, %s or %s", flag, d.Kind, DiskBlock, DiskFile, DiskEmpty, DiskFiles, DiskImage))
+		}
+		if (d.Kind == DiskFiles || d.Kind == DiskImage) && !d.ReadOnly {
+			errs = append(errs, fmt.Errorf("%s: a %s disk is always readonly", flag, d.Kind))
+		}
+		if d.Kind == DiskEmpty && d.ReadOnly {
+			errs = append(errs, fmt.Errorf("%s: an empty disk the guest cannot write is of no use; drop readonly", flag))
+		}
+	}
+	if !diskPathRe.MatchString(d.Path) {
+		errs = append(errs, fmt.Errorf("%s: path %q: want an absolute path of letters, digits, '-', '_', '.' and '/'", flag, d.Path))
+	}
+	switch {
+	case d.Kind == DiskEmpty:
+		if d.SizeMiB < 1 {
+			errs = append(errs, fmt.Errorf("%s: size-mib must be at least 1 for an empty disk, got %d", flag, d.SizeMiB))
+		}
+	case d.Kind == DiskFile && !root:
+		// 0: the claim's capacity was not known; the runner takes the volume's size.
+		if d.SizeMiB < 0 {
+			errs = append(errs, fmt.Errorf("%s: size-mib must not be negative, got %d (0 takes the volume's size)", flag, d.SizeMiB))
+		}
+	case d.SizeMiB != 0:
+		errs = append(errs, fmt.Errorf("%s: size-mib is only for file and empty disks (a root disk's size is --disk-size-mib)", flag))
+	}
+	return errors.Join(errs...)
+}
+
+// validateDisks checks --disk and --root-volume, and what goes with them.
+func (c *Config) validateDisks() []error {
+	var errs []error
+	names := map[string]bool{}
+	for _, d := range c.Disks {
+		if err := d.validate("--disk", false); err != nil {
+			errs = append(errs, err)
+		}
+		if names[d.Name] {
+			errs = append(errs, fmt.Errorf("--disk: name %q given twice; each disk needs its own serial", d.Name))
+		}
+		names[d.Name] = true
+	}
+	if v := c.RootVolume; v != nil {
+		if err := v.validate("--root-volume", true); err != nil {
+			errs = append(errs, err)
+		}
+		if v.Kind == DiskBlock && c.RootDisk != "" {
+			errs = append(errs, errors.New("--root-disk with a block --root-volume: filling a Block claim from an image is not supported; fill the device beforehand, or use a Filesystem claim"))
+		}
+	}
+	return errs
+}
+
+// diskArgs renders the disk flags, data disks in their order (it is the guest's order too).
+func (c Config) diskArgs() []string {
+	var args []string
+	if c.RootVolume != nil {
+		args = append(args, "--root-volume="+c.RootVolume.String())
+	}
+	for _, d := range c.Disks {
+		args = append(args, "--disk="+d.String())
+	}
+	return args
+}
+
+// diskList collects repeated --disk flags.
+type diskList struct{ disks *[]Disk }
+
+func (l diskList) String() string {
+	if l.disks == nil {
+		return ""
+	}
+	s := make([]string, len(*l.disks))
+	for i, d := range *l.disks {
+		s[i] = d.String()
+	}
+	return strings.Join(s, " ")
+}
+
+func (l diskList) Set(v string) error {
+	d, err := ParseDisk(v)
+	if err != nil {
+		return err
+	}
+	*l.disks = append(*l.disks, d)
+	return nil
+}
+
+// rootVolume is --root-volume.
+type rootVolume struct{ d **Disk }
+
+func (r rootVolume) String() string {
+	if r.d == nil || *r.d == nil {
+		return ""
+	}
+	return (*r.d).String()
+}
+
+func (r rootVolume) Set(v string) error {
+	d, err := ParseDisk(v)
+	if err != nil {
+		return err
+	}
+	*r.d = &d
+	return nil
+}
+
+func (c *Config) bindDisks(fs *flag.FlagSet) {
+	fs.Var(diskList{&c.Disks}, "disk", "a data disk, name=NAME,kind=block|file|empty|files|image,path=PATH[,size-mib=N][,readonly] (repeatable; the guest sees them in this order, serial NAME)")
+	fs.Var(rootVolume{&c.RootVolume}, "root-volume", "the root disk kept on a claim: kind=block,path=DEVICE or kind=file,path=FOLDER (the disk is FOLDER/"+DiskFileName+"); with --root-disk, that image fills it once")
+}
