@@ -140,7 +140,7 @@ type VirtualMachineSpec struct {
 }
 
 // GuestSpec is the guest's virtual hardware and boot images.
-// +kubebuilder:validation:XValidation:rule="has(self.kernelImage) || !has(self.kernelArgs) || self.kernelArgs == ''",message="spec.guest.kernelArgs needs spec.guest.kernelImage: a guest that boots through firmware takes its kernel command line from its own bootloader; set kernelImage or remove kernelArgs",fieldPath=".kernelArgs"
+// +kubebuilder:validation:XValidation:rule="has(self.kernelImage) || !has(self.kernelArgs) || size(self.kernelArgs) == 0",message="spec.guest.kernelArgs needs spec.guest.kernelImage: a guest that boots through firmware takes its kernel command line from its own bootloader; set kernelImage or remove kernelArgs",fieldPath=".kernelArgs"
 // +kubebuilder:validation:XValidation:rule="!has(self.kernelImage) || !has(self.firmware)",message="spec.guest.firmware is only for a guest without spec.guest.kernelImage (a direct kernel boot needs no firmware); remove one of them",fieldPath=".firmware"
 type GuestSpec struct {
 	// cpus is the number of virtual CPUs. Immutable.
