@@ -31,7 +31,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunnerCommand(), newControllerCommand(), newPauseCommand(), newToolboxCommand(), newVMCommand())
+	root.AddCommand(newRunnerCommand(), newControllerCommand(), newPauseCommand(), newToolboxCommand(), newVMCommand(), newCoreDNSCommand(), newPushCommand())
 	return root
 }
 

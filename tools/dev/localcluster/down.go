@@ -34,6 +34,7 @@ func (c *cluster) down() error {
 	killCgroups("kubepods")
 	killMatching(c.socket()) // shims name their containerd's socket
 	note(c.stop("containerd"))
+	note(c.stop("registry"))
 	note(c.stop("etcd"))
 	killCgroups("kubepods")
 	for _, root := range []string{c.dir, containerdState, "/run/netns", "/var/run/netns", "/var/lib/kubelet"} {
@@ -49,7 +50,7 @@ func (c *cluster) down() error {
 	for _, p := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers", "/var/log/pods", containerdState} {
 		note(os.RemoveAll(p))
 	}
-	for _, sub := range []string{"etcd", "containerd", "kubelet", "cni", "pids", "pod-logs", "config"} {
+	for _, sub := range []string{"etcd", "registry", "registry-images.json", "containerd", "kubelet", "cni", "pids", "pod-logs", "config"} {
 		note(os.RemoveAll(c.path(sub)))
 	}
 	netns, _ := filepath.Glob("/run/netns/cni-*")
@@ -270,6 +271,6 @@ func (c *cluster) status(ctx context.Context, quiet bool) error {
 }
 
 // components in start order.
-var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy"}
+var components = []string{"etcd", "registry", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy"}
 
 func restHTTPClient(cfg *rest.Config) (*http.Client, error) { return rest.HTTPClientFor(cfg) }

@@ -5,9 +5,9 @@ CLUSTER_KUBECONFIG := $(VIRTPOD_CACHE)/cluster/kubeconfig/admin.kubeconfig
 
 .PHONY: cluster-binaries cluster-up cluster-down cluster-status demo demo-down test-e2e
 
-cluster-binaries: k8s-binaries containerd runner-deps ## Build every binary the local cluster runs.
+cluster-binaries: k8s-binaries containerd registry runner-deps ## Build every binary the local cluster runs.
 
-cluster-up: cluster-binaries images ## Start the local cluster and import virtpod's images.
+cluster-up: cluster-binaries images ## Start the local cluster (registry and DNS included) and push virtpod's images to its registry.
 	$(LOCALCLUSTER) up --images=$(IMAGES_DIR)
 
 cluster-down: ## Stop the local cluster and remove what it made.
@@ -16,10 +16,14 @@ cluster-down: ## Stop the local cluster and remove what it made.
 cluster-status: ## Show the local cluster's components and node.
 	$(LOCALCLUSTER) status
 
-demo: cluster-up ## A one-node cluster, the controller, and a running VM.
-	KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) bash tools/dev/demo.sh
+DEMO_RELEASE := $(VIRTPOD_CACHE)/demo-release
+
+demo: cluster-up ## A one-node cluster, virtpod installed from a release in its registry, and a running VM.
+	$(MAKE) --no-print-directory release-assets REGISTRY=$(LOCAL_REGISTRY) INSECURE_REGISTRY=1 RELEASE_DIR=$(DEMO_RELEASE) VMCTL_PLATFORMS=linux/amd64
+	KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) bash tools/dev/demo.sh $(DEMO_RELEASE)
 
 demo-down: cluster-down ## Stop the demo cluster.
 
-test-e2e: cluster-up capi ## End-to-end tests on the local cluster.
-	$(CAPI_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -count=1 -timeout 20m -v ./tests/e2e/...
+test-e2e: cluster-up capi ## End-to-end tests on the local cluster, installing releases from its registry.
+	$(MAKE) --no-print-directory e2e-releases
+	$(E2E_ENV) $(CAPI_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -count=1 -timeout 20m -v ./tests/e2e/...

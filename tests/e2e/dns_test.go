@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestPodResolvesService: the cluster has DNS (CoreDNS at the kubelet's clusterDNS, started by
+// localcluster): a pod resolves a Service by its short name, through the search domains the
+// kubelet wrote into its resolv.conf, and by its full name, and gets the Service's address.
+func TestPodResolvesService(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "named"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if err := kube.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	full := "named." + ns + ".svc.cluster.local"
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "resolver"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "dns", Image: "localhost/virtpod/toolbox:dev",
+				Command: []string{"sh", "-c", "cat /etc/resolv.conf; nslookup named && nslookup " + full}}},
+		},
+	}
+	if err := kube.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "resolver pod done", 2*time.Minute, func() error {
+		got := &corev1.Pod{}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		switch got.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("resolver pod failed:\n%s", podLogs(ns, "resolver"))
+		}
+		return fmt.Errorf("resolver pod %s", got.Status.Phase)
+	})
+	out := podLogs(ns, "resolver")
+	if err := contains(out, "nameserver 10.219.0.10", "search "+ns+".svc.cluster.local"); err != nil {
+		t.Fatal(err)
+	}
+	// Each lookup prints the Service's address once.
+	if n := strings.Count(out, "Address: "+svc.Spec.ClusterIP); n != 2 {
+		t.Fatalf("want the Service's address %s from both lookups, got %d:\n%s", svc.Spec.ClusterIP, n, out)
+	}
+	evs, err := kubeset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=MissingClusterDNS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) > 0 {
+		t.Fatalf("the kubelet still warns: %s", evs.Items[0].Message)
+	}
+}
