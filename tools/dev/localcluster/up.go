@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -19,6 +20,7 @@ import (
 
 func (c *cluster) up(ctx context.Context) error {
 	begin := time.Now()
+	closeInherited()
 	if err := c.clearStale(); err != nil {
 		return err
 	}
@@ -130,6 +132,19 @@ func (c *cluster) up(ctx context.Context) error {
 	}
 	fmt.Printf("cluster up in %.1fs\n  export KUBECONFIG=%s\n  stop it with: make demo-down\n", time.Since(begin).Seconds(), kc["admin"])
 	return nil
+}
+
+// closeInherited marks every file this process inherited beyond stdin, stdout and stderr
+// close-on-exec, so the cluster's processes, which outlive `up`, do not hold them: a lock taken
+// by whoever ran `up` (flock /tmp/virtpod-heavy.lock make cluster-up) would otherwise stay held
+// until the cluster stops.
+func closeInherited() {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
 }
 
 // clearStale removes what a cluster that was killed rather than stopped (a machine restart, an
