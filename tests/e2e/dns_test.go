@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,38 @@ func TestPodResolvesService(t *testing.T) {
 	}
 	if len(evs.Items) > 0 {
 		t.Fatalf("the kubelet still warns: %s", evs.Items[0].Message)
+	}
+}
+
+// guestResolvesService shows that a guest resolves a Service by name: the runner hands the pod's
+// nameserver (the cluster DNS) to the guest (the fixture takes it from ip=, a DHCP guest from its
+// lease), and nslookup typed into the serial console (vmctl console) gets the Service's address.
+// It needs a booted VM; the upgrade test lends one rather than booting another.
+func guestResolvesService(t *testing.T, ns, vm string) {
+	t.Helper()
+	ctx := context.Background()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "resolved-by-guest"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if err := kube.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	c := startPTY(t, filepath.Join(installVmctl(t), "vmctl"), "-n", ns, "console", vm)
+	if err := c.waitFor(time.Minute, "Connected to the console of VM "+ns+"/"+vm); err != nil {
+		t.Fatal(err)
+	}
+	// The answer, not the command typed, carries "Address: <ip>".
+	want := "Address: " + svc.Spec.ClusterIP
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c.write(t, "cat /etc/resolv.conf; nslookup "+svc.Name+"."+ns+".svc.cluster.local\r")
+		if c.waitFor(5*time.Second, want) == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest did not resolve %s.%s to %s:\n%s", svc.Name, ns, svc.Spec.ClusterIP, c.screen())
+		}
 	}
 }

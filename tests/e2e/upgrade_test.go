@@ -19,7 +19,8 @@ import (
 // TestUpgrade installs release N+1 (the same tree pushed under another version, so its images
 // have other digests) over N with a guest running: the controller rolls onto N+1's image, the
 // CRDs are updated in place (same objects, N+1's version label), the running guest's pod is
-// untouched, and a new VM runs N+1's runner. Later tests run on N+1.
+// untouched, and a new VM runs N+1's runner (whose guest then resolves a Service name). Later
+// tests run on N+1.
 func TestUpgrade(t *testing.T) {
 	next := os.Getenv("VIRTPOD_RELEASE_NEXT")
 	if next == "" {
@@ -78,6 +79,8 @@ func TestUpgrade(t *testing.T) {
 	if got := podspec.PodImages(runnerPod(t, ns, "after")).Runner; got != lockNext["virtpod/runner"].Digest {
 		t.Errorf("a VM made after the upgrade runs %s, want N+1's runner %s", got, lockNext["virtpod/runner"].Digest)
 	}
+	// The new VM's guest is up: it shows the cluster DNS reaches guests too.
+	t.Run("guest resolves a Service", func(t *testing.T) { guestResolvesService(t, ns, "after") })
 	// Last, so the new controller had the new VM's whole start to disturb the old one.
 	vm := waitRunning(t, ns, "before", 0)
 	if after := runnerPod(t, ns, "before"); after.UID != before.UID {
