@@ -155,11 +155,26 @@ func killMatching(path string) {
 	}
 }
 
-// unmountUnder detaches every mount below root, deepest first.
+// unmountUnder detaches every mount below root, deepest first, and again while some remain: a
+// point can hold more than one (seen with a pod's network namespace once CoreDNS ran until down:
+// one pass left it, a second down removed it).
 func unmountUnder(root string) {
+	for range 5 {
+		points := mountsUnder(root)
+		if len(points) == 0 {
+			return
+		}
+		for _, p := range points {
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	}
+}
+
+// mountsUnder lists the mount points at or below root, deepest first.
+func mountsUnder(root string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return
+		return nil
 	}
 	defer f.Close()
 	var points []string
@@ -171,9 +186,7 @@ func unmountUnder(root string) {
 		}
 	}
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	for _, p := range points {
-		_ = unix.Unmount(p, unix.MNT_DETACH)
-	}
+	return points
 }
 
 // cleanChains removes the chains kube-proxy and the CNI plugins made (KUBE-*, CNI-*) and the
