@@ -9,6 +9,7 @@ include tools/dev/make/cluster.mk
 include tools/dev/make/agent.mk
 include tools/dev/make/capi.mk
 include tools/dev/make/storage.mk
+include tools/dev/make/release.mk
 
 CONTROLLER_GEN := go tool controller-gen
 
@@ -45,7 +46,8 @@ test-controller: control-plane ## Controller and API tests against a real kube-a
 test: verify-generated vet control-plane k8s-binaries capi guest-fixture debian-guest test-images ## Everything CI runs: every package, a real API server, real guests, the local cluster.
 	@was_up=no; $(LOCALCLUSTER) status --quiet 2>/dev/null && was_up=yes; \
 	$(MAKE) --no-print-directory cluster-up || exit 1; \
-	$(ENVTEST_ENV) $(CAPI_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) VIRTPOD_IMAGES=$(IMAGES_DIR) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) \
+	$(MAKE) --no-print-directory e2e-releases && \
+	$(ENVTEST_ENV) $(CAPI_ENV) $(E2E_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) VIRTPOD_IMAGES=$(IMAGES_DIR) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) \
 		go test -count=1 -timeout 45m ./...; rc=$$?; \
 	if [ $$was_up = no ]; then $(LOCALCLUSTER) down || rc=1; fi; \
 	exit $$rc

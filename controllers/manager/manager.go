@@ -23,6 +23,7 @@ import (
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/controllers/fleetmetrics"
 	"github.com/virtpod/virtpod/controllers/imagemapwatch"
 	"github.com/virtpod/virtpod/controllers/providerclass"
 	"github.com/virtpod/virtpod/controllers/virtpodcluster"
@@ -106,6 +107,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	reg := o.MetricsRegistry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
+	}
+	// The fleet's gauges read the cache at scrape time (docs/metrics.md).
+	if err := reg.Register(fleetmetrics.Collector{Reader: mgr.GetClient()}); err != nil {
+		return nil, fmt.Errorf("registering the fleet metrics: %w", err)
 	}
 	var source *imagemapwatch.Source
 	if o.ImageMap.Name != "" {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -34,6 +35,25 @@ var (
 	clock = kubeapi.NewClock()
 )
 
+// metrics is the test controller's registry.
+var metrics = prometheus.NewRegistry()
+
+// restartsCounted reads virtpod_vm_restarts_total from the test controller.
+func restartsCounted(t *testing.T) float64 {
+	t.Helper()
+	families, err := metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "virtpod_vm_restarts_total" {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no virtpod_vm_restarts_total")
+	return 0
+}
+
 func TestMain(m *testing.M) {
 	kubeapi.Main(&mainWithController{m}, &env)
 }
@@ -57,7 +77,7 @@ func (w *mainWithController) Run() int {
 	if flag.Lookup("test.bench").Value.String() != "" {
 		return w.m.Run() // benchmarks run the controller binary themselves
 	}
-	opts := manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", Now: clock.Now, ImageMap: imageMapKey}
+	opts := manager.Options{Pod: podspec.DefaultOptions(), Workers: 4, MetricsAddr: "0", Now: clock.Now, ImageMap: imageMapKey, MetricsRegistry: metrics}
 	mgr, err := manager.New(env.Config, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -335,6 +355,7 @@ func TestVMLifecycle(t *testing.T) {
 }
 
 func TestRunStrategyAlways(t *testing.T) {
+	restarts := restartsCounted(t)
 	ns := namespace(t)
 	created := podCreations(t, ns)
 	vm := create(t, kubeapi.SampleVM(ns, "always"))
@@ -352,6 +373,9 @@ func TestRunStrategyAlways(t *testing.T) {
 	if got.Status.RestartCount != 1 || got.Status.LastTermination == nil ||
 		got.Status.LastTermination.ExitCode != 1 || !strings.Contains(got.Status.LastTermination.Message, "killed by signal 9") {
 		t.Fatalf("restart not recorded: %+v", got.Status)
+	}
+	if n := restartsCounted(t) - restarts; n != 1 {
+		t.Errorf("virtpod_vm_restarts_total went up by %v, want 1", n)
 	}
 	waitEvent(t, vm, "Normal Restarting: Restarting guest (restart 1, runStrategy Always): runner exited with code 1 (Error): qemu-system-x86_64 was killed by signal 9")
 

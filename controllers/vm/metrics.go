@@ -13,6 +13,7 @@ type Metrics struct {
 	toPod     prometheus.Histogram
 	toRunning prometheus.Histogram
 	errors    *prometheus.CounterVec
+	restarts  prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -33,8 +34,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "virtpod_vm_reconcile_errors_total",
 			Help: "VirtualMachine reconcile errors by the step that failed; the work queue retries each with back-off.",
 		}, []string{"step"}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "virtpod_vm_restarts_total",
+			Help: "Guests the controller restarted after their run ended (runStrategy Always or RerunOnFailure), counted as status.restartCount is.",
+		}),
 	}
-	reg.MustRegister(m.toPod, m.toRunning, m.errors)
+	reg.MustRegister(m.toPod, m.toRunning, m.errors, m.restarts)
 	return m
 }
 
@@ -58,5 +63,11 @@ func (m *Metrics) observe(before, after *vmv1.VirtualMachine, now time.Time) {
 func (m *Metrics) reconcileError(step string) {
 	if m != nil {
 		m.errors.WithLabelValues(step).Inc()
+	}
+}
+
+func (m *Metrics) restarted() {
+	if m != nil {
+		m.restarts.Inc()
 	}
 }

@@ -395,6 +395,7 @@ func (r *Reconciler) restart(ctx context.Context, vm, next *vmv1.VirtualMachine,
 	if err := statuspatch.Patch(ctx, r.Client, vm, next); err != nil {
 		return r.fail("count-restart", err)
 	}
+	r.Metrics.restarted()
 	var related runtime.Object // a nil *Pod in the interface would panic in the recorder
 	if pod != nil {
 		related = pod

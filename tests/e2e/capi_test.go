@@ -23,12 +23,12 @@ import (
 	"github.com/virtpod/virtpod/pkg/controlplaneservice"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/capimanager"
-	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 
-// installClusterAPI installs Cluster API's CRDs, switches the in-cluster controller to
-// config/local-capi (its --cluster-api and RBAC, as a user installs them) and runs the real
+// installClusterAPI installs Cluster API's CRDs, switches the in-cluster controller to the
+// release's infrastructure-components.yaml (its --cluster-api and RBAC, as clusterctl installs
+// them; with the local cluster's settings) and runs the real
 // Cluster API core manager against the cluster for the test.
 func installClusterAPI(t *testing.T) {
 	t.Helper()
@@ -43,8 +43,8 @@ func installClusterAPI(t *testing.T) {
 	if out, err := run("wait", "--for=condition=Established", "crd/clusters.cluster.x-k8s.io", "crd/machines.cluster.x-k8s.io", "--timeout=60s"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if out, err := run("apply", "-k", kubeapi.Root()+"/config/local-capi"); err != nil {
-		t.Fatalf("kubectl apply -k config/local-capi: %v\n%s", err, out)
+	if err := installRelease(release, "infrastructure-components.yaml"); err != nil {
+		t.Fatal(err)
 	}
 	if out, err := run("-n", "virtpod-system", "rollout", "status", "deployment/virtpod-controller", "--timeout=180s"); err != nil {
 		t.Fatalf("controller with --cluster-api not available: %v\n%s", err, out)

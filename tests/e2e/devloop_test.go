@@ -27,6 +27,8 @@ func TestDevLoopRollsVM(t *testing.T) {
 	ns := namespace(t)
 	vm := newVM(ns, "roll")
 	vm.Spec.ImageUpdatePolicy = vmv1.ImageUpdateRecreate
+	// The Tilt loop's images carry their build tags, not a release's digests (config/local).
+	vm.Spec.RunnerImage = "localhost/virtpod/runner:dev"
 	if err := kube.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}

@@ -23,9 +23,11 @@ import (
 )
 
 var (
-	kube    client.Client
-	kubeset *kubernetes.Clientset
-	kubectl string
+	kube          client.Client
+	kubeset       *kubernetes.Clientset
+	kubectl       string
+	release       string // the folder of the release installed (make e2e-releases)
+	installedFile = "install.yaml"
 )
 
 func TestMain(m *testing.M) {
@@ -37,10 +39,19 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "SKIP: end-to-end tests need the local cluster (make test-e2e):", err)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// Last, once everything passed: remove virtpod as a user does, and find no orphan.
+	if code == 0 {
+		if err := uninstall(); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: uninstall:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
-// setup connects to the cluster and installs virtpod the way a user does.
+// setup connects to the cluster and installs virtpod the way a user does: a release's
+// install.yaml, its images pulled by digest from the cluster's registry.
 func setup() error {
 	kubectl = os.Getenv("KUBECTL")
 	kubeconfig := os.Getenv("KUBECONFIG")
@@ -60,21 +71,21 @@ func setup() error {
 	if _, err := kubeset.Discovery().ServerVersion(); err != nil {
 		return fmt.Errorf("cluster unreachable: %w", err)
 	}
-	// The first pass creates the CRDs; the ProviderClasses in it need them established.
-	if _, err := run("apply", "-k", kubeapi.Root()+"/config/local"); err != nil {
-		if out, err := run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
-			return fmt.Errorf("CRDs not established: %v\n%s", err, out)
-		}
-		if out, err := run("apply", "-k", kubeapi.Root()+"/config/local"); err != nil {
-			return fmt.Errorf("kubectl apply -k config/local: %v\n%s", err, out)
-		}
+	if release = os.Getenv("VIRTPOD_RELEASE"); release == "" {
+		return fmt.Errorf("VIRTPOD_RELEASE is not set: make test-e2e pushes a release to the cluster's registry (make e2e-releases)")
 	}
-	if out, err := run("wait", "--for=condition=Established", "crd/virtualmachines.vm.virtpod.io", "--timeout=60s"); err != nil {
-		return fmt.Errorf("%v\n%s", err, out)
+	return installRelease(release, installedFile)
+}
+
+// installRelease installs (or upgrades to) the release in dir with tools/dev/install-release.sh:
+// `kubectl apply --server-side` of its file, with the local cluster's settings on top.
+func installRelease(dir, file string) error {
+	cmd := exec.Command("bash", kubeapi.Root()+"/tools/dev/install-release.sh", dir, file)
+	cmd.Env = append(os.Environ(), "KUBECTL="+kubectl)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("installing %s from %s: %v\n%s", file, dir, err, out)
 	}
-	if out, err := run("-n", "virtpod-system", "rollout", "status", "deployment/virtpod-controller", "--timeout=180s"); err != nil {
-		return fmt.Errorf("controller not available: %v\n%s", err, out)
-	}
+	installedFile = file
 	return nil
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# `make demo`, after `make cluster-up`: install virtpod exactly as a user would (kustomize,
-# config/local = config/default with the local image tags), apply the sample VM, wait until it
-# runs, and show it. GUEST=debian runs the Debian cloud guest (config/samples/debian) instead of
-# the quick test guest, and ends with cloud-init's final message on its console.
+# `make demo RELEASE_DIR`, after `make cluster-up` and `make release-assets` into the cluster's
+# registry: install virtpod from that release as a user would (install.yaml with the images by
+# digest, plus the local cluster's settings; tools/dev/install-release.sh), apply the sample VM,
+# wait until it runs, and show it. GUEST=debian runs the Debian cloud
+# guest (config/samples/debian) instead of the quick test guest, and ends with cloud-init's final
+# message on its console.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${KUBECTL:?set by make demo}" "${KUBECONFIG:?set by make demo}"
@@ -14,14 +16,9 @@ debian) sample=config/samples/debian vm=debian boot=900s ;;
 *) echo "GUEST=$GUEST: want test (the default) or debian" >&2; exit 2 ;;
 esac
 
-echo "== installing virtpod (kubectl apply -k config/local)"
-# The first pass creates the CRDs; the ProviderClasses in it need them established.
-if ! k apply -k config/local >/dev/null 2>&1; then
-	k wait --for=condition=Established crd --all --timeout=60s >/dev/null
-	k apply -k config/local >/dev/null
-fi
-k wait --for=condition=Established crd/virtualmachines.vm.virtpod.io --timeout=60s >/dev/null
-k -n virtpod-system rollout status deployment/virtpod-controller --timeout=180s
+release=${1:?usage: demo.sh RELEASE_DIR}
+echo "== installing virtpod from $release (kubectl apply --server-side, images from the cluster's registry)"
+tools/dev/install-release.sh "$release"
 
 echo "== applying the sample VM ($sample)"
 k apply -k $sample

@@ -226,3 +226,40 @@ func newVMCommand() *cobra.Command {
 	}
 	return cmd
 }
+
+func newCoreDNSCommand() *cobra.Command {
+	var binary string
+	cmd := &cobra.Command{
+		Use:   "coredns",
+		Short: "The local cluster's DNS server: a CoreDNS binary (make coredns builds it), running as user 65532",
+		Args:  cobra.NoArgs,
+	}
+	o := addOutputFlags(cmd, "localhost/virtpod/coredns:v1.15.0")
+	cmd.Flags().StringVar(&binary, "binary", "", "static CoreDNS binary (required; make coredns builds it into $VIRTPOD_CACHE/coredns-*)")
+	cmd.RunE = func(*cobra.Command, []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		if binary == "" {
+			return fmt.Errorf("--binary is required: the CoreDNS binary to package (make coredns builds it)")
+		}
+		bin, err := goBinary("--binary", binary, "", "")
+		if err != nil {
+			return err
+		}
+		base, err := baseLayer()
+		if err != nil {
+			return err
+		}
+		layer, err := binaryLayer("coredns", "/coredns", bin)
+		if err != nil {
+			return err
+		}
+		img, err := ociimage.Image(v1.Config{Entrypoint: []string{"/coredns"}, User: "65532:65532"}, base, layer)
+		if err != nil {
+			return err
+		}
+		return o.write(img)
+	}
+	return cmd
+}

@@ -21,7 +21,6 @@ const (
 	etcdClientURL       = "http://127.0.0.1:22379"
 	etcdPeerURL         = "http://127.0.0.1:22380"
 	containerdState     = "/run/virtpod-containerd"
-	sandboxImage        = "localhost/virtpod/pause:3.10"
 )
 
 func (c *cluster) socket() string { return containerdState + "/containerd.sock" }
@@ -51,6 +50,10 @@ users:
 }
 
 func (c *cluster) containerdConfig() (string, error) {
+	hosts, err := c.registryHosts()
+	if err != nil {
+		return "", err
+	}
 	body := fmt.Sprintf(`version = 3
 root = %q
 state = %q
@@ -62,6 +65,8 @@ state = %q
   snapshotter = 'overlayfs'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = %q
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %q
 
 [plugins.'io.containerd.cri.v1.runtime']
   # root lacks CAP_SYS_RESOURCE here: runc must not lower oom_score_adj below its own.
@@ -76,7 +81,7 @@ state = %q
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%q]
     conf_dir = %q
-`, c.path("containerd", "root"), containerdState, c.socket(), sandboxImage, c.runc, c.cniBin, c.path("cni", "net.d"))
+`, c.path("containerd", "root"), containerdState, c.socket(), c.sandboxImage(), hosts, c.runc, c.cniBin, c.path("cni", "net.d"))
 	path := c.path("config", "containerd.toml")
 	return path, writeFile(path, body, 0o644)
 }
@@ -122,6 +127,7 @@ containerRuntimeEndpoint: unix://%s
 tlsCertFile: %s
 tlsPrivateKeyFile: %s
 clusterDomain: cluster.local
+clusterDNS: [%s]
 failSwapOn: false
 podLogsDir: %s
 serializeImagePulls: false
@@ -129,7 +135,7 @@ serializeImagePulls: false
 evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%", "nodefs.inodesFree": "1%%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-`, filepath.Join(pki, "ca.crt"), c.socket(), filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), c.path("pod-logs"))
+`, filepath.Join(pki, "ca.crt"), c.socket(), filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), clusterDNSIP, c.path("pod-logs"))
 	path := c.path("config", "kubelet.yaml")
 	return path, writeFile(path, body, 0o644)
 }

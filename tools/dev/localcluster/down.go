@@ -34,6 +34,7 @@ func (c *cluster) down() error {
 	killCgroups("kubepods")
 	killMatching(c.socket()) // shims name their containerd's socket
 	note(c.stop("containerd"))
+	note(c.stop("registry"))
 	note(c.stop("etcd"))
 	killCgroups("kubepods")
 	for _, root := range []string{c.dir, containerdState, "/run/netns", "/var/run/netns", "/var/lib/kubelet"} {
@@ -49,7 +50,7 @@ func (c *cluster) down() error {
 	for _, p := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers", "/var/log/pods", containerdState} {
 		note(os.RemoveAll(p))
 	}
-	for _, sub := range []string{"etcd", "containerd", "kubelet", "cni", "pids", "pod-logs", "config", localPathDir} {
+	for _, sub := range []string{"etcd", "registry", "registry-images.json", "containerd", "kubelet", "cni", "pids", "pod-logs", "config", localPathDir} {
 		note(os.RemoveAll(c.path(sub)))
 	}
 	netns, _ := filepath.Glob("/run/netns/cni-*")
@@ -154,11 +155,26 @@ func killMatching(path string) {
 	}
 }
 
-// unmountUnder detaches every mount below root, deepest first.
+// unmountUnder detaches every mount below root, deepest first, and again while some remain: a
+// point can hold more than one (seen with a pod's network namespace once CoreDNS ran until down:
+// one pass left it, a second down removed it).
 func unmountUnder(root string) {
+	for range 5 {
+		points := mountsUnder(root)
+		if len(points) == 0 {
+			return
+		}
+		for _, p := range points {
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	}
+}
+
+// mountsUnder lists the mount points at or below root, deepest first.
+func mountsUnder(root string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return
+		return nil
 	}
 	defer f.Close()
 	var points []string
@@ -170,9 +186,7 @@ func unmountUnder(root string) {
 		}
 	}
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	for _, p := range points {
-		_ = unix.Unmount(p, unix.MNT_DETACH)
-	}
+	return points
 }
 
 // cleanChains removes the chains kube-proxy and the CNI plugins made (KUBE-*, CNI-*) and the
@@ -270,6 +284,6 @@ func (c *cluster) status(ctx context.Context, quiet bool) error {
 }
 
 // components in start order.
-var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy"}
+var components = []string{"etcd", "registry", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet", "kube-proxy"}
 
 func restHTTPClient(cfg *rest.Config) (*http.Client, error) { return rest.HTTPClientFor(cfg) }

@@ -9,7 +9,7 @@ import (
 )
 
 // TestDaemonsDoNotInheritDescriptors: a descriptor the caller left open (a flock(1) lock, say)
-// reaches a child before keepInheritedFDsFromDaemons and not after.
+// reaches a child before closeInherited and not after.
 func TestDaemonsDoNotInheritDescriptors(t *testing.T) {
 	fd, err := syscall.Open("/dev/null", syscall.O_RDONLY, 0) // no O_CLOEXEC: as inherited
 	if err != nil {
@@ -26,7 +26,7 @@ func TestDaemonsDoNotInheritDescriptors(t *testing.T) {
 	if !open() {
 		t.Fatalf("fd %d did not reach the child to begin with: the test proves nothing", fd)
 	}
-	keepInheritedFDsFromDaemons()
+	closeInherited()
 	if open() {
 		t.Fatalf("fd %d still reaches the cluster's processes", fd)
 	}

@@ -1,6 +1,6 @@
 // Command localcluster runs a one-node Kubernetes cluster built from source on this machine:
-// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet and
-// kube-proxy, each a process with a pid file and a log in one folder. `down` leaves nothing
+// etcd, an OCI registry, kube-apiserver, kube-controller-manager, kube-scheduler, containerd,
+// kubelet and kube-proxy, each a process with a pid file and a log in one folder. `down` leaves nothing
 // behind. It stands in for kind where there is no Docker.
 package main
 
@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -21,12 +19,14 @@ type cluster struct {
 	dir       string // state: pki, kubeconfigs, configs, data, logs, pids
 	k8sBin    string
 	etcdBin   string
+	regBin    string
 	ctrdBin   string
 	runc      string
 	cniBin    string
 	nodeName  string
 	nodeIP    string
-	imagesDir string // image tarballs imported into containerd on `up`
+	imagesDir string // image archives pushed to the registry on `up`
+	importToo bool   // also import them into containerd with ctr (the fallback without a registry)
 }
 
 func (c *cluster) path(parts ...string) string {
@@ -40,28 +40,14 @@ func (c *cluster) binFor(name string) string {
 		return filepath.Join(c.etcdBin, "etcd")
 	case "containerd":
 		return filepath.Join(c.ctrdBin, "containerd")
+	case "registry":
+		return filepath.Join(c.regBin, "registry")
 	default:
 		return filepath.Join(c.k8sBin, name)
 	}
 }
 
-// keepInheritedFDsFromDaemons marks every descriptor this process inherited beyond stdio
-// close-on-exec. The cluster's daemons outlive `up`; without this they would hold whatever the
-// caller had open, such as a `flock` lock around `make cluster-up`, for as long as they run.
-func keepInheritedFDsFromDaemons() {
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
-			syscall.CloseOnExec(fd)
-		}
-	}
-}
-
 func main() {
-	keepInheritedFDsFromDaemons()
 	cache := devcache.Root()
 	c := &cluster{}
 	root := &cobra.Command{
@@ -74,6 +60,7 @@ func main() {
 	f.StringVar(&c.dir, "dir", filepath.Join(cache, "cluster"), "folder for the cluster's state, logs and pid files")
 	f.StringVar(&c.k8sBin, "k8s-bin", filepath.Join(cache, "k8s-v1.37.2"), "folder with kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl")
 	f.StringVar(&c.etcdBin, "etcd-bin", filepath.Join(cache, "etcd-v3.6.16"), "folder with etcd")
+	f.StringVar(&c.regBin, "registry-bin", filepath.Join(cache, "registry-v3.1.2"), "folder with registry (CNCF distribution)")
 	f.StringVar(&c.ctrdBin, "containerd-bin", filepath.Join(cache, "containerd-v2.4.2"), "folder with containerd, containerd-shim-runc-v2 and ctr")
 	f.StringVar(&c.runc, "runc", "/usr/sbin/runc", "runc binary (Debian package runc)")
 	f.StringVar(&c.cniBin, "cni-bin", "/usr/lib/cni", "CNI plugin folder (Debian package containernetworking-plugins)")
@@ -84,7 +71,8 @@ func main() {
 		Short: "Start the cluster (a no-op for parts already running) and print the kubeconfig's path",
 		RunE:  func(cmd *cobra.Command, _ []string) error { return c.up(cmd.Context()) },
 	}
-	up.Flags().StringVar(&c.imagesDir, "images", filepath.Join(cache, "images"), "image tarballs (*.tar) to import into containerd")
+	up.Flags().StringVar(&c.imagesDir, "images", filepath.Join(cache, "images"), "image archives (*.tar) to push to the cluster's registry")
+	up.Flags().BoolVar(&c.importToo, "import", false, "also import the archives into containerd with ctr, as before the registry (a fallback)")
 	var quiet bool
 	status := &cobra.Command{Use: "status", Short: "Show each component and the node; with --quiet, exit 0 only when all run",
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.status(cmd.Context(), quiet) }}

@@ -7,12 +7,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -21,6 +20,7 @@ import (
 
 func (c *cluster) up(ctx context.Context) error {
 	begin := time.Now()
+	closeInherited()
 	if err := c.clearStale(); err != nil {
 		return err
 	}
@@ -59,6 +59,10 @@ func (c *cluster) up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	registry, err := c.registryComponent()
+	if err != nil {
+		return err
+	}
 	comps := []component{
 		{name: "etcd", bin: c.binFor("etcd"), args: []string{
 			"--name=virtpod", "--data-dir=" + c.path("etcd"),
@@ -67,6 +71,7 @@ func (c *cluster) up(ctx context.Context) error {
 			"--initial-cluster=virtpod=" + etcdPeerURL, "--listen-metrics-urls=http://127.0.0.1:22381",
 			"--quota-backend-bytes=4294967296", "--unsafe-no-fsync"},
 			ready: httpReady(http.DefaultClient, etcdClientURL+"/health")},
+		registry,
 		{name: "kube-apiserver", bin: c.binFor("kube-apiserver"), args: []string{
 			"--etcd-servers=" + etcdClientURL, "--bind-address=0.0.0.0", "--advertise-address=" + c.nodeIP,
 			"--secure-port=" + strconv.Itoa(apiserverPort), "--service-cluster-ip-range=" + serviceCIDR,
@@ -100,7 +105,8 @@ func (c *cluster) up(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.importImages(); err != nil {
+	images, err := c.pushImages(ctx)
+	if err != nil {
 		return err
 	}
 	admin, err := clientFor(kc["admin"])
@@ -121,11 +127,27 @@ func (c *cluster) up(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := c.startDNS(ctx, kc["admin"], images); err != nil {
+		return err
+	}
 	if err := c.storage(ctx, admin); err != nil {
 		return err
 	}
 	fmt.Printf("cluster up in %.1fs\n  export KUBECONFIG=%s\n  stop it with: make demo-down\n", time.Since(begin).Seconds(), kc["admin"])
 	return nil
+}
+
+// closeInherited marks every file this process inherited beyond stdin, stdout and stderr
+// close-on-exec, so the cluster's processes, which outlive `up`, do not hold them: a lock taken
+// by whoever ran `up` (flock /tmp/virtpod-heavy.lock make cluster-up) would otherwise stay held
+// until the cluster stops.
+func closeInherited() {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
 }
 
 // clearStale removes what a cluster that was killed rather than stopped (a machine restart, an
@@ -166,24 +188,6 @@ func (c *cluster) nodeAddress() error {
 		return err
 	}
 	return netlink.LinkSetUp(link)
-}
-
-// importImages loads every image tarball in the images folder into containerd's k8s.io
-// namespace, where the kubelet finds them; there is no registry.
-func (c *cluster) importImages() error {
-	tars, _ := filepath.Glob(filepath.Join(c.imagesDir, "*.tar"))
-	for _, t := range tars {
-		out, err := exec.Command(filepath.Join(c.ctrdBin, "ctr"), "-a", c.socket(), "-n", "k8s.io",
-			"images", "import", "--all-platforms", "--no-unpack", t).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("importing %s: %v\n%s", t, err, out)
-		}
-		fmt.Printf("  imported %s\n", filepath.Base(t))
-	}
-	if len(tars) == 0 {
-		fmt.Printf("  no image tarballs in %s (make images builds them)\n", c.imagesDir)
-	}
-	return nil
 }
 
 func httpReady(client *http.Client, url string) func(context.Context) error {

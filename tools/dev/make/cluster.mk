@@ -5,9 +5,9 @@ CLUSTER_KUBECONFIG := $(VIRTPOD_CACHE)/cluster/kubeconfig/admin.kubeconfig
 
 .PHONY: cluster-binaries cluster-up cluster-down cluster-status demo demo-down test-e2e
 
-cluster-binaries: k8s-binaries containerd runner-deps ## Build every binary the local cluster runs.
+cluster-binaries: k8s-binaries containerd registry runner-deps ## Build every binary the local cluster runs.
 
-cluster-up: cluster-binaries images ## Start the local cluster and import virtpod's images.
+cluster-up: cluster-binaries images ## Start the local cluster (registry and DNS included) and push virtpod's images to its registry.
 	$(LOCALCLUSTER) up --images=$(IMAGES_DIR)
 
 cluster-down: ## Stop the local cluster and remove what it made.
@@ -16,18 +16,22 @@ cluster-down: ## Stop the local cluster and remove what it made.
 cluster-status: ## Show the local cluster's components and node.
 	$(LOCALCLUSTER) status
 
+DEMO_RELEASE := $(VIRTPOD_CACHE)/demo-release
 # GUEST=debian runs the Debian cloud guest (config/samples/debian) instead of the quick test guest.
 GUEST ?= test
 BENCH_COUNT ?= 3
 
-demo: $(if $(filter debian,$(GUEST)),image-debian-guest) cluster-up ## A one-node cluster, the controller, and a running VM (GUEST=debian: the Debian cloud guest).
-	GUEST=$(GUEST) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) bash tools/dev/demo.sh
+demo: $(if $(filter debian,$(GUEST)),image-debian-guest) cluster-up ## A one-node cluster, virtpod installed from a release in its registry, and a running VM (GUEST=debian: the Debian cloud guest).
+	$(MAKE) --no-print-directory release-assets REGISTRY=$(LOCAL_REGISTRY) INSECURE_REGISTRY=1 RELEASE_DIR=$(DEMO_RELEASE) VMCTL_PLATFORMS=linux/amd64
+	GUEST=$(GUEST) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) bash tools/dev/demo.sh $(DEMO_RELEASE)
 
 demo-down: cluster-down ## Stop the demo cluster.
 
-test-e2e: test-images cluster-up capi ## End-to-end tests on the local cluster.
-	$(CAPI_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -count=1 -timeout 45m -v ./tests/e2e/...
+test-e2e: test-images cluster-up capi ## End-to-end tests on the local cluster, installing releases from its registry.
+	$(MAKE) --no-print-directory e2e-releases
+	$(E2E_ENV) $(CAPI_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -count=1 -timeout 45m -v ./tests/e2e/...
 
 .PHONY: bench-apply
 bench-apply: image-debian-guest cluster-up ## kubectl apply of the Debian cloud guest -> Running -> DHCP ACK -> cloud-init final, on the local cluster (BENCH_COUNT runs).
-	KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -run '^$$' -bench BenchmarkDebianApplyToCloudInitFinal -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./tests/e2e/
+	$(MAKE) --no-print-directory e2e-releases
+	$(E2E_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -run '^$$' -bench BenchmarkDebianApplyToCloudInitFinal -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./tests/e2e/

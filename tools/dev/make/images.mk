@@ -13,13 +13,13 @@ IMAGEBUILD_BIN := $(VIRTPOD_CACHE)/bin/imagebuild
 
 # Always rebuilt: the images depend on the Go sources and the host's QEMU packages, and the
 # builds are reproducible, so an unchanged input gives the same archive.
-.PHONY: images imagebuild image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest
+.PHONY: images imagebuild image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-coredns
 
 imagebuild:
 	@mkdir -p $(dir $(IMAGEBUILD_BIN))
 	go build -o $(IMAGEBUILD_BIN) ./tools/imagebuild
 
-images: image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-local-path-provisioner ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
+images: image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-local-path-provisioner image-coredns ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
 
 image-runner: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --tag=$(RUNNER_IMAGE) --out=$(IMAGES_DIR)/runner.tar
@@ -39,6 +39,9 @@ image-toolbox: imagebuild runner-deps
 image-guest: imagebuild guest-fixture
 	$(IMAGEBUILD_BIN) vm $(IMAGEBUILD_FLAGS) --tag=$(GUEST_IMAGE) --out=$(IMAGES_DIR)/guest.tar \
 		--kernel=$(GUEST_FIXTURE)/boot/vmlinuz --initrd=$(GUEST_FIXTURE)/boot/initrd.img --disk=$(GUEST_FIXTURE)/disk/root.img
+
+image-coredns: imagebuild $(COREDNS_BIN)/coredns
+	$(IMAGEBUILD_BIN) coredns $(IMAGEBUILD_FLAGS) --binary=$(COREDNS_BIN)/coredns --tag=localhost/virtpod/coredns:$(COREDNS_VERSION) --out=$(IMAGES_DIR)/coredns.tar
 
 # VM images only the tests use (and `make demo GUEST=debian`), so plain `make images`, and with it
 # `make demo`, stays quick: `make test` and `make test-e2e` build them into $(IMAGES_DIR), and

@@ -48,3 +48,27 @@ $(addprefix $(CONTAINERD_BIN)/,$(CONTAINERD_CMDS)): $(CONTAINERD_BIN)/%:
 
 .PHONY: containerd
 containerd: $(addprefix $(CONTAINERD_BIN)/,$(CONTAINERD_CMDS)) ## Build containerd, the runc shim and ctr.
+
+# The local cluster's OCI registry (CNCF distribution; tools/dev/registrybin).
+REGISTRY_VERSION := v3.1.2
+REGISTRY_BIN := $(VIRTPOD_CACHE)/registry-$(REGISTRY_VERSION)
+$(REGISTRY_BIN)/registry:
+	@mkdir -p $(REGISTRY_BIN)
+	cd tools/dev/registrybin && CGO_ENABLED=0 go build -trimpath \
+		-ldflags '-s -w -X github.com/distribution/distribution/v3/version.version=$(REGISTRY_VERSION)' \
+		-o $@.tmp github.com/distribution/distribution/v3/cmd/registry && mv $@.tmp $@
+
+.PHONY: registry
+registry: $(REGISTRY_BIN)/registry ## Build the local cluster's registry (distribution).
+
+# The local cluster's DNS: CoreDNS with only the plugins it uses (tools/dev/corednsbin).
+COREDNS_VERSION := v1.15.0
+COREDNS_BIN := $(VIRTPOD_CACHE)/coredns-$(COREDNS_VERSION)
+$(COREDNS_BIN)/coredns: tools/dev/corednsbin/main.go
+	@mkdir -p $(COREDNS_BIN)
+	cd tools/dev/corednsbin && CGO_ENABLED=0 go build -trimpath \
+		-ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(COREDNS_VERSION)' \
+		-o $@.tmp . && mv $@.tmp $@
+
+.PHONY: coredns
+coredns: $(COREDNS_BIN)/coredns ## Build the local cluster's DNS server (CoreDNS, minimal plugins).

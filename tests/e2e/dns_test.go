@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestPodResolvesService: the cluster has DNS (CoreDNS at the kubelet's clusterDNS, started by
+// localcluster): a pod resolves a Service by its short name, through the search domains the
+// kubelet wrote into its resolv.conf, and by its full name, and gets the Service's address.
+func TestPodResolvesService(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "named"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if err := kube.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	full := "named." + ns + ".svc.cluster.local"
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "resolver"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "dns", Image: "localhost/virtpod/toolbox:dev",
+				// busybox's nslookup tries every search domain and fails when any answers
+				// NXDOMAIN, so its output, not its exit code, is what counts.
+				Command: []string{"sh", "-c", "cat /etc/resolv.conf; nslookup named; nslookup " + full + "; true"}}},
+		},
+	}
+	if err := kube.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "resolver pod done", 2*time.Minute, func() error {
+		got := &corev1.Pod{}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		switch got.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("resolver pod failed:\n%s", podLogs(ns, "resolver"))
+		}
+		return fmt.Errorf("resolver pod %s", got.Status.Phase)
+	})
+	out := podLogs(ns, "resolver")
+	if err := contains(out, "nameserver 10.219.0.10", "search "+ns+".svc.cluster.local"); err != nil {
+		t.Fatal(err)
+	}
+	// Each lookup finds the Service's full name and prints its address once.
+	if n := strings.Count(out, "Name:\t"+full+"\nAddress: "+svc.Spec.ClusterIP+"\n"); n != 2 {
+		t.Fatalf("want the Service's address %s from both lookups, got %d:\n%s", svc.Spec.ClusterIP, n, out)
+	}
+	evs, err := kubeset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=MissingClusterDNS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) > 0 {
+		t.Fatalf("the kubelet still warns: %s", evs.Items[0].Message)
+	}
+}
+
+// guestResolvesService shows that a guest resolves a Service by name: the runner hands the pod's
+// nameserver (the cluster DNS) to the guest (the fixture takes it from ip=, a DHCP guest from its
+// lease), and nslookup typed into the serial console (vmctl console) gets the Service's address.
+// It needs a booted VM; the upgrade test lends one rather than booting another.
+func guestResolvesService(t *testing.T, ns, vm string) {
+	t.Helper()
+	ctx := context.Background()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "resolved-by-guest"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if err := kube.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	c := startPTY(t, filepath.Join(installVmctl(t), "vmctl"), "-n", ns, "console", vm)
+	if err := c.waitFor(time.Minute, "Connected to the console of VM "+ns+"/"+vm); err != nil {
+		t.Fatal(err)
+	}
+	// The answer, not the command typed, carries "Address: <ip>".
+	want := "Address: " + svc.Spec.ClusterIP
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c.write(t, "cat /etc/resolv.conf; nslookup "+svc.Name+"."+ns+".svc.cluster.local\r")
+		if c.waitFor(5*time.Second, want) == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest did not resolve %s.%s to %s:\n%s", svc.Name, ns, svc.Spec.ClusterIP, c.screen())
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/tools/imagebuild/push"
+)
+
+// TestUpgrade installs release N+1 (the same tree pushed under another version, so its images
+// have other digests) over N with a guest running: the controller rolls onto N+1's image, the
+// CRDs are updated in place (same objects, N+1's version label), the running guest's pod is
+// untouched, and a new VM runs N+1's runner (whose guest then resolves a Service name). Later
+// tests run on N+1.
+func TestUpgrade(t *testing.T) {
+	next := os.Getenv("VIRTPOD_RELEASE_NEXT")
+	if next == "" {
+		t.Fatal("VIRTPOD_RELEASE_NEXT is not set: make test-e2e pushes a second release (make e2e-releases)")
+	}
+	ctx := context.Background()
+	lockN, lockNext := readLock(t, release), readLock(t, next)
+	if lockN["virtpod/runner"].Digest == lockNext["virtpod/runner"].Digest {
+		t.Fatalf("releases N and N+1 have the same runner image %s: nothing would show which one runs", lockN["virtpod/runner"].Digest)
+	}
+	ns := namespace(t)
+	if err := kube.Create(ctx, newVM(ns, "before")); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, ns, "before", 0)
+	before := runnerPod(t, ns, "before")
+	if got := podspec.PodImages(before).Runner; got != lockN["virtpod/runner"].Digest {
+		t.Fatalf("a VM of release N runs %s, want N's runner %s", got, lockN["virtpod/runner"].Digest)
+	}
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	if err := kube.Get(ctx, client.ObjectKey{Name: "virtualmachines.vm.virtpod.io"}, crd); err != nil {
+		t.Fatal(err)
+	}
+	crdUID := crd.UID
+
+	if err := installRelease(next, installedFile); err != nil {
+		t.Fatal(err)
+	}
+	release = next // what later installs (the Cluster API test) build on
+
+	ctrl := &appsv1.Deployment{}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: "virtpod-system", Name: "virtpod-controller"}, ctrl); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ctrl.Spec.Template.Spec.Containers[0].Image, lockNext["virtpod/controller"].Digest; got != want {
+		t.Errorf("controller image after the upgrade: %s, want %s", got, want)
+	}
+	if ctrl.Status.UpdatedReplicas != 1 || ctrl.Status.AvailableReplicas != 1 {
+		t.Errorf("controller not rolled: %+v", ctrl.Status)
+	}
+	if err := kube.Get(ctx, client.ObjectKey{Name: "virtualmachines.vm.virtpod.io"}, crd); err != nil {
+		t.Fatal(err)
+	}
+	if crd.UID != crdUID {
+		t.Errorf("the VirtualMachine CRD was replaced (UID %s, was %s): that deletes every VM", crd.UID, crdUID)
+	}
+	if v := crd.Labels["app.kubernetes.io/version"]; v != filepath.Base(next) {
+		t.Errorf("the CRD carries version %q, want N+1's %s", v, filepath.Base(next))
+	}
+
+	if err := kube.Create(ctx, newVM(ns, "after")); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, ns, "after", 0)
+	if got := podspec.PodImages(runnerPod(t, ns, "after")).Runner; got != lockNext["virtpod/runner"].Digest {
+		t.Errorf("a VM made after the upgrade runs %s, want N+1's runner %s", got, lockNext["virtpod/runner"].Digest)
+	}
+	// The new VM's guest is up: it shows the cluster DNS reaches guests too.
+	t.Run("guest resolves a Service", func(t *testing.T) { guestResolvesService(t, ns, "after") })
+	// Last, so the new controller had the new VM's whole start to disturb the old one.
+	vm := waitRunning(t, ns, "before", 0)
+	if after := runnerPod(t, ns, "before"); after.UID != before.UID {
+		t.Errorf("the running guest's pod was replaced (UID %s, was %s)", after.UID, before.UID)
+	}
+	if vm.Status.Phase != "Running" {
+		t.Errorf("the VM of release N: %+v", vm.Status)
+	}
+}
+
+func runnerPod(t *testing.T, ns, vm string) *corev1.Pod {
+	t.Helper()
+	p, err := kubeset.CoreV1().Pods(ns).Get(context.Background(), podspec.PodName(vm), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func readLock(t *testing.T, dir string) push.Lock {
+	t.Helper()
+	l, err := push.ReadLock(filepath.Join(dir, "images.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
