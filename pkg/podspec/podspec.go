@@ -13,6 +13,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/imagemap"
+	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/vmimage"
 )
@@ -398,6 +399,10 @@ func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirement
 	cpu.Add(opts.OverheadCPU)
 	mem := vm.Spec.Guest.Memory.DeepCopy()
 	mem.Add(opts.OverheadMemory)
+	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
+		// Emulation keeps translated code beside the guest's memory, up to QEMU's tb-size.
+		mem.Add(*resource.NewQuantity(qemu.TCGTranslationCacheMiB<<20, resource.BinarySI))
+	}
 	if opts.Class != nil {
 		// The class's overhead is the hypervisor's own, added as RuntimeClass's is.
 		if q, ok := opts.Class.Spec.Overhead[corev1.ResourceCPU]; ok {

@@ -81,10 +81,16 @@ func Args(s Spec) ([]string, error) {
 		// reaches the console the runner reads.
 		machine += ",graphics=off"
 	}
+	accel := s.Acceleration
+	if accel == "tcg" {
+		// TCG's translation cache would grow to 1 GiB on this kind of host, beyond what the
+		// pod's memory limit allows for: bound it (podspec adds it to an emulated VM's memory).
+		accel += ",tb-size=" + strconv.Itoa(TCGTranslationCacheMiB)
+	}
 	args := []string{
 		"-name", "guest=" + optValue(s.Name),
 		"-machine", machine,
-		"-accel", s.Acceleration,
+		"-accel", accel,
 	}
 	cpu := s.CPUModel
 	if cpu == "" && s.Acceleration == "kvm" {
@@ -169,6 +175,9 @@ func firmwareArgs(s Spec) []string {
 
 // optValue escapes a value placed inside a QEMU option list, where a comma separates options:
 // QEMU reads ",," as a literal comma, so "a,b=c" cannot add an option "b=c".
+// TCGTranslationCacheMiB bounds TCG's translated-code cache (QEMU's tb-size).
+const TCGTranslationCacheMiB = 128
+
 func optValue(v string) string { return strings.ReplaceAll(v, ",", ",,") }
 
 func (s Spec) validate() error {

@@ -96,7 +96,9 @@ func TestAccelerationIsExplicit(t *testing.T) {
 		var accels []string
 		for i, a := range args {
 			if a == "-accel" || a == "-enable-kvm" || a == "-machine" && strings.Contains(args[i+1], "accel") {
-				accels = append(accels, args[min(i+1, len(args)-1)])
+				// The accelerator is the option list's first item (tcg also bounds its cache).
+				name, _, _ := strings.Cut(args[min(i+1, len(args)-1)], ",")
+				accels = append(accels, name)
 			}
 		}
 		if !slices.Equal(accels, []string{accel}) {
@@ -108,6 +110,22 @@ func TestAccelerationIsExplicit(t *testing.T) {
 // TestUserStringsCannotInject checks the property behind the hostile golden file directly: each
 // user string lands inside exactly one argv element, and inside an option list its commas are
 // doubled so QEMU cannot read a new option from it.
+// TestTCGCacheIsBounded: an emulated guest's translation cache is bounded, so QEMU stays within
+// the memory podspec gives the pod; KVM has none.
+func TestTCGCacheIsBounded(t *testing.T) {
+	for accel, want := range map[string]string{"tcg": "tcg,tb-size=128", "kvm": "kvm"} {
+		s := baseSpec()
+		s.Acceleration = accel
+		args, err := Args(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.Index(args, "-accel"); i < 0 || args[i+1] != want {
+			t.Errorf("%s: -accel %v, want %s", accel, args, want)
+		}
+	}
+}
+
 func TestUserStringsCannotInject(t *testing.T) {
 	s := baseSpec()
 	s.Name = "a,b=c"

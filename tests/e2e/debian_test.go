@@ -151,8 +151,8 @@ func debianVM(ns, name string) *vmv1.VirtualMachine {
 	g.Ports = []vmv1.Port{{Name: "ssh", Port: 22}, {Name: "http", Port: 8080}}
 	vm.Spec.TerminationGracePeriodSeconds = ptr.To[int64](120)
 	vm.Spec.PodResources = &corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("768Mi")},
-		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("768Mi")},
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
 	}
 	return vm
 }
