@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,7 +40,6 @@ const debianBoot = 10 * time.Minute
 // logs in over SSH with the key; vmctl ssh logs in through the API server's port-forward; and
 // deleting the VM powers the guest off through systemd. One boot for all of it.
 func TestDebianCloudGuest(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t)
 	pub, priv := sshKey(t)
 	userData := fmt.Sprintf(`#cloud-config
@@ -121,18 +119,7 @@ runcmd:
 	})
 
 	// Deleting the VM powers the guest off through systemd within its grace period.
-	follow := followLogs(t, ns, pod)
-	if err := kube.Delete(ctx, vm); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "runner pod gone", 3*time.Minute, func() error {
-		_, err := kubeset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("pod still there (%v)", err)
-	})
-	console := <-follow
+	console := deleteAndFollow(t, vm, 3*time.Minute)
 	if err := contains(console, "Power Off", "reboot: Power down"); err != nil {
 		t.Fatalf("the guest did not power off through systemd: %v", err)
 	}
@@ -187,31 +174,14 @@ func sshKey(t *testing.T) (string, []byte) {
 // keySecret (key id), runs command, and returns what it printed.
 func sshFrom(t *testing.T, ns, keySecret, ip, user, command string) string {
 	t.Helper()
-	ctx := context.Background()
-	p := &corev1.Pod{
+	return runPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ssh-client"},
 		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "ssh", Image: "localhost/virtpod/toolbox:dev",
 				Command:      []string{"/bin/sshcheck", "-key", "/keys/id", "-user", user, ip + ":22", command},
 				VolumeMounts: []corev1.VolumeMount{{Name: "keys", MountPath: "/keys", ReadOnly: true}}}},
 			Volumes: []corev1.Volume{{Name: "keys", VolumeSource: corev1.VolumeSource{
 				Secret: &corev1.SecretVolumeSource{SecretName: keySecret, DefaultMode: ptr.To[int32](0o400)}}}},
 		},
-	}
-	mustCreate(t, p)
-	eventually(t, "ssh client pod done", 2*time.Minute, func() error {
-		got := &corev1.Pod{}
-		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
-		}
-		switch got.Status.Phase {
-		case corev1.PodSucceeded:
-			return nil
-		case corev1.PodFailed:
-			t.Fatalf("ssh client pod failed: %s", podLogs(ns, p.Name))
-		}
-		return fmt.Errorf("ssh client pod %s", got.Status.Phase)
 	})
-	return podLogs(ns, p.Name)
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestPodResolvesService: the cluster has DNS (CoreDNS at the kubelet's clusterDNS, started by
@@ -28,33 +26,13 @@ func TestPodResolvesService(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := "named." + ns + ".svc.cluster.local"
-	p := &corev1.Pod{
+	out := runPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "resolver"},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "dns", Image: "localhost/virtpod/toolbox:dev",
-				// busybox's nslookup tries every search domain and fails when any answers
-				// NXDOMAIN, so its output, not its exit code, is what counts.
-				Command: []string{"sh", "-c", "cat /etc/resolv.conf; nslookup named; nslookup " + full + "; true"}}},
-		},
-	}
-	if err := kube.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "resolver pod done", 2*time.Minute, func() error {
-		got := &corev1.Pod{}
-		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
-		}
-		switch got.Status.Phase {
-		case corev1.PodSucceeded:
-			return nil
-		case corev1.PodFailed:
-			t.Fatalf("resolver pod failed:\n%s", podLogs(ns, "resolver"))
-		}
-		return fmt.Errorf("resolver pod %s", got.Status.Phase)
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "dns", Image: "localhost/virtpod/toolbox:dev",
+			// busybox's nslookup tries every search domain and fails when any answers
+			// NXDOMAIN, so its output, not its exit code, is what counts.
+			Command: []string{"sh", "-c", "cat /etc/resolv.conf; nslookup named; nslookup " + full + "; true"}}}},
 	})
-	out := podLogs(ns, "resolver")
 	if err := contains(out, "nameserver 10.219.0.10", "search "+ns+".svc.cluster.local"); err != nil {
 		t.Fatal(err)
 	}

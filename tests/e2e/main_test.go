@@ -13,12 +13,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
+	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -131,4 +134,49 @@ func contains(s string, parts ...string) error {
 		}
 	}
 	return nil
+}
+
+// runPod creates a one-shot client pod and returns its output once it has succeeded; a failed
+// pod fails the test with its output.
+func runPod(t *testing.T, p *corev1.Pod) string {
+	t.Helper()
+	ctx := context.Background()
+	p.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if err := kube.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, p.Name+" pod done", 2*time.Minute, func() error {
+		got := &corev1.Pod{}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		switch got.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("%s pod failed:\n%s", p.Name, podLogs(p.Namespace, p.Name))
+		}
+		return fmt.Errorf("%s pod %s", p.Name, got.Status.Phase)
+	})
+	return podLogs(p.Namespace, p.Name)
+}
+
+// deleteAndFollow deletes the VM and returns its runner's log (the console) up to the pod's end,
+// once the pod is gone.
+func deleteAndFollow(t *testing.T, vm *vmv1.VirtualMachine, timeout time.Duration) string {
+	t.Helper()
+	ctx := context.Background()
+	pod := podspec.PodName(vm.Name)
+	logs := followLogs(t, vm.Namespace, pod)
+	if err := kube.Delete(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "runner pod gone", timeout, func() error {
+		_, err := kubeset.CoreV1().Pods(vm.Namespace).Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("pod still there (%v)", err)
+	})
+	return <-logs
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,18 +108,7 @@ func TestVMLifecycle(t *testing.T) {
 	}
 
 	// Delete: the guest gets its ACPI power-down and the pod goes away.
-	logs := followLogs(t, ns, pod)
-	if err := kube.Delete(ctx, vm); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "runner pod gone", 2*time.Minute, func() error {
-		_, err := kubeset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("pod still there (%v)", err)
-	})
-	out := <-logs
+	out := deleteAndFollow(t, vm, 2*time.Minute)
 	if err := contains(out, "reboot: Power down"); err != nil {
 		t.Fatalf("the guest did not power down cleanly: %v", err)
 	}
@@ -150,32 +138,11 @@ func TestProviderBinaryMissing(t *testing.T) {
 // does not resolve.)
 func fetchFrom(t *testing.T, ns, ip string, port int) string {
 	t.Helper()
-	ctx := context.Background()
-	p := &corev1.Pod{
+	return runPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client"},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
-				Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, ip, port)}}},
-		},
-	}
-	if err := kube.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "client pod done", 2*time.Minute, func() error {
-		got := &corev1.Pod{}
-		if err := kube.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
-		}
-		switch got.Status.Phase {
-		case corev1.PodSucceeded:
-			return nil
-		case corev1.PodFailed:
-			t.Fatalf("client pod failed: %s", podLogs(ns, "client"))
-		}
-		return fmt.Errorf("client pod %s", got.Status.Phase)
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
+			Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, ip, port)}}}},
 	})
-	return podLogs(ns, "client")
 }
 
 // findQEMU finds the host pid of the VM's hypervisor (the test runs on the node as root).

@@ -57,14 +57,7 @@ func benchFirmware(debian, firmware, qemuBin string, pairs int, timeout time.Dur
 			q, err = bootQEMUFirmware(qemuBin, disk, firmware, filepath.Join(work, fmt.Sprintf("q%d", i)), timeout)
 			return err
 		}
-		first, second := runR, runQ
-		if i%2 == 1 {
-			first, second = runQ, runR
-		}
-		if err := first(); err != nil {
-			return err
-		}
-		if err := second(); err != nil {
+		if err := inTurn(i, runR, runQ); err != nil {
 			return err
 		}
 		fmt.Printf("pair %d: runner %7.2fs  qemu %7.2fs  ratio %.3f\n", i+1, r.Seconds(), q.Seconds(), r.Seconds()/q.Seconds())

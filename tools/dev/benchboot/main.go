@@ -83,14 +83,7 @@ func bench(guest, qemuBin string, pairs int, timeout time.Duration) error {
 			s.qemu = d
 			return err
 		}
-		first, second := runRunner, runQEMU
-		if i%2 == 1 {
-			first, second = runQEMU, runRunner
-		}
-		if err := first(); err != nil {
-			return err
-		}
-		if err := second(); err != nil {
+		if err := inTurn(i, runRunner, runQEMU); err != nil {
 			return err
 		}
 		fmt.Printf("pair %d: runner %6.3fs  qemu %6.3fs  ratio %.3f  runner RSS %.1f MiB (peak %.1f MiB)\n",
@@ -228,4 +221,17 @@ func memKiB(pid int) (rss, hwm int64) {
 		}
 	}
 	return rss, hwm
+}
+
+// inTurn runs one pair: the runner first in even pairs, plain QEMU first in odd ones, so drift on
+// the machine hits both sides alike.
+func inTurn(pair int, runner, qemu func() error) error {
+	first, second := runner, qemu
+	if pair%2 == 1 {
+		first, second = qemu, runner
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	return second()
 }
