@@ -182,12 +182,23 @@ func (r *Reconciler) claimTaken(ctx context.Context, vm *vmv1.VirtualMachine, cl
 			return &cause{vmv1.ReasonClaimInUse, fmt.Sprintf("PersistentVolumeClaim %q is in use by VirtualMachine %s, whose guest runs: two VMs never write one disk; stop %s (runStrategy: Halted) or give this VM another claim",
 				claim, o.Name, o.Name)}, nil
 		}
-		if firstCreated(o, vm) && !halted(o) && !terminal(o.Status.Phase) {
+		if firstCreated(o, vm) && wantsToRun(o) {
 			return &cause{vmv1.ReasonClaimInUse, fmt.Sprintf("PersistentVolumeClaim %q is also named by VirtualMachine %s, created first, which starts on it: two VMs never write one disk; stop %s (runStrategy: Halted) or give this VM another claim",
 				claim, o.Name, o.Name)}, nil
 		}
 	}
 	return nil, nil
+}
+
+// wantsToRun is a VM that runs or will: not halted, and not ended for good. A guest that ended
+// under a strategy that restarts it (Always; RerunOnFailure after a failure) shows a terminal
+// phase only until its restart is counted, and must not lose its claims in that moment.
+func wantsToRun(vm *vmv1.VirtualMachine) bool {
+	if halted(vm) {
+		return false
+	}
+	p := vm.Status.Phase
+	return !terminal(p) || restarts(vm.Spec.RunStrategy, p == vmv1.PhaseFailed)
 }
 
 func firstCreated(a, b *vmv1.VirtualMachine) bool {

@@ -64,3 +64,29 @@ func TestStartingNamesSecretDisks(t *testing.T) {
 		t.Fatalf("startingReason message %q lacks %q", msg, want)
 	}
 }
+
+// TestWantsToRun: a VM keeps its claim against a younger one unless it is halted or has ended
+// for good; a guest that ended under a strategy that restarts it (a pod deleted under Always
+// shows Succeeded until the restart is counted) still wants to run.
+func TestWantsToRun(t *testing.T) {
+	for _, tc := range []struct {
+		strategy vmv1.RunStrategy
+		phase    vmv1.Phase
+		want     bool
+	}{
+		{vmv1.RunAlways, vmv1.PhaseRunning, true},
+		{vmv1.RunAlways, vmv1.PhasePending, true},
+		{vmv1.RunAlways, vmv1.PhaseSucceeded, true},
+		{vmv1.RunAlways, vmv1.PhaseFailed, true},
+		{vmv1.RunRerunOnFailure, vmv1.PhaseFailed, true},
+		{vmv1.RunRerunOnFailure, vmv1.PhaseSucceeded, false},
+		{vmv1.RunOnce, vmv1.PhaseSucceeded, false},
+		{vmv1.RunManual, vmv1.PhaseFailed, false},
+		{vmv1.RunHalted, vmv1.PhaseRunning, false},
+	} {
+		vm := &vmv1.VirtualMachine{Spec: vmv1.VirtualMachineSpec{RunStrategy: tc.strategy}, Status: vmv1.VirtualMachineStatus{Phase: tc.phase}}
+		if got := wantsToRun(vm); got != tc.want {
+			t.Errorf("%s in phase %s: wantsToRun %v, want %v", tc.strategy, tc.phase, got, tc.want)
+		}
+	}
+}
