@@ -5,7 +5,7 @@
 # infrastructure-components.yaml is config/capi rendered by kustomize (kubectl kustomize).
 set -euo pipefail
 out=${1:?usage: clusterctl-repo.sh DIR}
-version=${VIRTPOD_RELEASE:-v0.1.0}
+version=${CLUSTERCTL_REPO_VERSION:-v0.1.0}  # not VIRTPOD_RELEASE: the e2e tests name a release folder with that
 kubectl=${KUBECTL:-kubectl}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$out/infrastructure-virtpod/$version
