@@ -67,7 +67,9 @@ func setReady(st *vmv1.VirtualMachineStatus, generation int64, f facts) {
 		why = cause{vmv1.ReasonStopping, "the guest is shutting down"}
 	case pod.Spec.NodeName == "":
 		_, why = placement(pod) // without virtpod's account, which Scheduled carries
-	case isReady(pod):
+	case isReady(pod) || guestStarted(pod) && podspec.GuestProbe(pod) == "":
+		// Without a guest probe, the started guest is what Ready means, whether or not the
+		// pod's readiness probe has run since.
 		c.Status = metav1.ConditionTrue
 		why = cause{vmv1.ReasonGuestRunning, "the guest is running"}
 		if probe := podspec.GuestProbe(pod); probe != "" {

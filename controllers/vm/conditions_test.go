@@ -60,6 +60,9 @@ func probed(p *corev1.Pod) {
 	p.Spec.Containers = []corev1.Container{{Name: podspec.RunnerContainer, Args: []string{"--name=web", "--readiness-probe=http:8080/healthz"},
 		StartupProbe: &corev1.Probe{}}}
 }
+func startupOnly(p *corev1.Pod) {
+	p.Spec.Containers = []corev1.Container{{Name: podspec.RunnerContainer, Args: []string{"--name=web"}, StartupProbe: &corev1.Probe{}}}
+}
 func guestUp(p *corev1.Pod) {
 	p.Status.Phase = corev1.PodRunning
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Started: ptr.To(true),
@@ -133,6 +136,9 @@ func TestScheduledAndReady(t *testing.T) {
 		{name: "probed guest ready", f: facts{pod: pod(onNode, probed, guestUp, ready)}, phase: vmv1.PhaseRunning,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running and passes its readiness probe (HTTP GET of /healthz on port 8080)"}},
+		{name: "started without a guest probe: Ready before the pod's readiness probe runs", f: facts{pod: pod(onNode, startupOnly, guestUp)}, phase: vmv1.PhaseRunning,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running"}},
 		{name: "started without a startup probe says nothing of the guest", f: facts{pod: pod(onNode, guestUp)}, phase: vmv1.PhaseStarting,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"False", vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"}},

@@ -105,7 +105,7 @@ runcmd:
 	}
 	// vmctl ssh: the host's OpenSSH client through the API server's port-forward.
 	t.Run("vmctl ssh", func(t *testing.T) {
-		vmctl := installVmctl(t)
+		vmctl := filepath.Join(installVmctl(t), "vmctl")
 		key := filepath.Join(t.TempDir(), "id")
 		if err := os.WriteFile(key, priv, 0o600); err != nil {
 			t.Fatal(err)
