@@ -2,6 +2,7 @@ package dhcpserver
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"runtime"
@@ -123,6 +124,19 @@ func TestServeRealExchange(t *testing.T) {
 					return err
 				}
 			}
+			// A veth passes frames only once both ends are operationally up, which a loaded
+			// machine (the whole test suite at once) can take a while to report.
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				a, _ := netlink.LinkByName("srv0")
+				b, _ := netlink.LinkByName("cli0")
+				if a != nil && b != nil && a.Attrs().OperState == netlink.OperUp && b.Attrs().OperState == netlink.OperUp {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("the veth pair srv0/cli0 is not up after 10s")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			srvMAC := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x67}
 			serve := func(l Lease) context.CancelFunc {
 				ctx, cancel := context.WithCancel(context.Background())
@@ -138,16 +152,21 @@ func TestServeRealExchange(t *testing.T) {
 				time.Sleep(100 * time.Millisecond) // the socket is bound
 				return cancel
 			}
-			request := func(iface string, mac net.HardwareAddr) (*nclient4.Lease, error) {
-				c, err := nclient4.New(iface, nclient4.WithHWAddr(mac), nclient4.WithTimeout(time.Second), nclient4.WithRetry(2))
-				if err != nil {
-					return nil, err
+			// A request that must be answered retries for longer (a loaded machine schedules the
+			// server late) than one that must not, which would only make the test slower.
+			ask := func(retries int) func(string, net.HardwareAddr) (*nclient4.Lease, error) {
+				return func(iface string, mac net.HardwareAddr) (*nclient4.Lease, error) {
+					c, err := nclient4.New(iface, nclient4.WithHWAddr(mac), nclient4.WithTimeout(time.Second), nclient4.WithRetry(retries))
+					if err != nil {
+						return nil, err
+					}
+					defer c.Close()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(retries+2)*time.Second)
+					defer cancel()
+					return c.Request(ctx)
 				}
-				defer c.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				return c.Request(ctx)
 			}
+			request, refused := ask(10), ask(2)
 			stop := serve(lease("10.213.9.2/24", "10.213.9.1"))
 			if r.first, err = request("cli0", guestMAC); err != nil {
 				return err
@@ -155,8 +174,8 @@ func TestServeRealExchange(t *testing.T) {
 			if r.again, err = request("cli0", guestMAC); err != nil {
 				return err
 			}
-			_, r.otherErr = request("cli0", net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x09, 0x03})
-			_, r.otherIfErr = request("cli1", guestMAC)
+			_, r.otherErr = refused("cli0", net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x09, 0x03})
+			_, r.otherIfErr = refused("cli1", guestMAC)
 			stop()
 			stop = serve(lease("10.213.9.2/32", "169.254.1.1"))
 			defer stop()
