@@ -25,7 +25,7 @@ func isCloudInitFinal(line string) bool { return cloudInitFinal.MatchString(line
 // runner's machine, firmware and disk options and a user-mode NIC (QEMU's own DHCP answers
 // the guest). Each side gets a fresh overlay on the same raw disk every run; the runner makes
 // its own (counted), plain QEMU's is made before its clock starts. Alternating pairs.
-func benchFirmware(debian, firmware, qemuBin string, pairs int, timeout time.Duration) error {
+func benchFirmware(runnerBin, debian, firmware, qemuBin string, pairs int, timeout time.Duration) error {
 	disk := filepath.Join(debian, "disk", "root.img")
 	if _, err := os.Stat(disk); err != nil {
 		return fmt.Errorf("-debian: %w (make debian-guest)", err)
@@ -41,10 +41,6 @@ func benchFirmware(debian, firmware, qemuBin string, pairs int, timeout time.Dur
 		return err
 	}
 	defer os.RemoveAll(work)
-	runnerBin, err := buildRunner(work)
-	if err != nil {
-		return err
-	}
 	fmt.Printf("\nDebian cloud guest, %s, TCG, 1 vCPU, 768 MiB: runner start -> %q\n", firmware, "Cloud-init v. ... finished at")
 	var rt, qt, ratios []float64
 	for i := 0; i < pairs; i++ {

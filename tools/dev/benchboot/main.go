@@ -32,20 +32,39 @@ func main() {
 	debianPairs := flag.Int("debian-pairs", 3, "with -debian: runner/QEMU pairs per firmware")
 	debianTimeout := flag.Duration("debian-timeout", 8*time.Minute, "with -debian: longest wait for one boot")
 	flag.Parse()
-	if *guest != "" || *debian == "" {
-		if err := bench(*guest, *qemuBin, *pairs, *timeout); err != nil {
-			fmt.Fprintln(os.Stderr, "benchboot:", err)
-			os.Exit(1)
+	err := run(*guest, *qemuBin, *pairs, *timeout, *debian, strings.Split(*firmwares, ","), *debianPairs, *debianTimeout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchboot:", err)
+		os.Exit(1)
+	}
+}
+
+// run builds the runner once for every benchmark it runs: the test guest's kernel boot (unless
+// only -debian is given), then the Debian guest's firmware boots.
+func run(guest, qemuBin string, pairs int, timeout time.Duration, debian string, firmwares []string, debianPairs int, debianTimeout time.Duration) error {
+	bin, err := os.MkdirTemp("", "benchboot-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(bin)
+	runnerBin, err := buildRunner(bin)
+	if err != nil {
+		return err
+	}
+	if guest != "" || debian == "" {
+		if err := bench(runnerBin, guest, qemuBin, pairs, timeout); err != nil {
+			return err
 		}
 	}
-	if *debian != "" {
-		for _, fw := range strings.Split(*firmwares, ",") {
-			if err := benchFirmware(*debian, fw, *qemuBin, *debianPairs, *debianTimeout); err != nil {
-				fmt.Fprintln(os.Stderr, "benchboot:", err)
-				os.Exit(1)
-			}
+	if debian == "" {
+		return nil
+	}
+	for _, fw := range firmwares {
+		if err := benchFirmware(runnerBin, debian, fw, qemuBin, debianPairs, debianTimeout); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 type sample struct {
@@ -53,7 +72,7 @@ type sample struct {
 	rssKiB, hwmKiB int64 // the runner's VmRSS when the marker appeared, and its peak
 }
 
-func bench(guest, qemuBin string, pairs int, timeout time.Duration) error {
+func bench(runnerBin, guest, qemuBin string, pairs int, timeout time.Duration) error {
 	if guest == "" {
 		return fmt.Errorf("-guest is required (the directory make guest-fixture builds)")
 	}
@@ -62,10 +81,6 @@ func bench(guest, qemuBin string, pairs int, timeout time.Duration) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	runnerBin, err := buildRunner(work)
-	if err != nil {
-		return err
-	}
 	kernel := filepath.Join(guest, "boot", "vmlinuz")
 	initrd := filepath.Join(guest, "boot", "initrd.img")
 	disk := filepath.Join(guest, "disk", "root.img")
