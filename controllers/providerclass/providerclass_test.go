@@ -10,8 +10,10 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -192,4 +194,47 @@ func editSpec(t *testing.T, name string, edit func(*vmv1.ProviderClassSpec)) {
 func setEnabled(t *testing.T, name string, enabled bool, reason string) {
 	t.Helper()
 	editSpec(t, name, func(s *vmv1.ProviderClassSpec) { s.Enabled, s.DisabledReason = ptr.To(enabled), reason })
+}
+
+// TestStatusDefault: status.default marks the one class annotated as the default, and no class
+// while two claim it (admission then sets no provider rather than pick one of the rivals).
+func TestStatusDefault(t *testing.T) {
+	ctx := context.Background()
+	for _, h := range []vmv1.Provider{vmv1.ProviderQEMU, vmv1.ProviderCloudHypervisor} {
+		pc := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: string(h)}, Spec: vmv1.ProviderClassSpec{Handler: h}}
+		if err := env.Client.Create(ctx, pc); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	markDefault := func(name string, on bool) {
+		t.Helper()
+		value := `"true"`
+		if !on {
+			value = "null"
+		}
+		pc := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+vmv1.AnnotationDefaultClass+`":`+value+`}}}`))
+		if err := env.Client.Patch(ctx, pc, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defaults := func(qemu, ch bool) {
+		t.Helper()
+		for name, want := range map[string]bool{"qemu": qemu, "cloud-hypervisor": ch} {
+			classStatus(t, name, func(pc *vmv1.ProviderClass) error {
+				if pc.Status.Default != want {
+					return fmt.Errorf("status.default %v, want %v", pc.Status.Default, want)
+				}
+				return nil
+			})
+		}
+	}
+	markDefault("qemu", true)
+	defaults(true, false)
+	markDefault("cloud-hypervisor", true) // two claim it: neither is the default
+	defaults(false, false)
+	markDefault("qemu", false)
+	defaults(false, true)
+	markDefault("cloud-hypervisor", false)
+	defaults(false, false)
 }

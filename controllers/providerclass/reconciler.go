@@ -45,10 +45,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	classes := &vmv1.ProviderClassList{}
+	if err := r.Client.List(ctx, classes); err != nil {
+		return reconcile.Result{}, err
+	}
 	now := r.now()
 	fit := Evaluate(class, "", hvs.Items, nodes, now)
 	next := class.DeepCopy()
 	setStatus(&next.Status, class, fit)
+	next.Status.Default = soleDefault(classes.Items) == class.Name
 	if err := statuspatch.Patch(ctx, r.Client, class, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // a newer class is on its way
 	} else if err != nil {
@@ -81,6 +86,21 @@ func setStatus(st *vmv1.ProviderClassStatus, class *vmv1.ProviderClass, fit Fit)
 	meta.SetStatusCondition(&st.Conditions, avail)
 }
 
+// soleDefault is the one class annotated as the default, or "" when none or several are: a VM
+// then gets no provider rather than one picked among rivals.
+func soleDefault(classes []vmv1.ProviderClass) string {
+	name := ""
+	for _, c := range classes {
+		if c.Annotations[vmv1.AnnotationDefaultClass] == "true" {
+			if name != "" {
+				return ""
+			}
+			name = c.Name
+		}
+	}
+	return name
+}
+
 func untilStale(hvs []vmv1.HypervisorNode, now time.Time) time.Duration {
 	var next time.Duration
 	for _, hv := range hvs {
@@ -111,7 +131,7 @@ func (r *Reconciler) now() time.Time {
 	return time.Now()
 }
 
-// SetupWithManager: classes, node reports and nodes drive it — nodes only when their labels
+// SetupWithManager: classes (all of them when one's annotations change), node reports and nodes drive it — nodes only when their labels
 // change (class selectors match labels), not on every kubelet status update.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, skipNameValidation bool) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -128,6 +148,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, skipNameValidation bool)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("providerclass").
 		For(&vmv1.ProviderClass{}).
+		// One class's default annotation decides every class's status.default.
+		Watches(&vmv1.ProviderClass{}, all, builder.WithPredicates(predicate.AnnotationChangedPredicate{})).
 		Watches(&vmv1.HypervisorNode{}, all).
 		Watches(&corev1.Node{}, all, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WithOptions(controller.Options{SkipNameValidation: &skipNameValidation}).

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -116,7 +118,22 @@ func benchCreate(b *testing.B, n, nodes int) {
 	}
 	w := watchFrom()
 	defer func() { w.Stop() }()
+	// VMs are pinned to their provider at admission once the controller has marked the default
+	// class: wait for it, as a cluster that has been up a while would have.
+	waitFor(b, "the qemu ProviderClass's status.default", 60*time.Second, func() bool {
+		pc := &vmv1.ProviderClass{}
+		return env.Client.Get(ctx, client.ObjectKey{Name: "qemu"}, pc) == nil && pc.Status.Default
+	})
+	apiPid, etcdPid, err := env.Pids()
+	if err != nil {
+		b.Fatal(err)
+	}
+	apiCPU0, etcdCPU0 := cpuOf(b, apiPid), cpuOf(b, etcdPid)
+	served0 := served(b)
 	before, _ := requests(metricsAddr)
+	if out := os.Getenv("VIRTPOD_BENCH_APISERVER_PROFILE"); out != "" {
+		go profileAPIServer(b, out, 10*time.Second)
+	}
 	start := time.Now()
 	go createAll(b, ns.Name, n)
 	timeout := time.After(max(10*time.Minute, time.Duration(n)*200*time.Millisecond))
@@ -136,6 +153,8 @@ func benchCreate(b *testing.B, n, nodes int) {
 	elapsed := time.Since(start)
 	time.Sleep(5 * time.Second) // let trailing reconciles finish; they count per VM
 	after, _ := requests(metricsAddr)
+	apiCPU1, etcdCPU1 := cpuOf(b, apiPid), cpuOf(b, etcdPid)
+	served1 := served(b)
 	if os.Getenv("VIRTPOD_BENCH_DEBUG") != "" {
 		resp, _ := http.Get("http://" + metricsAddr + "/metrics")
 		sc := bufio.NewScanner(resp.Body)
@@ -150,6 +169,7 @@ func benchCreate(b *testing.B, n, nodes int) {
 	const idle = 30 * time.Second
 	time.Sleep(idle)
 	idleEnd, _ := requests(metricsAddr)
+	apiCPU2 := cpuOf(b, apiPid)
 	if os.Getenv("VIRTPOD_BENCH_DEBUG") != "" {
 		resp, _ := http.Get("http://" + metricsAddr + "/metrics")
 		sc := bufio.NewScanner(resp.Body)
@@ -168,12 +188,104 @@ func benchCreate(b *testing.B, n, nodes int) {
 	b.ReportMetric(cpu, "controller-cpu-s")
 	b.ReportMetric(rss, "controller-peak-MiB")
 	b.ReportMetric(perMin, "idle-requests/min")
+	apiPerVM, etcdPerVM := (apiCPU1-apiCPU0)/float64(n), (etcdCPU1-etcdCPU0)/float64(n)
+	b.ReportMetric(apiPerVM*1000, "apiserver-cpu-ms/VM")
+	b.ReportMetric(etcdPerVM*1000, "etcd-cpu-ms/VM")
 	fmt.Printf("\nVMs: %d, simulated nodes: %d\n", n, nodes)
 	fmt.Printf("seconds until every VM has its runner pod and status (%s): %.1f\n", want, elapsed.Seconds())
 	fmt.Printf("controller API requests per VM: %.2f\n", perVM)
 	fmt.Printf("controller CPU seconds (whole run): %.1f\n", cpu)
 	fmt.Printf("controller peak RSS: %.0f MiB\n", rss)
 	fmt.Printf("controller API requests per minute with all VMs steady: %.1f\n", perMin)
+	fmt.Printf("kube-apiserver CPU seconds (creates to convergence + 5 s): %.1f (%.1f ms per VM)\n", apiCPU1-apiCPU0, apiPerVM*1000)
+	fmt.Printf("etcd CPU seconds (same span): %.1f (%.1f ms per VM)\n", etcdCPU1-etcdCPU0, etcdPerVM*1000)
+	fmt.Printf("kube-apiserver CPU seconds per minute with all VMs steady: %.2f\n", (apiCPU2-apiCPU1)*float64(time.Minute)/float64(idle))
+	fmt.Printf("requests the API server served per VM (every client, the benchmark's creates included):\n")
+	for _, line := range servedPerVM(served0, served1, n) {
+		fmt.Println("  " + line)
+	}
+}
+
+// profileAPIServer writes a CPU profile of kube-apiserver taken over d to out, to see where
+// its CPU goes per VM.
+func profileAPIServer(b *testing.B, out string, d time.Duration) {
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+30*time.Second).DoRaw(context.Background())
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	if err := os.WriteFile(out, raw, 0o644); err != nil {
+		b.Error(err)
+	}
+}
+
+func cpuOf(b *testing.B, pid int) float64 {
+	s, err := kubeapi.CPUSeconds(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// served is the API server's own count of the requests it answered (apiserver_request_total),
+// by verb, resource and subresource.
+func served(b *testing.B) map[string]float64 {
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels := map[string]string{}
+		for _, kv := range strings.Split(line[strings.IndexByte(line, '{')+1:strings.LastIndexByte(line, '}')], ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				labels[k] = strings.Trim(v, `"`)
+			}
+		}
+		key := labels["verb"] + " " + labels["resource"]
+		if labels["subresource"] != "" {
+			key += "/" + labels["subresource"]
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		out[key] += v
+	}
+	return out
+}
+
+// servedPerVM lists what was served between two counts, per VM, most first, leaving out what
+// came to less than one request per 100 VMs.
+func servedPerVM(before, after map[string]float64, n int) []string {
+	type row struct {
+		key string
+		per float64
+	}
+	var rows []row
+	total := 0.0
+	for k, v := range after {
+		if per := (v - before[k]) / float64(n); per >= 0.01 {
+			rows = append(rows, row{k, per})
+			total += per
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].per > rows[j].per || rows[i].per == rows[j].per && rows[i].key < rows[j].key })
+	lines := []string{fmt.Sprintf("%-40s %.2f", "total", total)}
+	for _, r := range rows {
+		lines = append(lines, fmt.Sprintf("%-40s %.2f", r.key, r.per))
+	}
+	return lines
 }
 
 func createAll(b *testing.B, ns string, n int) {

@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,21 +60,88 @@ func noPod(t *testing.T, vm *vmv1.VirtualMachine) {
 	}
 }
 
-// TestDefaultProviderWrittenIntoSpec: a VM that names no provider gets the default class's,
-// in its spec, so a later change of default never moves it; emulation is said out loud.
+// TestDefaultProviderSetAtAdmission: a VM that names no provider is created already pinned to
+// the default class (config/admission's MutatingAdmissionPolicy, reading the class's
+// status.default), so a later change of default never moves it and the controller writes no
+// spec; emulation is said out loud.
+func TestDefaultProviderSetAtAdmission(t *testing.T) {
+	ns := namespace(t)
+	defaultClass(t, "qemu")
+	vm := kubeapi.SampleVM(ns, "defaulted")
+	if err := env.Client.Create(context.Background(), vm); err != nil {
+		t.Fatal(err)
+	}
+	if vm.Spec.Provider != vmv1.ProviderQEMU {
+		t.Fatalf("spec.provider as created: %q, want qemu set at admission", vm.Spec.Provider)
+	}
+	if vm.Generation != 1 {
+		t.Fatalf("generation %d as created", vm.Generation)
+	}
+	got := providerCond(t, vm, metav1.ConditionTrue, "ProviderAvailable", "ProviderClass qemu is enabled")
+	if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionSoftwareEmulation); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("SoftwareEmulation condition: %+v", c)
+	}
+	waitEvent(t, vm, "Normal CreatedPod: Created runner pod "+vm.Name+"-runner (provider qemu)")
+	if got := getVM(t, vm); got.Generation != 1 {
+		t.Fatalf("the controller wrote the spec (generation %d)", got.Generation)
+	}
+}
+
+// TestDefaultProviderWrittenIntoSpec: without the admission policy (an API server without
+// MutatingAdmissionPolicy, or config/admission not applied), the controller writes the default
+// class's provider into the spec itself, once.
 func TestDefaultProviderWrittenIntoSpec(t *testing.T) {
-	vm := create(t, kubeapi.SampleVM(namespace(t), "defaulted"))
+	ctx := context.Background()
+	binding := &unstructured.Unstructured{}
+	binding.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicyBinding"))
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "virtpod-default-provider"}, binding); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		binding.SetResourceVersion("")
+		if err := env.Client.Create(ctx, binding); err != nil {
+			t.Error(err)
+		}
+	})
+	ns := namespace(t)
+	// The API server drops the binding from its informer a moment later: until then a dry run
+	// still comes back defaulted.
+	eventually(t, "the policy unbound", func() error {
+		vm := kubeapi.SampleVM(ns, "probe")
+		if err := env.Client.Create(ctx, vm, client.DryRunAll); err != nil {
+			return err
+		}
+		if vm.Spec.Provider != "" {
+			return fmt.Errorf("still defaulted at admission")
+		}
+		return nil
+	})
+	vm := create(t, kubeapi.SampleVM(ns, "defaulted"))
 	eventually(t, "spec.provider defaulted", func() error {
 		if p := getVM(t, vm).Spec.Provider; p != vmv1.ProviderQEMU {
 			return fmt.Errorf("spec.provider %q", p)
 		}
 		return nil
 	})
-	got := providerCond(t, vm, metav1.ConditionTrue, "ProviderAvailable", "ProviderClass qemu is enabled")
-	if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionSoftwareEmulation); c == nil || c.Status != metav1.ConditionTrue {
-		t.Fatalf("SoftwareEmulation condition: %+v", c)
-	}
 	waitEvent(t, vm, "Normal CreatedPod: Created runner pod "+vm.Name+"-runner (provider qemu)")
+}
+
+// defaultClass waits until the controller has marked name as the one default class.
+func defaultClass(t *testing.T, name string) {
+	t.Helper()
+	eventually(t, "ProviderClass "+name+" status.default", func() error {
+		pc := &vmv1.ProviderClass{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, pc); err != nil {
+			return err
+		}
+		if !pc.Status.Default {
+			return fmt.Errorf("status.default false")
+		}
+		return nil
+	})
 }
 
 // TestMissingClassStartsNothing: a VM asking for a provider no class offers gets no pod and a

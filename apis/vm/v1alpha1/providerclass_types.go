@@ -94,6 +94,11 @@ type ProviderClassStatus struct {
 	// versions are the hypervisor versions seen on ready nodes.
 	// +optional
 	Versions []string `json:"versions,omitempty"`
+	// default is true when VirtualMachines that name no provider get this class: it is the one
+	// class annotated provider.virtpod.io/is-default-class="true". Admission (config/admission,
+	// a MutatingAdmissionPolicy) reads it to set spec.provider as a VM is created.
+	// +optional
+	Default bool `json:"default,omitempty"`
 	// observedGeneration is the spec generation this status reflects.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -111,6 +116,7 @@ type ProviderClassStatus struct {
 // +kubebuilder:resource:scope=Cluster,shortName=pc,categories=virtpod
 // +kubebuilder:printcolumn:name="Handler",type=string,JSONPath=`.spec.handler`
 // +kubebuilder:printcolumn:name="Enabled",type=boolean,JSONPath=`.spec.enabled`
+// +kubebuilder:printcolumn:name="Default",type=boolean,JSONPath=`.status.default`
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyNodes`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.totalNodes`

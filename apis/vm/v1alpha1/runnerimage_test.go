@@ -1,21 +1,15 @@
 package v1alpha1_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -124,22 +118,12 @@ func TestRunnerImagePolicy(t *testing.T) {
 	})
 }
 
-// installPolicy creates the policy and binding exactly as config/admission ships them.
+// installPolicy creates the policies and bindings exactly as config/admission ships them.
 func installPolicy(t *testing.T, ctx context.Context) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(kubeapi.Root(), "config", "admission", "runner-image-policy.yaml"))
+	remove, err := env.InstallAdmission(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	policy, binding := &admissionv1.ValidatingAdmissionPolicy{}, &admissionv1.ValidatingAdmissionPolicyBinding{}
-	for _, obj := range []client.Object{policy, binding} {
-		if err := dec.Decode(obj); err != nil && !errors.Is(err, io.EOF) {
-			t.Fatal(err)
-		}
-		if err := env.Client.Create(ctx, obj); err != nil {
-			t.Fatalf("create %s: %v", obj.GetName(), err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
-	}
+	t.Cleanup(remove)
 }
