@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -190,9 +191,13 @@ func ensureNode(t *testing.T, name string) {
 // generation: a reconcile ran after the edit, whatever else it did or did not do.
 func reconciled(t *testing.T, vm *vmv1.VirtualMachine, edit func(*vmv1.VirtualMachine)) {
 	t.Helper()
-	got := getVM(t, vm)
-	edit(got)
-	if err := env.Client.Update(context.Background(), got); err != nil {
+	var got *vmv1.VirtualMachine
+	// The controller's status writes move the resourceVersion too: retry as kubectl edit would.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got = getVM(t, vm)
+		edit(got)
+		return env.Client.Update(context.Background(), got)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "status records the edit", func() error {

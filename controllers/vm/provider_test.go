@@ -92,20 +92,7 @@ func TestDefaultProviderSetAtAdmission(t *testing.T) {
 // class's provider into the spec itself, once.
 func TestDefaultProviderWrittenIntoSpec(t *testing.T) {
 	ctx := context.Background()
-	binding := &unstructured.Unstructured{}
-	binding.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicyBinding"))
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: "virtpod-default-provider"}, binding); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Delete(ctx, binding); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		binding.SetResourceVersion("")
-		if err := env.Client.Create(ctx, binding); err != nil {
-			t.Error(err)
-		}
-	})
+	unbind(t, "MutatingAdmissionPolicyBinding", "virtpod-default-provider")
 	ns := namespace(t)
 	// The API server drops the binding from its informer a moment later: until then a dry run
 	// still comes back defaulted.
@@ -127,6 +114,27 @@ func TestDefaultProviderWrittenIntoSpec(t *testing.T) {
 		return nil
 	})
 	waitEvent(t, vm, "Normal CreatedPod: Created runner pod "+vm.Name+"-runner (provider qemu)")
+}
+
+// unbind deletes one of config/admission's bindings for the rest of the test, as on a cluster
+// where it was never applied, and puts it back afterwards.
+func unbind(t *testing.T, kind, name string) {
+	t.Helper()
+	ctx := context.Background()
+	binding := &unstructured.Unstructured{}
+	binding.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind(kind))
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, binding); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		binding.SetResourceVersion("")
+		if err := env.Client.Create(ctx, binding); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 // defaultClass waits until the controller has marked name as the one default class.

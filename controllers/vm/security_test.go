@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,8 +22,13 @@ import (
 // naming what is allowed; once the admin allows the image, the pod runs it.
 func TestRunnerImageNotAllowedHoldsVM(t *testing.T) {
 	ns := namespace(t)
+	// Stored while the admission policy was not in force.
+	unbind(t, "ValidatingAdmissionPolicyBinding", "virtpod-runner-image")
 	vm := kubeapi.SampleVM(ns, "own-runner")
 	vm.Spec.RunnerImage = "evil.example.com/runner:v1"
+	kubeapi.Eventually(t, "the runner-image policy unbound", 30*time.Second, func() error {
+		return env.Client.Create(context.Background(), vm.DeepCopy(), client.DryRunAll)
+	})
 	create(t, vm)
 	got := providerCond(t, vm, metav1.ConditionFalse, vmv1.ReasonRunnerImageNotAllowed, "spec.runnerImage evil.example.com/runner:v1 is not allowed by ProviderClass qemu (allowed: localhost/imagemap/runner)")
 	if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionReady); c == nil || c.Reason != vmv1.ReasonRunnerImageNotAllowed {
