@@ -56,6 +56,10 @@ test: verify-generated vet control-plane k8s-binaries capi guest-fixture debian-
 bench-controller: control-plane ## 1,000 VMs against a real API server: time to pods and status, requests, CPU, RSS.
 	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkCreateVMs -benchtime 1x -count 1 ./controllers/vm/ $(BENCH_ARGS)
 
+.PHONY: bench-write-cost
+bench-write-cost: control-plane ## What each write of a VM's creation costs kube-apiserver and etcd in CPU, one kind at a time.
+	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkWriteCost -benchtime 1x -count 1 ./controllers/vm/ $(BENCH_ARGS)
+
 .PHONY: bench-controller-5k
 bench-controller-5k: control-plane ## 5,000 VMs whose pods run on 50 simulated nodes: time to Running, requests, CPU, RSS.
 	$(ENVTEST_ENV) VIRTPOD_BENCH_VMS=5000 VIRTPOD_BENCH_NODES=50 go test -run '^$$' -bench BenchmarkCreateVMs -benchtime 1x -count 1 -timeout 60m ./controllers/vm/ $(BENCH_ARGS)
