@@ -16,7 +16,7 @@ func TestKernelCmdline(t *testing.T) {
 		// "rootwait" is not root=.
 		{"rootwait", "", "console=ttyS0 root=/dev/vda rootwait"},
 	} {
-		if got := kernelCmdline(tc.user, tc.ip); got != tc.want {
+		if got := kernelCmdline(tc.user, tc.ip, false); got != tc.want {
 			t.Errorf("kernelCmdline(%q, %q) = %q, want %q", tc.user, tc.ip, got, tc.want)
 		}
 	}
