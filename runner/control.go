@@ -48,8 +48,12 @@ type resizer interface {
 	resize(ctx context.Context, cpus int32, memoryMiB int64) error
 }
 
-// errNotRunning: the hypervisor has not started yet, or has ended.
-var errNotRunning = errors.New("the guest is not running")
+// errNotRunning: the hypervisor has not started yet, or has ended. errRefused: the hypervisor
+// cannot make this change.
+var (
+	errNotRunning = errors.New("the guest is not running")
+	errRefused    = errors.New("the hypervisor refused the resize")
+)
 
 // DefaultResizeTimeout bounds how long a PUT waits for the guest to take a new size.
 const DefaultResizeTimeout = 60 * time.Second
@@ -181,7 +185,7 @@ func (c *controlServer) validate(req SizeRequest) (int64, error) {
 
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, errNotRunning):
+	case errors.Is(err, errNotRunning), errors.Is(err, errRefused):
 		return http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout

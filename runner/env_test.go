@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,6 +176,7 @@ type runnerProc struct {
 	exited     chan struct{}
 	termLog    string
 	stateDir   string
+	control    string // the control API's socket
 	exitCode   int
 	waitErr    error
 	markerOnce sync.Once
@@ -217,6 +219,11 @@ func startRunner(t testing.TB, netns string, args ...string) *runnerProc {
 	r.termLog = filepath.Join(dir, "termination-log")
 	r.stateDir = filepath.Join(dir, "state")
 	args = append(args, "--termination-log="+r.termLog, "--state-dir="+r.stateDir)
+	// Never the default control socket: it is one path on the host for every runner.
+	r.control = filepath.Join(dir, "control", "runner.sock")
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--control-socket=") }) {
+		args = append(args, "--control-socket="+r.control)
+	}
 	if netns != "" {
 		r.cmd = exec.Command("ip", append([]string{"netns", "exec", netns, bin}, args...)...)
 	} else {

@@ -37,6 +37,10 @@ type qemuVM struct {
 	ctl      atomic.Pointer[qmp.SocketMonitor] // QMP for the control API's resizes
 	resizeMu sync.Mutex
 	hotAdded map[string]bool // vCPU ids device_add'ed at run time
+	// unplugged: a vCPU was removed. QEMU 7.2's multi-threaded TCG then crashed (SIGSEGV in
+	// malloc) on the next device_add of any vCPU, and single-threaded TCG aborts on unplug
+	// (measured, docs/runner.md), so under tcg no vCPU is added after one was removed.
+	unplugged bool
 }
 
 func newQEMU(binary string, launcher []string, spec qemu.Spec, tap *os.File, log *zap.Logger) *qemuVM {

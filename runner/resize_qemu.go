@@ -145,72 +145,120 @@ func (q *qemuVM) state() (acked, plugged int32, memMiB int64, err error) {
 	return q.onlineCPUs(slots, ack), plugged, q.spec.MemoryMiB + mem, nil
 }
 
+// resize changes one thing at a time and waits for the guest to take it: memory and vCPUs
+// unplugged together can stall a guest kernel (offlining memory drains work on every CPU while a
+// CPU goes away), so a shrink gives memory back first, while every vCPU can help migrate pages,
+// and a grow adds vCPUs first. vCPUs are added and removed one by one.
 func (q *qemuVM) resize(ctx context.Context, cpus int32, memMiB int64) error {
-	if q.spec.MemoryHotplug() {
-		want := (memMiB - q.spec.MemoryMiB) << 20
-		if err := q.qmpRun("qom-set", map[string]any{"path": "/machine/peripheral/" + qemu.VirtioMemID, "property": "requested-size", "value": want}, nil); err != nil {
-			return err
-		}
-	}
-	if err := q.plugCPUs(cpus); err != nil {
-		return err
-	}
-	for {
-		c, plugged, m, err := q.state()
-		if err != nil {
-			return err
-		}
-		if c == cpus && plugged == cpus && m == memMiB {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the guest took %d vCPUs (%d plugged) and %s of %d and %s in time: %w",
-				c, plugged, quantity(m), cpus, quantity(memMiB), ctx.Err())
-		case <-time.After(resizePoll):
-		}
-	}
-}
-
-// plugCPUs asks for the target count: new vCPUs in the lowest free sockets, removals from the
-// highest hot-pluggable ones. Removal completes when the guest ejects the vCPU.
-func (q *qemuVM) plugCPUs(target int32) error {
-	slots, _, err := q.cpus()
+	_, plugged, _, err := q.state()
 	if err != nil {
 		return err
 	}
-	var plugged, free []hotCPU
-	for _, s := range slots {
-		if s.QOMPath != "" {
-			plugged = append(plugged, s)
-		} else {
-			free = append(free, s)
-		}
+	steps := []func() error{func() error { return q.setMemory(ctx, memMiB) }, func() error { return q.setCPUs(ctx, cpus) }}
+	if cpus > plugged {
+		steps[0], steps[1] = steps[1], steps[0]
 	}
-	for i := 0; i < int(target)-len(plugged) && i < len(free); i++ {
-		s := free[i]
-		args := map[string]any{"driver": s.Type, "id": qemu.CPUDeviceID(s.socket())}
-		for k, v := range s.Props {
-			args[k] = v
-		}
-		q.resizeMu.Lock()
-		q.hotAdded[qemu.CPUDeviceID(s.socket())] = true
-		q.resizeMu.Unlock()
-		if err := q.qmpRun("device_add", args, nil); err != nil {
-			return err
-		}
-	}
-	for i := len(plugged) - 1; i >= 0 && len(plugged)-i <= len(plugged)-int(target); i-- {
-		id := plugged[i].id()
-		if id == "" {
-			continue // the boot CPU
-		}
-		// A repeated device_del while the guest ejects is refused; the wait sees it through.
-		if err := q.qmpRun("device_del", map[string]any{"id": id}, nil); err != nil && !strings.Contains(err.Error(), "in progress") {
+	for _, step := range steps {
+		if err := step(); err != nil {
+			if ctx.Err() != nil {
+				c, p, m, _ := q.state()
+				return fmt.Errorf("the guest did not take %d vCPUs and %s in time: it has %d vCPUs (%d plugged) and %s: %w",
+					cpus, quantity(memMiB), c, p, quantity(m), ctx.Err())
+			}
 			return err
 		}
 	}
 	return nil
+}
+
+func (q *qemuVM) setMemory(ctx context.Context, memMiB int64) error {
+	if !q.spec.MemoryHotplug() {
+		return nil
+	}
+	want := (memMiB - q.spec.MemoryMiB) << 20
+	if err := q.qmpRun("qom-set", map[string]any{"path": "/machine/peripheral/" + qemu.VirtioMemID, "property": "requested-size", "value": want}, nil); err != nil {
+		return err
+	}
+	return q.await(ctx, func(_, _ int32, m int64) bool { return m == memMiB })
+}
+
+// setCPUs adds vCPUs in the lowest free sockets and removes the highest hot-pluggable ones,
+// waiting for the guest's acknowledgement of each insertion and for each removal to complete.
+func (q *qemuVM) setCPUs(ctx context.Context, target int32) error {
+	for {
+		slots, _, err := q.cpus()
+		if err != nil {
+			return err
+		}
+		var plugged, free []hotCPU
+		for _, s := range slots {
+			if s.QOMPath != "" {
+				plugged = append(plugged, s)
+			} else {
+				free = append(free, s)
+			}
+		}
+		switch {
+		case len(plugged) < int(target) && len(free) > 0:
+			s := free[0]
+			id := qemu.CPUDeviceID(s.socket())
+			args := map[string]any{"driver": s.Type, "id": id}
+			for k, v := range s.Props {
+				args[k] = v
+			}
+			q.resizeMu.Lock()
+			if q.spec.Acceleration == "tcg" && q.unplugged {
+				q.resizeMu.Unlock()
+				return fmt.Errorf("%w: cpus: under tcg QEMU %s crashes adding a vCPU after one was removed; restart the VM to add vCPUs again (kvm is not affected)", errRefused, q.version)
+			}
+			q.hotAdded[id] = true
+			q.resizeMu.Unlock()
+			if err := q.qmpRun("device_add", args, nil); err != nil {
+				return err
+			}
+			n := int32(len(plugged) + 1)
+			if err := q.await(ctx, func(c, p int32, _ int64) bool { return p == n && c == n }); err != nil {
+				return err
+			}
+		case len(plugged) > int(target):
+			id := plugged[len(plugged)-1].id()
+			if id == "" {
+				return fmt.Errorf("vCPU in socket %d has no device id and cannot be unplugged", plugged[len(plugged)-1].socket())
+			}
+			// A repeated device_del while the guest ejects is refused; the wait sees it through.
+			if err := q.qmpRun("device_del", map[string]any{"id": id}, nil); err != nil && !strings.Contains(err.Error(), "in progress") {
+				return err
+			}
+			q.resizeMu.Lock()
+			q.unplugged = true
+			q.resizeMu.Unlock()
+			n := int32(len(plugged) - 1)
+			if err := q.await(ctx, func(_, p int32, _ int64) bool { return p == n }); err != nil {
+				return err
+			}
+		default:
+			// Done, unless a vCPU the guest has not acknowledged is left: wait for it.
+			return q.await(ctx, func(c, p int32, _ int64) bool { return c == p })
+		}
+	}
+}
+
+// await polls the guest's state until done accepts it or ctx ends.
+func (q *qemuVM) await(ctx context.Context, done func(acked, plugged int32, memMiB int64) bool) error {
+	for {
+		c, p, m, err := q.state()
+		if err != nil {
+			return err
+		}
+		if done(c, p, m) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(resizePoll):
+		}
+	}
 }
 
 var _ resizer = (*qemuVM)(nil)
