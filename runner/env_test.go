@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -176,7 +177,8 @@ type runnerProc struct {
 	exited     chan struct{}
 	termLog    string
 	stateDir   string
-	control    string // the control API's socket
+	control    string                       // the control API's socket
+	onLine     atomic.Pointer[func(string)] // called with each console line as it arrives
 	exitCode   int
 	waitErr    error
 	markerOnce sync.Once
@@ -240,6 +242,9 @@ func startRunner(t testing.TB, netns string, args ...string) *runnerProc {
 		for sc.Scan() {
 			line := sc.Text()
 			r.stdout.Write([]byte(line + "\n"))
+			if f := r.onLine.Load(); f != nil {
+				(*f)(line)
+			}
 			if strings.Contains(line, marker) {
 				r.markerOnce.Do(func() { close(r.markerSeen) })
 			}
