@@ -94,3 +94,16 @@ func TestStatusEndpointIsReadOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelCmdlineHotplugMemory: a guest with hotpluggable memory onlines it in the kernel,
+// movable where the ratio allows, unless the VM's own arguments choose otherwise.
+func TestKernelCmdlineHotplugMemory(t *testing.T) {
+	for user, want := range map[string]string{
+		"rw":                                 "console=ttyS0 root=/dev/vda rw memhp_default_state=online memory_hotplug.online_policy=auto-movable",
+		"memhp_default_state=online_movable": "console=ttyS0 root=/dev/vda memhp_default_state=online_movable",
+	} {
+		if got := kernelCmdline(user, "", true); got != want {
+			t.Errorf("kernelCmdline(%q, hotplug) = %q, want %q", user, got, want)
+		}
+	}
+}
