@@ -66,7 +66,7 @@ func (c *chVM) Quit(ctx context.Context) error {
 // Start launches cloud-hypervisor with only its API socket and creates (not boots) the VM.
 func (c *chVM) Start(ctx context.Context) error {
 	spec := cloudhypervisor.Spec{
-		CPUs: c.cfg.CPUs, MemoryMiB: c.cfg.MemoryMiB, Kernel: c.cfg.Kernel, Initrd: c.in.initrd, Cmdline: c.in.cmdline, Firmware: c.in.firmware,
+		CPUs: c.cfg.CPUs, MemoryMiB: c.cfg.MemoryMiB, MaxCPUs: c.cfg.MaxCPUs, MaxMemoryMiB: c.cfg.MaxMemoryMiB, Kernel: c.cfg.Kernel, Initrd: c.in.initrd, Cmdline: c.in.cmdline, Firmware: c.in.firmware,
 		DiskPath: c.in.root.path, DiskFormat: c.in.root.format, DirectIO: c.in.direct && c.in.root.cache == qemu.CacheNone, SerialSocket: c.in.serial,
 		SeedPath: c.in.seed,
 	}

@@ -16,7 +16,7 @@ func TestKernelCmdline(t *testing.T) {
 		// "rootwait" is not root=.
 		{"rootwait", "", "console=ttyS0 root=/dev/vda rootwait"},
 	} {
-		if got := kernelCmdline(tc.user, tc.ip); got != tc.want {
+		if got := kernelCmdline(tc.user, tc.ip, false); got != tc.want {
 			t.Errorf("kernelCmdline(%q, %q) = %q, want %q", tc.user, tc.ip, got, tc.want)
 		}
 	}
@@ -91,6 +91,19 @@ func TestStatusEndpointIsReadOnly(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
+		}
+	}
+}
+
+// TestKernelCmdlineHotplugMemory: a guest with hotpluggable memory onlines it in the kernel,
+// movable where the ratio allows, unless the VM's own arguments choose otherwise.
+func TestKernelCmdlineHotplugMemory(t *testing.T) {
+	for user, want := range map[string]string{
+		"rw":                                 "console=ttyS0 root=/dev/vda rw memhp_default_state=online memory_hotplug.online_policy=auto-movable",
+		"memhp_default_state=online_movable": "console=ttyS0 root=/dev/vda memhp_default_state=online_movable",
+	} {
+		if got := kernelCmdline(user, "", true); got != want {
+			t.Errorf("kernelCmdline(%q, hotplug) = %q, want %q", user, got, want)
 		}
 	}
 }

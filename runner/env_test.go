@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -175,6 +177,8 @@ type runnerProc struct {
 	exited     chan struct{}
 	termLog    string
 	stateDir   string
+	control    string                       // the control API's socket
+	onLine     atomic.Pointer[func(string)] // called with each console line as it arrives
 	exitCode   int
 	waitErr    error
 	markerOnce sync.Once
@@ -217,6 +221,11 @@ func startRunner(t testing.TB, netns string, args ...string) *runnerProc {
 	r.termLog = filepath.Join(dir, "termination-log")
 	r.stateDir = filepath.Join(dir, "state")
 	args = append(args, "--termination-log="+r.termLog, "--state-dir="+r.stateDir)
+	// Never the default control socket: it is one path on the host for every runner.
+	r.control = filepath.Join(dir, "control", "runner.sock")
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--control-socket=") }) {
+		args = append(args, "--control-socket="+r.control)
+	}
 	if netns != "" {
 		r.cmd = exec.Command("ip", append([]string{"netns", "exec", netns, bin}, args...)...)
 	} else {
@@ -233,6 +242,9 @@ func startRunner(t testing.TB, netns string, args ...string) *runnerProc {
 		for sc.Scan() {
 			line := sc.Text()
 			r.stdout.Write([]byte(line + "\n"))
+			if f := r.onLine.Load(); f != nil {
+				(*f)(line)
+			}
 			if strings.Contains(line, marker) {
 				r.markerOnce.Do(func() { close(r.markerSeen) })
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,10 +33,18 @@ type qemuVM struct {
 	qmpDone chan struct{} // closed when QMP's event stream ends
 	qmpUp   atomic.Bool
 	exited  chan struct{}
+
+	ctl      atomic.Pointer[qmp.SocketMonitor] // QMP for the control API's resizes
+	resizeMu sync.Mutex
+	hotAdded map[string]bool // vCPU ids device_add'ed at run time
+	// unplugged: a vCPU was removed. QEMU 7.2's multi-threaded TCG then crashed (SIGSEGV in
+	// malloc) on the next device_add of any vCPU, and single-threaded TCG aborts on unplug
+	// (measured, docs/runner.md), so under tcg no vCPU is added after one was removed.
+	unplugged bool
 }
 
 func newQEMU(binary string, launcher []string, spec qemu.Spec, tap *os.File, log *zap.Logger) *qemuVM {
-	return &qemuVM{binary: binary, launcher: launcher, spec: spec, tap: tap, log: log, events: make(chan event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{})}
+	return &qemuVM{binary: binary, launcher: launcher, spec: spec, tap: tap, log: log, events: make(chan event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{}), hotAdded: map[string]bool{}}
 }
 
 func (q *qemuVM) Version() string                 { return q.version }
@@ -135,6 +144,7 @@ func (q *qemuVM) connectQMP(ctx context.Context) error {
 			return fmt.Errorf("QMP events: %w", err)
 		}
 		q.qmpUp.Store(true)
+		q.ctl.Store(mon)
 		go q.translate(evs)
 		return nil
 	}

@@ -41,6 +41,8 @@ type Options struct {
 	Launcher []string
 	Log      *zap.Logger
 	Signals  <-chan os.Signal
+	// ResizeTimeout bounds how long a resize waits for the guest; 0 is DefaultResizeTimeout.
+	ResizeTimeout time.Duration
 }
 
 // Files the runner keeps in the state directory.
@@ -200,7 +202,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	}
 	cmdline := ""
 	if cfg.Kernel != "" {
-		cmdline = kernelCmdline(cfg.KernelArgs, ipArg)
+		cmdline = kernelCmdline(cfg.KernelArgs, ipArg, cfg.MaxMemoryMiB > cfg.MemoryMiB)
 	}
 
 	var hv hypervisor
@@ -209,6 +211,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	case runnerconfig.ProviderQEMU:
 		spec := qemu.Spec{
 			Name: cfg.Name, Acceleration: cfg.Acceleration, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
+			MaxCPUs: cfg.MaxCPUs, MaxMemoryMiB: cfg.MaxMemoryMiB,
 			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
 			DiskPath: root.path, DiskFormat: root.format, DiskCache: root.cache, DiskBlock: root.block, SeedPath: seed, Disks: drives,
 			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),
@@ -224,6 +227,16 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			initrd: initrd, cmdline: cmdline, firmware: fw.code, root: root, disks: drives, direct: direct, serial: serial, seed: seed,
 			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
 		}, log)
+	}
+	if cfg.ControlSocket != "" {
+		ctl := newControlServer(cfg, hv.(resizer), o.ResizeTimeout, log)
+		if stop, err := ctl.serve(cfg.ControlSocket); err != nil {
+			// The guest runs without it: a resize then fails at the node agent, in words.
+			log.Error("no control socket: the guest cannot be resized", zap.String("socket", cfg.ControlSocket), zap.Error(err))
+		} else {
+			defer stop()
+			log.Info("control API", zap.String("socket", cfg.ControlSocket), zap.Int32("maxCPUs", cfg.EffectiveMaxCPUs()), zap.Int64("maxMemoryMiB", cfg.EffectiveMaxMemoryMiB()))
+		}
 	}
 	hv, o.Stdout = watchConsole(hv, o.Stdout, cfg.Kernel == "")
 	return supervise(ctx, cfg, o, board, hv, filepath.Join(cfg.StateDir, consoleSocketName), serial)
@@ -241,8 +254,10 @@ func checkBinary(path string) error {
 }
 
 // kernelCmdline completes the VM's kernel arguments with what the runner's wiring requires:
-// the serial console the runner reads, the virtio root disk, and the pod IP.
-func kernelCmdline(user, ipArg string) string {
+// the serial console the runner reads, the virtio root disk, and the pod IP; with hotplugged
+// memory, that the kernel onlines it itself, movable while the ratio to boot memory allows, so
+// it can be unplugged again (docs/runner.md).
+func kernelCmdline(user, ipArg string, hotplugMemory bool) string {
 	has := func(key string) bool {
 		for _, f := range strings.Fields(user) {
 			if f == key || strings.HasPrefix(f, key+"=") {
@@ -263,6 +278,12 @@ func kernelCmdline(user, ipArg string) string {
 	}
 	if ipArg != "" && !has("ip") {
 		parts = append(parts, ipArg)
+	}
+	if hotplugMemory && !has("memhp_default_state") {
+		parts = append(parts, "memhp_default_state=online")
+		if !has("memory_hotplug.online_policy") {
+			parts = append(parts, "memory_hotplug.online_policy=auto-movable")
+		}
 	}
 	return strings.Join(parts, " ")
 }

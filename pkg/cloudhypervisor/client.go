@@ -46,6 +46,14 @@ type PingResponse struct {
 type VMInfo struct {
 	State  string   `json:"state"`
 	Config VMConfig `json:"config"`
+	// MemoryActualSize is the guest's memory with what it really plugged of the hotplug region.
+	MemoryActualSize int64 `json:"memory_actual_size,omitempty"`
+}
+
+// VMResize is the API's VmResize: the vCPU count and total RAM in bytes the guest should have.
+type VMResize struct {
+	DesiredVCPUs int32 `json:"desired_vcpus,omitempty"`
+	DesiredRAM   int64 `json:"desired_ram,omitempty"`
 }
 
 // Error is a non-2xx answer; Body is cloud-hypervisor's own explanation.
@@ -130,4 +138,9 @@ func (c *Client) ShutdownVM(ctx context.Context) error {
 // ShutdownVMM ends the cloud-hypervisor process (PUT vmm.shutdown).
 func (c *Client) ShutdownVMM(ctx context.Context) error {
 	return c.do(ctx, http.MethodPut, "vmm.shutdown", nil, nil)
+}
+
+// Resize asks for a new vCPU count and memory size (PUT vm.resize); the guest takes them after.
+func (c *Client) Resize(ctx context.Context, r VMResize) error {
+	return c.do(ctx, http.MethodPut, "vm.resize", r, nil)
 }

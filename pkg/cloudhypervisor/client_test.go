@@ -23,6 +23,9 @@ type fakeVMM struct {
 	config  map[string]any
 	calls   []string
 	stopped bool
+	// What vm.create configured and vm.resize changed, reported by vm.info.
+	vcpus, maxVCPUs int
+	ram, maxRAM     int64
 }
 
 // apiVMConfig lists the VmConfig fields the published API defines and the client may send.
@@ -32,7 +35,9 @@ type apiVMConfig struct {
 		MaxVCPUs  *int `json:"max_vcpus"`
 	} `json:"cpus"`
 	Memory *struct {
-		Size *int64 `json:"size"`
+		Size          *int64 `json:"size"`
+		HotplugSize   int64  `json:"hotplug_size"`
+		HotplugMethod string `json:"hotplug_method"`
 	} `json:"memory"`
 	Payload *struct {
 		Kernel    string `json:"kernel"`
@@ -101,7 +106,43 @@ func (f *fakeVMM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+		if m := c.Memory.HotplugMethod; m != "" && m != "Acpi" && m != "VirtioMem" {
+			http.Error(w, "invalid HotplugMethod "+m, http.StatusBadRequest)
+			return
+		}
+		f.vcpus, f.maxVCPUs, f.ram, f.maxRAM = *c.CPUs.BootVCPUs, *c.CPUs.MaxVCPUs, *c.Memory.Size, *c.Memory.Size+c.Memory.HotplugSize
 		f.state = StateCreated
+		w.WriteHeader(http.StatusNoContent)
+	case "vm.resize":
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		var rs struct {
+			DesiredVCPUs   *int   `json:"desired_vcpus"`
+			DesiredRAM     *int64 `json:"desired_ram"`
+			DesiredBalloon *int64 `json:"desired_balloon"`
+		}
+		if err := dec.Decode(&rs); err != nil {
+			http.Error(w, "invalid VmResize: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if f.state != StateRunning {
+			http.Error(w, "VM not booted", http.StatusMethodNotAllowed)
+			return
+		}
+		if rs.DesiredVCPUs != nil && (*rs.DesiredVCPUs < 1 || *rs.DesiredVCPUs > f.maxVCPUs) {
+			http.Error(w, "desired_vcpus beyond max_vcpus", http.StatusInternalServerError)
+			return
+		}
+		if rs.DesiredRAM != nil && *rs.DesiredRAM > f.maxRAM {
+			http.Error(w, "desired_ram beyond size + hotplug_size", http.StatusInternalServerError)
+			return
+		}
+		if rs.DesiredVCPUs != nil {
+			f.vcpus = *rs.DesiredVCPUs
+		}
+		if rs.DesiredRAM != nil {
+			f.ram = *rs.DesiredRAM
+		}
 		w.WriteHeader(http.StatusNoContent)
 	case "vm.boot":
 		if f.state == "" {
@@ -115,7 +156,8 @@ func (f *fakeVMM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "VM not created", http.StatusNotFound)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"state": f.state, "config": map[string]any{"payload": map[string]any{}}})
+		_ = json.NewEncoder(w).Encode(map[string]any{"state": f.state, "memory_actual_size": f.ram,
+			"config": map[string]any{"payload": map[string]any{}, "cpus": map[string]any{"boot_vcpus": f.vcpus, "max_vcpus": f.maxVCPUs}}})
 	case "vm.power-button", "vm.shutdown":
 		if f.state == "" {
 			http.Error(w, "VM not created", http.StatusNotFound)

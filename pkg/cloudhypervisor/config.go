@@ -31,7 +31,16 @@ type CPUsConfig struct {
 
 type MemoryConfig struct {
 	Size int64 `json:"size"` // bytes
+	// HotplugSize is how much memory can be added at run time (vm.resize), by HotplugMethod.
+	HotplugSize   int64  `json:"hotplug_size,omitempty"`
+	HotplugMethod string `json:"hotplug_method,omitempty"` // Acpi or VirtioMem
 }
+
+// HotplugVirtioMem is the memory hotplug method the runner uses, as with QEMU (docs/runner.md).
+const HotplugVirtioMem = "VirtioMem"
+
+// memoryBlockMiB is the Linux memory block: a resizable guest's memory is a multiple of it.
+const memoryBlockMiB = 128
 
 type PayloadConfig struct {
 	// Firmware boots the guest from its disk's bootloader, instead of Kernel: a firmware built
@@ -70,9 +79,13 @@ type ConsoleConfig struct {
 type Spec struct {
 	CPUs      int32
 	MemoryMiB int64
-	Kernel    string
-	Initrd    string
-	Cmdline   string
+	// MaxCPUs and MaxMemoryMiB above CPUs and MemoryMiB let vm.resize grow the guest; 0 or equal:
+	// a fixed size, configured as before.
+	MaxCPUs      int32
+	MaxMemoryMiB int64
+	Kernel       string
+	Initrd       string
+	Cmdline      string
 	// Firmware, only without a Kernel: the guest boots from its root disk through it.
 	Firmware string
 
@@ -131,6 +144,18 @@ func Build(s Spec) (VMConfig, error) {
 			errs = append(errs, fmt.Errorf("%q is not UTF-8, which cloud-hypervisor's JSON API cannot carry", v))
 		}
 	}
+	if s.MaxCPUs != 0 && (s.MaxCPUs < s.CPUs || s.MaxCPUs > 255) {
+		errs = append(errs, fmt.Errorf("max cpus %d: must be between cpus (%d) and 255, or 0 for a fixed count", s.MaxCPUs, s.CPUs))
+	}
+	if s.MaxMemoryMiB != 0 && s.MaxMemoryMiB < s.MemoryMiB {
+		errs = append(errs, fmt.Errorf("max memory %d MiB: must be at least memory (%d MiB), or 0 for a fixed size", s.MaxMemoryMiB, s.MemoryMiB))
+	}
+	if s.MaxMemoryMiB > s.MemoryMiB && (s.MemoryMiB%memoryBlockMiB != 0 || s.MaxMemoryMiB%memoryBlockMiB != 0) {
+		errs = append(errs, fmt.Errorf("memory %d MiB, max memory %d MiB: a resizable guest's memory is a multiple of %d MiB", s.MemoryMiB, s.MaxMemoryMiB, memoryBlockMiB))
+	}
+	if s.MaxMemoryMiB > math.MaxInt64>>20 {
+		errs = append(errs, fmt.Errorf("max memory %d MiB: too large to count in bytes", s.MaxMemoryMiB))
+	}
 	data, diskErrs := dataDisks(s.Disks)
 	errs = append(errs, diskErrs...)
 	if err := errors.Join(errs...); err != nil {
@@ -147,6 +172,12 @@ func Build(s Spec) (VMConfig, error) {
 		Serial:  &ConsoleConfig{Mode: "Socket", Socket: s.SerialSocket},
 		Console: &ConsoleConfig{Mode: "Off"},
 		Pvpanic: true,
+	}
+	if s.MaxCPUs > s.CPUs {
+		c.CPUs.MaxVCPUs = s.MaxCPUs
+	}
+	if s.MaxMemoryMiB > s.MemoryMiB {
+		c.Memory.HotplugSize, c.Memory.HotplugMethod = (s.MaxMemoryMiB-s.MemoryMiB)<<20, HotplugVirtioMem
 	}
 	if s.SeedPath != "" {
 		c.Disks = append(c.Disks, DiskConfig{ID: "cidata", Path: s.SeedPath, Readonly: true, Direct: s.DirectIO, ImageType: "Raw"})

@@ -105,6 +105,7 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		RootDisk:           rootDiskPath(g.RootDisk),
 		StateDir:           runnerconfig.DefaultStateDir,
 		HTTPAddr:           runnerconfig.DefaultHTTPAddr,
+		ControlSocket:      runnerconfig.DefaultControlSocket,
 		Network:            runnerconfig.NetworkPod,
 		GracePeriodSeconds: gracePeriod(vm),
 	}

@@ -37,6 +37,10 @@ type Spec struct {
 	CPUModel  string
 	CPUs      int32
 	MemoryMiB int64
+	// MaxCPUs and MaxMemoryMiB above CPUs and MemoryMiB make the guest resizable (hotplug.go);
+	// 0 or equal keeps the argv of a fixed-size guest.
+	MaxCPUs      int32
+	MaxMemoryMiB int64
 
 	// Direct kernel boot; Kernel "" boots through Firmware instead.
 	Kernel  string
@@ -101,9 +105,8 @@ func Args(s Spec) ([]string, error) {
 	if cpu != "" {
 		args = append(args, "-cpu", cpu) // validate refuses commas: -cpu has no escape for them
 	}
+	args = append(args, s.sizeArgs()...)
 	args = append(args,
-		"-smp", strconv.Itoa(int(s.CPUs)),
-		"-m", strconv.FormatInt(s.MemoryMiB, 10)+"M",
 		"-nodefaults",
 		"-no-user-config",
 		"-display", "none",
@@ -149,6 +152,7 @@ func Args(s Spec) ([]string, error) {
 			"-device", "virtio-net-pci,netdev=net0,mac="+s.MAC.String(),
 		)
 	}
+	args = append(args, s.memoryDeviceArgs()...)
 	args = append(args,
 		"-chardev", "socket,id=serial0,path="+optValue(s.SerialSocket)+",server=on,wait=off",
 		"-device", "isa-serial,chardev=serial0",
@@ -228,6 +232,7 @@ func (s Spec) validate() error {
 	if s.DiskBlock && s.DiskFormat != "raw" {
 		errs = append(errs, errors.New("a root disk on a block device is raw"))
 	}
+	errs = append(errs, s.validateHotplug()...)
 	errs = append(errs, validateDrives(s.Disks)...)
 	if s.TapFD > 0 && len(s.MAC) != 6 {
 		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))

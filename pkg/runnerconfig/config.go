@@ -44,6 +44,11 @@ const (
 	DefaultGracePeriodSeconds = 30
 	DefaultNetwork            = NetworkPod
 	DefaultFirmware           = FirmwareBIOS // without --kernel
+	// DefaultControlSocket is where the runner serves its control API (docs/runner.md): the
+	// directory the device plugin mounts, which only the node agent reaches from the host.
+	DefaultControlSocket = "/run/virtpod/control/runner.sock"
+	// MemoryBlockMiB is the unit of a resizable guest's memory (the Linux memory block).
+	MemoryBlockMiB = 128
 )
 
 // Port is a guest port published at the pod IP.
@@ -60,6 +65,13 @@ type Config struct {
 	Acceleration string // kvm | tcg
 	CPUs         int32
 	MemoryMiB    int64
+	// MaxCPUs and MaxMemoryMiB above CPUs and MemoryMiB make the guest resizable at run time
+	// through the control socket; 0 means the same as CPUs and MemoryMiB.
+	MaxCPUs      int32
+	MaxMemoryMiB int64
+	// ControlSocket is the unix socket of the control API; "" serves none. Its flag defaults to
+	// DefaultControlSocket, and Args leaves the default out.
+	ControlSocket string
 
 	Kernel      string // path of the kernel inside the pod; "" boots the root disk through Firmware
 	Firmware    string // bios or uefi, only without Kernel
@@ -138,6 +150,7 @@ func (c *Config) Validate() error {
 	if c.MemoryMiB < 16 {
 		errs = append(errs, fmt.Errorf("--memory-mib: must be at least 16, got %d", c.MemoryMiB))
 	}
+	errs = append(errs, c.validateResize()...)
 	if c.Kernel == "" {
 		switch c.Firmware {
 		case FirmwareBIOS, FirmwareUEFI:
@@ -185,6 +198,30 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateResize checks the bounds of a resizable guest.
+func (c *Config) validateResize() []error {
+	var errs []error
+	if c.MaxCPUs != 0 && (c.MaxCPUs < c.CPUs || c.MaxCPUs > 255) {
+		errs = append(errs, fmt.Errorf("--max-cpus: %d must be between --cpus (%d) and 255, or 0 for a fixed count", c.MaxCPUs, c.CPUs))
+	}
+	if c.MaxMemoryMiB != 0 && c.MaxMemoryMiB < c.MemoryMiB {
+		errs = append(errs, fmt.Errorf("--max-memory-mib: %d must be at least --memory-mib (%d), or 0 for a fixed size", c.MaxMemoryMiB, c.MemoryMiB))
+	}
+	if c.MaxMemoryMiB > c.MemoryMiB && (c.MemoryMiB%MemoryBlockMiB != 0 || c.MaxMemoryMiB%MemoryBlockMiB != 0) {
+		errs = append(errs, fmt.Errorf("--memory-mib, --max-memory-mib: %d and %d must be multiples of %d (the memory block) when the guest is resizable", c.MemoryMiB, c.MaxMemoryMiB, MemoryBlockMiB))
+	}
+	if c.ControlSocket != "" && !filepath.IsAbs(c.ControlSocket) {
+		errs = append(errs, fmt.Errorf("--control-socket: %q must be an absolute path, or empty for none", c.ControlSocket))
+	}
+	return errs
+}
+
+// EffectiveMaxCPUs is the most vCPUs the guest can have: MaxCPUs, or CPUs when unset.
+func (c *Config) EffectiveMaxCPUs() int32 { return max(c.MaxCPUs, c.CPUs) }
+
+// EffectiveMaxMemoryMiB is the most memory the guest can have.
+func (c *Config) EffectiveMaxMemoryMiB() int64 { return max(c.MaxMemoryMiB, c.MemoryMiB) }
+
 // HTTPEndpoint resolves an --http-addr: "unix:PATH" is a unix socket, PATH relative to the
 // state directory unless absolute; anything else is a TCP host:port.
 func HTTPEndpoint(httpAddr, stateDir string) (network, address string) {
@@ -227,6 +264,15 @@ func (c Config) Args() []string {
 		"--accel=" + c.Acceleration,
 		"--cpus=" + strconv.Itoa(int(c.CPUs)),
 		"--memory-mib=" + strconv.FormatInt(c.MemoryMiB, 10),
+	}
+	if c.MaxCPUs != 0 {
+		args = append(args, "--max-cpus="+strconv.Itoa(int(c.MaxCPUs)))
+	}
+	if c.MaxMemoryMiB != 0 {
+		args = append(args, "--max-memory-mib="+strconv.FormatInt(c.MaxMemoryMiB, 10))
+	}
+	if c.ControlSocket != DefaultControlSocket {
+		args = append(args, "--control-socket="+c.ControlSocket)
 	}
 	if c.Kernel != "" {
 		args = append(args, "--kernel="+c.Kernel)
@@ -302,6 +348,9 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Acceleration, "accel", AccelKVM, "acceleration: kvm, or tcg for explicit software emulation")
 	fs.Var(int32Value{&c.CPUs}, "cpus", "guest vCPUs")
 	fs.Int64Var(&c.MemoryMiB, "memory-mib", 0, "guest memory in MiB")
+	fs.Var(int32Value{&c.MaxCPUs}, "max-cpus", "most vCPUs the guest can be resized to at run time (0: --cpus, not resizable)")
+	fs.Int64Var(&c.MaxMemoryMiB, "max-memory-mib", 0, "most memory in MiB the guest can be resized to at run time, a multiple of 128 like --memory-mib (0: --memory-mib, not resizable)")
+	fs.StringVar(&c.ControlSocket, "control-socket", DefaultControlSocket, "unix socket of the control API (resize), created 0600; empty: none")
 	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel; without it the root disk boots through --firmware")
 	fs.StringVar(&c.Firmware, "firmware", "", "without --kernel: "+FirmwareBIOS+" (SeaBIOS, the default) or "+FirmwareUEFI+" (OVMF, secure boot off)")
 	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")

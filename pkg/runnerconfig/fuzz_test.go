@@ -27,14 +27,20 @@ func FuzzArgsRoundTrip(f *testing.F) {
 	// Firmware boot: no kernel, the default firmware (bios) or uefi.
 	f.Add("debian", "qemu", "tcg", int32(1), int64(512), "", "", "", "/virtpod/images/disk/disk/root.img", int64(0), "22/TCP ssh", "", "", "pod", int64(30), "", "", "", "", "tcp:22")
 	f.Add("debian", "qemu", "kvm", int32(1), int64(512), "", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "uefi", "http:80/")
+	// Resizable: 1 of 4 CPUs, 256 of 1024 MiB; no control socket; the default one.
+	f.Add("vm max=4/1024", "qemu", "tcg", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "/s", "none", "none", int64(30), "", "", "", "", "")
+	f.Add("vm max=8/4096", "cloud-hypervisor", "kvm", int32(2), int64(1024), "/k", "", "", "/d", int64(0), "", "/s", "default", "pod", int64(30), "", "", "", "", "")
 	f.Add("both", "qemu", "kvm", int32(1), int64(512), "/k", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "uefi", "")
 	f.Fuzz(func(t *testing.T, name, provider, accel string, cpus int32, memMiB int64, kernel, initrd, kernelArgs, rootDisk string,
 		diskMiB int64, ports, stateDir, httpAddr, network string, grace int64, instanceID, userData, networkData, firmware, probe string) {
+		// The resize flags come from the strings already here, so the stored corpus still fits.
+		maxCPUs, maxMemMiB, control := resizeFromFuzz(name, httpAddr, stateDir)
 		c := runnerconfig.Config{
 			Name: name, Provider: provider, Acceleration: accel, CPUs: cpus, MemoryMiB: memMiB,
 			Kernel: kernel, Initrd: initrd, KernelArgs: kernelArgs, RootDisk: rootDisk, DiskSizeMiB: diskMiB,
 			StateDir: stateDir, HTTPAddr: httpAddr, Network: network, GracePeriodSeconds: grace,
 			InstanceID: instanceID, CloudInitUserData: userData, CloudInitNetworkData: networkData, Firmware: firmware,
+			MaxCPUs: maxCPUs, MaxMemoryMiB: maxMemMiB, ControlSocket: control,
 		}
 		var err error
 		if c.ReadinessProbe, err = runnerconfig.ParseProbe(probe); err != nil {
@@ -90,4 +96,25 @@ func decodePort(line string) (runnerconfig.Port, bool) {
 		return runnerconfig.Port{}, false
 	}
 	return runnerconfig.Port{Name: name, Port: int32(n), Protocol: proto}, true
+}
+
+// resizeFromFuzz derives the resize settings from strings the fuzzer already varies: a decimal
+// count and MiB after "max=" in the name, and a control socket from the HTTP address ("none"
+// for none, "default" for the flag's default, else the state directory's path).
+func resizeFromFuzz(name, httpAddr, stateDir string) (int32, int64, string) {
+	var cpus int32
+	var mib int64
+	if _, rest, ok := strings.Cut(name, "max="); ok {
+		c, m, _ := strings.Cut(rest, "/")
+		n, _ := strconv.ParseInt(c, 10, 32)
+		cpus = int32(n)
+		mib, _ = strconv.ParseInt(m, 10, 64)
+	}
+	switch httpAddr {
+	case "none":
+		return cpus, mib, ""
+	case "default":
+		return cpus, mib, runnerconfig.DefaultControlSocket
+	}
+	return cpus, mib, stateDir + "/control.sock"
 }

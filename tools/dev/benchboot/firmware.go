@@ -74,7 +74,7 @@ func bootRunnerFirmware(runnerBin, qemuBin, debian, firmware, state string, time
 	defer ns.remove()
 	cmd := exec.Command("ip", "netns", "exec", ns.name, runnerBin, "--name=bench", "--accel=tcg", "--cpus=1", "--memory-mib=768",
 		"--root-disk="+filepath.Join(debian, "disk"), "--firmware="+firmware, "--network=pod", "--resolv-conf="+ns.resolvConf,
-		"--state-dir="+state, "--termination-log="+state+".term", "--qemu-binary="+qemuBin, "--grace-period-seconds=1")
+		"--state-dir="+state, "--control-socket=", "--termination-log="+state+".term", "--qemu-binary="+qemuBin, "--grace-period-seconds=1")
 	d, err := timeToMarker(cmd, timeout, isCloudInitFinal, nil)
 	// The guest's shutdown is not measured: stop the runner (QEMU dies with it, Pdeathsig).
 	_ = cmd.Process.Kill()

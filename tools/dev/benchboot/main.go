@@ -142,7 +142,7 @@ func median(v []float64) float64 {
 func bootRunner(runnerBin, qemuBin, kernel, initrd, disk, state string, timeout time.Duration) (time.Duration, int64, int64, error) {
 	cmd := exec.Command(runnerBin, "--name=bench", "--accel=tcg", "--cpus=1", "--memory-mib=256",
 		"--kernel="+kernel, "--initrd="+initrd, "--root-disk="+disk, "--kernel-args=rw",
-		"--network=none", "--http-addr=127.0.0.1:0", "--state-dir="+state,
+		"--network=none", "--http-addr=127.0.0.1:0", "--state-dir="+state, "--control-socket=",
 		"--termination-log="+filepath.Join(filepath.Dir(state), filepath.Base(state)+".term"),
 		"--qemu-binary="+qemuBin, "--grace-period-seconds=10")
 	var rss, hwm int64

@@ -2,7 +2,8 @@
 // boot: Debian's cloud kernel, a busybox initramfs that loads the virtio modules, and an ext4
 // root disk whose init configures the network from ip=, serves HTTP on port 80, powers off on
 // the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one and
-// its data disks by serial (VIRTPOD-GUEST-DISK, files/disk-report), prints VIRTPOD-GUEST-READY
+// its data disks by serial (VIRTPOD-GUEST-DISK, files/disk-report), onlines hot-added CPUs and
+// reports its CPUs and memory on every change (VIRTPOD-GUEST-SIZE, files/hotplug), prints VIRTPOD-GUEST-READY
 // on the console, then runs a root shell there.
 //
 // The output is laid out like a VM image (boot/vmlinuz, boot/initrd.img, disk/root.img) and is
@@ -32,9 +33,9 @@ var files embed.FS
 const Marker = "VIRTPOD-GUEST-READY"
 
 // wantedModules are the modules the cloud kernel does not build in but the guest needs: disk,
-// network, the ACPI power button (button) delivered through an input device (evdev), and ISO
-// 9660 (isofs) to read a cloud-init seed disk.
-var wantedModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "button", "evdev", "isofs"}
+// network, the ACPI power button (button) delivered through an input device (evdev), ISO 9660
+// (isofs) to read a cloud-init seed disk, and virtio_mem for hot-added memory.
+var wantedModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "button", "evdev", "isofs", "virtio_mem"}
 
 const (
 	metaPackage = "linux-image-cloud-amd64"
@@ -43,7 +44,7 @@ const (
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 7
+const fixtureVersion = 8
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {
@@ -249,6 +250,8 @@ func writeRootDisk(work, img string) error {
 		"files/rootfs-init": "sbin/init",
 		"files/poweroff":    "etc/acpi/PWRF/00000080",
 		"files/disk-report": "etc/virtpod/disk-report",
+		"files/hotplug":     "etc/virtpod/hotplug",
+		"files/size-report": "etc/virtpod/size-report",
 	} {
 		b, _ := files.ReadFile(src)
 		if err := os.WriteFile(filepath.Join(root, dst), b, 0o755); err != nil {

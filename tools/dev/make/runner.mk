@@ -13,7 +13,7 @@ RUNNER_TEST_PKGS := ./runner/ ./runner/kvm/... ./runner/binaries/... ./runner/cm
 	./pkg/qemu/... ./pkg/cloudhypervisor/... \
 	./pkg/guestnet/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
 
-.PHONY: runner-deps guest-fixture debian-guest test-runner bench-boot build-runner
+.PHONY: runner-deps guest-fixture debian-guest test-runner bench-boot bench-resize build-runner
 
 runner-deps: ## Install the Debian packages the runner tests need (no-op when present; root to install).
 	bash tools/dev/ci/install-deps.sh
@@ -30,6 +30,9 @@ test-runner: guest-fixture debian-guest ## Run the runner's tests, booting real 
 bench-boot: guest-fixture debian-guest ## Runner vs plain QEMU in alternating pairs: the test guest to its marker, the Debian guest through firmware to cloud-init's final message (root).
 	go run ./tools/dev/benchboot -guest $(GUEST_FIXTURE) -pairs $(BENCH_PAIRS) \
 		$(if $(BENCH_FIRMWARE),-debian $(DEBIAN_GUEST) -firmware $(BENCH_FIRMWARE) -debian-pairs $(BENCH_DEBIAN_PAIRS))
+
+bench-resize: guest-fixture ## Live resize of the test guest under TCG: PUT to the guest seeing new vCPUs and memory, heartbeat gap (root).
+	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -run '^$$' -bench BenchmarkResize -benchtime=1x ./runner/
 
 build-runner: ## Build the runner binary into $(RUNNER_BIN).
 	CGO_ENABLED=0 go build -trimpath -o $(RUNNER_BIN) ./runner/cmd/virtpod-runner

@@ -1,0 +1,91 @@
+package qemu
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Hotplug layout of a resizable guest. CPUs: one core per socket, so QEMU can add and remove
+// each vCPU on its own (q35 hot-adds whole sockets' worth of what query-hotpluggable-cpus lists);
+// every CPU but the first is a -device with an id, so any of them can be unplugged later.
+// Memory: the boot RAM plus one virtio-mem device over a RAM backend of MaxMemoryMiB-MemoryMiB,
+// plugged in 128 MiB blocks (the Linux x86_64 memory block, so each block onlines and offlines
+// whole). docs/runner.md says why virtio-mem and not DIMMs.
+const (
+	// MemoryBlockMiB is the Linux x86_64 memory block size, virtio-mem's block size here, and the
+	// unit of a resizable guest's memory (apis/vm/v1alpha1 MemoryHotplugBlock).
+	MemoryBlockMiB = 128
+	// MaxHotplugCPUs bounds maxcpus: APIC IDs stay below 255, so no interrupt remapping is needed.
+	MaxHotplugCPUs = 255
+	// VirtioMemID is the virtio-mem device's id: the runner sets its requested-size over QMP at
+	// /machine/peripheral/<id>.
+	VirtioMemID      = "vmem0"
+	virtioMemBackend = "vmem0-ram"
+)
+
+// CPUDeviceID names the hotpluggable vCPU in socket n (n >= 1; socket 0 is the boot CPU).
+func CPUDeviceID(n int) string { return "cpu" + strconv.Itoa(n) }
+
+// CPUDriver is the QOM type of a vCPU of this spec's model, as device_add takes it.
+func (s Spec) CPUDriver() string { return s.cpuModel() + "-x86_64-cpu" }
+
+// cpuModel is the -cpu QEMU runs: the spec's, else host under kvm and qemu64 (QEMU's x86_64
+// default) under tcg.
+func (s Spec) cpuModel() string {
+	switch {
+	case s.CPUModel != "":
+		return s.CPUModel
+	case s.Acceleration == "kvm":
+		return "host"
+	}
+	return "qemu64"
+}
+
+// CPUHotplug reports whether the guest's vCPUs can be added and removed at run time.
+func (s Spec) CPUHotplug() bool { return s.MaxCPUs > s.CPUs }
+
+// MemoryHotplug reports whether the guest has a virtio-mem device to grow into.
+func (s Spec) MemoryHotplug() bool { return s.MaxMemoryMiB > s.MemoryMiB }
+
+// sizeArgs are -smp and -m, with the CPUs beyond the first as unpluggable devices.
+func (s Spec) sizeArgs() []string {
+	var args []string
+	if s.CPUHotplug() {
+		args = append(args, "-smp", fmt.Sprintf("cpus=1,maxcpus=%d,sockets=%d,cores=1,threads=1", s.MaxCPUs, s.MaxCPUs))
+		for n := 1; n < int(s.CPUs); n++ {
+			args = append(args, "-device", fmt.Sprintf("%s,id=%s,socket-id=%d,core-id=0,thread-id=0", s.CPUDriver(), CPUDeviceID(n), n))
+		}
+	} else {
+		args = append(args, "-smp", strconv.Itoa(int(s.CPUs)))
+	}
+	m := strconv.FormatInt(s.MemoryMiB, 10) + "M"
+	if s.MemoryHotplug() {
+		m += ",maxmem=" + strconv.FormatInt(s.MaxMemoryMiB, 10) + "M"
+	}
+	return append(args, "-m", m)
+}
+
+// memoryDeviceArgs adds the virtio-mem device, empty at start: the runner plugs memory into it.
+func (s Spec) memoryDeviceArgs() []string {
+	if !s.MemoryHotplug() {
+		return nil
+	}
+	return []string{
+		"-object", fmt.Sprintf("memory-backend-ram,id=%s,size=%dM", virtioMemBackend, s.MaxMemoryMiB-s.MemoryMiB),
+		"-device", fmt.Sprintf("virtio-mem-pci,id=%s,memdev=%s,block-size=%dM,requested-size=0", VirtioMemID, virtioMemBackend, MemoryBlockMiB),
+	}
+}
+
+func (s Spec) validateHotplug() []error {
+	var errs []error
+	if s.MaxCPUs != 0 && (s.MaxCPUs < s.CPUs || s.MaxCPUs > MaxHotplugCPUs) {
+		errs = append(errs, fmt.Errorf("max cpus %d: must be between cpus (%d) and %d, or 0 for a fixed count", s.MaxCPUs, s.CPUs, MaxHotplugCPUs))
+	}
+	if s.MaxMemoryMiB != 0 && s.MaxMemoryMiB < s.MemoryMiB {
+		errs = append(errs, fmt.Errorf("max memory %d MiB: must be at least memory (%d MiB), or 0 for a fixed size", s.MaxMemoryMiB, s.MemoryMiB))
+	}
+	if s.MemoryHotplug() && (s.MemoryMiB%MemoryBlockMiB != 0 || s.MaxMemoryMiB%MemoryBlockMiB != 0) {
+		errs = append(errs, fmt.Errorf("memory %d MiB, max memory %d MiB: a resizable guest's memory is a multiple of %d MiB (the memory block)", s.MemoryMiB, s.MaxMemoryMiB, MemoryBlockMiB))
+	}
+	return errs
+}

@@ -1,0 +1,207 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+// Size is the control API's view of the guest's size (docs/runner.md). CPUs are the vCPUs the
+// hypervisor has plugged and the guest acknowledged; Memory is boot memory plus what the guest's
+// virtio-mem driver really plugged.
+type Size struct {
+	CPUs      int32  `json:"cpus"`
+	Memory    string `json:"memory"`
+	MaxCPUs   int32  `json:"maxCPUs"`
+	MaxMemory string `json:"maxMemory"`
+	Pending   bool   `json:"pending"`
+	Error     string `json:"error,omitempty"`
+}
+
+// SizeRequest is the body of PUT /v1/size.
+type SizeRequest struct {
+	CPUs   int32  `json:"cpus"`
+	Memory string `json:"memory"`
+}
+
+// resizer is a hypervisor that can change a running guest's size.
+type resizer interface {
+	// guestSize is what the guest has now.
+	guestSize(ctx context.Context) (cpus int32, memoryMiB int64, err error)
+	// resize plugs or unplugs towards the target and returns once the guest has it, or with
+	// ctx's error when it did not take it in time.
+	resize(ctx context.Context, cpus int32, memoryMiB int64) error
+}
+
+// errNotRunning: the hypervisor has not started yet, or has ended. errRefused: the hypervisor
+// cannot make this change.
+var (
+	errNotRunning = errors.New("the guest is not running")
+	errRefused    = errors.New("the hypervisor refused the resize")
+)
+
+// DefaultResizeTimeout bounds how long a PUT waits for the guest to take a new size.
+const DefaultResizeTimeout = 60 * time.Second
+
+// controlServer serves the control API; resizes run one at a time.
+type controlServer struct {
+	maxCPUs               int32
+	bootMemMiB, maxMemMiB int64
+	hv                    resizer
+	timeout               time.Duration
+	log                   *zap.Logger
+	mu                    sync.Mutex // held for a whole resize
+	pending               atomic.Bool
+}
+
+func newControlServer(cfg runnerconfig.Config, hv resizer, timeout time.Duration, log *zap.Logger) *controlServer {
+	if timeout <= 0 {
+		timeout = DefaultResizeTimeout
+	}
+	return &controlServer{maxCPUs: cfg.EffectiveMaxCPUs(), bootMemMiB: cfg.MemoryMiB, maxMemMiB: cfg.EffectiveMaxMemoryMiB(),
+		hv: hv, timeout: timeout, log: log}
+}
+
+// serve listens on the unix socket at path, readable and writable by its owner only.
+func (c *controlServer) serve(path string) (stop func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	_ = os.Remove(path) // a previous runner's socket in the same mount
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return func() { _ = srv.Close(); _ = os.Remove(path) }, nil
+}
+
+func (c *controlServer) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/size", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		s, err := c.size(ctx)
+		if err != nil {
+			writeJSON(w, statusOf(err), Size{Error: err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, s)
+	})
+	mux.HandleFunc("PUT /v1/size", c.put)
+	return mux
+}
+
+func (c *controlServer) size(ctx context.Context) (Size, error) {
+	cpus, mem, err := c.hv.guestSize(ctx)
+	if err != nil {
+		return Size{}, err
+	}
+	return Size{CPUs: cpus, Memory: quantity(mem), MaxCPUs: c.maxCPUs, MaxMemory: quantity(c.maxMemMiB), Pending: c.pending.Load()}, nil
+}
+
+func (c *controlServer) put(w http.ResponseWriter, r *http.Request) {
+	var req SizeRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, Size{Error: "body: " + err.Error() + `; want {"cpus":N,"memory":"768Mi"}`})
+		return
+	}
+	memMiB, err := c.validate(req)
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, Size{Error: oneLine(err)})
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending.Store(true)
+	ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
+	start := time.Now()
+	rerr := c.hv.resize(ctx, req.CPUs, memMiB)
+	cancel()
+	c.pending.Store(false)
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	s, serr := c.size(sctx)
+	switch {
+	case rerr != nil:
+		c.log.Warn("resize", zap.Int32("cpus", req.CPUs), zap.String("memory", req.Memory), zap.Error(rerr))
+		s.Error = rerr.Error()
+		writeJSON(w, statusOf(rerr), s)
+	case serr != nil:
+		writeJSON(w, statusOf(serr), Size{Error: serr.Error()})
+	default:
+		c.log.Info("resized", zap.Int32("cpus", s.CPUs), zap.String("memory", s.Memory), zap.Duration("took", time.Since(start)))
+		writeJSON(w, http.StatusOK, s)
+	}
+}
+
+// validate checks a request against the guest's bounds and returns its memory in MiB.
+func (c *controlServer) validate(req SizeRequest) (int64, error) {
+	var errs []error
+	if req.CPUs < 1 || req.CPUs > c.maxCPUs {
+		errs = append(errs, fmt.Errorf("cpus: %d is outside 1..%d (maxCPUs)", req.CPUs, c.maxCPUs))
+	}
+	var mib int64
+	q, err := resource.ParseQuantity(req.Memory)
+	switch {
+	case req.Memory == "":
+		errs = append(errs, errors.New(`memory: required, a quantity such as "768Mi"`))
+	case err != nil:
+		errs = append(errs, fmt.Errorf("memory: %q is not a quantity (%v); use one such as \"768Mi\"", req.Memory, err))
+	case q.Value()%(runnerconfig.MemoryBlockMiB<<20) != 0:
+		errs = append(errs, fmt.Errorf("memory: %s is not a multiple of %dMi (the memory block)", req.Memory, runnerconfig.MemoryBlockMiB))
+	default:
+		mib = q.Value() >> 20
+		if mib > c.maxMemMiB {
+			errs = append(errs, fmt.Errorf("memory: %s is above maxMemory %s", req.Memory, quantity(c.maxMemMiB)))
+		} else if mib < c.bootMemMiB {
+			errs = append(errs, fmt.Errorf("memory: %s is below the guest's boot memory %s, which cannot be unplugged", req.Memory, quantity(c.bootMemMiB)))
+		}
+	}
+	return mib, errors.Join(errs...)
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, errNotRunning), errors.Is(err, errRefused):
+		return http.StatusConflict
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// quantity writes MiB as Kubernetes does: "768Mi", "1Gi".
+func quantity(mib int64) string { return resource.NewQuantity(mib<<20, resource.BinarySI).String() }
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	b, _ := json.Marshal(v)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// oneLine keeps errors.Join's lines on one line, for a JSON error field.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
