@@ -214,7 +214,7 @@ func profileAPIServer(b *testing.B, out string, d time.Duration) {
 		b.Error(err)
 		return
 	}
-	raw, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+30*time.Second).DoRaw(context.Background())
+	raw, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(context.Background())
 	if err != nil {
 		b.Error(err)
 		return
@@ -280,7 +280,9 @@ func servedPerVM(before, after map[string]float64, n int) []string {
 			total += per
 		}
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].per > rows[j].per || rows[i].per == rows[j].per && rows[i].key < rows[j].key })
+	sort.Slice(rows, func(i, j int) bool {
+		return rows[i].per > rows[j].per || rows[i].per == rows[j].per && rows[i].key < rows[j].key
+	})
 	lines := []string{fmt.Sprintf("%-40s %.2f", "total", total)}
 	for _, r := range rows {
 		lines = append(lines, fmt.Sprintf("%-40s %.2f", r.key, r.per))
