@@ -216,3 +216,44 @@ func TestGuestProbeWords(t *testing.T) {
 		}
 	}
 }
+
+// TestResourcesAllocationRatio: a pod requests cpus/ratio (rounded up) plus the overheads and is
+// limited to the full cpus plus the overheads, at least cpuLimitMargin (250m) above the cpus;
+// an emulated VM's memory adds the TCG cache bound.
+func TestResourcesAllocationRatio(t *testing.T) {
+	cases := []struct {
+		name                        string
+		cpus                        int32
+		ratio                       int
+		overhead, classCPU          string
+		wantReq, wantLimit, wantMem string
+	}{
+		{"KubeVirt's default ratio", 1, 10, "50m", "", "150m", "1250m", "1216Mi"},
+		{"ratio 1 reserves whole CPUs", 2, 1, "50m", "", "2050m", "2250m", "1216Mi"},
+		{"unset ratio counts as 1", 1, 0, "50m", "", "1050m", "1250m", "1216Mi"},
+		{"rounded up", 1, 3, "0", "", "334m", "1250m", "1216Mi"},
+		{"overhead above the margin", 4, 10, "300m", "", "700m", "4300m", "1216Mi"},
+		{"class overhead on both", 1, 10, "50m", "250m", "400m", "1300m", "1216Mi"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vm, opts := baseVM(), podspec.DefaultOptions()
+			vm.Spec.Guest.CPUs = c.cpus
+			opts.CPUAllocationRatio, opts.OverheadCPU = c.ratio, resource.MustParse(c.overhead)
+			if c.classCPU != "" {
+				opts.Class = &vmv1.ProviderClass{Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU,
+					Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(c.classCPU)}}}
+			}
+			r := podspec.Build(vm, opts).Spec.Containers[0].Resources
+			if got := r.Requests.Cpu(); got.Cmp(resource.MustParse(c.wantReq)) != 0 {
+				t.Errorf("cpu request %s, want %s", got, c.wantReq)
+			}
+			if got := r.Limits.Cpu(); got.Cmp(resource.MustParse(c.wantLimit)) != 0 {
+				t.Errorf("cpu limit %s, want %s", got, c.wantLimit)
+			}
+			if got := r.Limits.Memory(); got.Cmp(resource.MustParse(c.wantMem)) != 0 || r.Requests.Memory().Cmp(*got) != 0 {
+				t.Errorf("memory request %s limit %s, want both %s", r.Requests.Memory(), got, c.wantMem)
+			}
+		})
+	}
+}

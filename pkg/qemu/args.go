@@ -85,7 +85,7 @@ func Args(s Spec) ([]string, error) {
 	if accel == "tcg" {
 		// TCG's translation cache would grow to 1 GiB on this kind of host, beyond what the
 		// pod's memory limit allows for: bound it (podspec adds it to an emulated VM's memory).
-		accel += ",tb-size=" + strconv.Itoa(TCGTranslationCacheMiB)
+		accel += ",tb-size=" + strconv.FormatInt(TCGTranslationCacheMiB(s.MemoryMiB), 10)
 	}
 	args := []string{
 		"-name", "guest=" + optValue(s.Name),
@@ -175,8 +175,11 @@ func firmwareArgs(s Spec) []string {
 
 // optValue escapes a value placed inside a QEMU option list, where a comma separates options:
 // QEMU reads ",," as a literal comma, so "a,b=c" cannot add an option "b=c".
-// TCGTranslationCacheMiB bounds TCG's translated-code cache (QEMU's tb-size).
-const TCGTranslationCacheMiB = 128
+// TCGTranslationCacheMiB bounds TCG's translated-code cache (QEMU's tb-size) for a guest of
+// guestMiB: QEMU fills the cache before it flushes it, so its bound is memory the pod must hold.
+func TCGTranslationCacheMiB(guestMiB int64) int64 {
+	return 128
+}
 
 func optValue(v string) string { return strings.ReplaceAll(v, ",", ",,") }
 
