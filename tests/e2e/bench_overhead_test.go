@@ -95,14 +95,18 @@ func measureOverhead(b *testing.B, vm *vmv1.VirtualMachine) {
 			return
 		}
 		b.Logf("%s %s: pod cgroup usage %.1f MiB (rss %.1f, cache %.1f), working set %.1f MiB of the %.0f MiB limit; "+
-			"QEMU RSS %.1f MiB = guest RAM %.1f + TCG cache %.1f + QEMU's own %.1f; runner RSS %.1f MiB; "+
-			"beyond the guest's %d MiB: working set %+.1f MiB, runner + QEMU's own %.1f MiB, + TCG cache %.1f MiB",
+			"QEMU RSS %.1f MiB = guest RAM %.1f + TCG cache %.1f + QEMU's own %.1f (anonymous %.1f, file %.1f); runner RSS %.1f MiB (anonymous %.1f); "+
+			"the pod beyond the guest's resident RAM: %.1f MiB (working set less guest RAM), of which TCG cache %.1f MiB, the rest (what KVM would cost) %.1f MiB",
 			vm.Name, state, mib(cg.Usage), mib(cg.RSS), mib(cg.Cache), mib(cg.WorkingSet), mib(cg.Limit),
-			mib(q.RSS), mib(q.GuestRAM), mib(q.TCGCache), mib(q.Own()), mib(r.RSS),
-			guest>>20, mib(cg.WorkingSet-guest), mib(q.Own()+r.RSS), mib(q.Own()+r.RSS+q.TCGCache))
+			mib(q.RSS), mib(q.GuestRAM), mib(q.TCGCache), mib(q.Own()), mib(q.OwnAnon), mib(q.OwnFile()), mib(r.RSS), mib(r.OwnAnon),
+			mib(cg.WorkingSet-q.GuestRAM), mib(q.TCGCache), mib(cg.WorkingSet-q.GuestRAM-q.TCGCache))
+		for _, m := range q.Top {
+			b.Logf("%s %s: QEMU mapping %s: resident %.1f MiB, anonymous %.1f MiB", vm.Name, state, m.Name, mib(m.RSS), mib(m.Anon))
+		}
 		unit := strings.ToLower(vm.Spec.Guest.Memory.String())
 		b.ReportMetric(mib(cg.WorkingSet), "MiB-ws-"+unit+"-"+state)
-		b.ReportMetric(mib(q.Own()+r.RSS), "MiB-own-"+unit+"-"+state)
+		b.ReportMetric(mib(cg.WorkingSet-q.GuestRAM), "MiB-beyond-guest-"+unit+"-"+state)
+		b.ReportMetric(mib(cg.WorkingSet-q.GuestRAM-q.TCGCache), "MiB-beyond-guest-and-tcg-"+unit+"-"+state)
 		b.ReportMetric(mib(q.TCGCache), "MiB-tcg-"+unit+"-"+state)
 		if state == "touched" && cg.WorkingSet > cg.Limit {
 			b.Errorf("%s: working set %.1f MiB is over the pod's limit %.1f MiB", vm.Name, mib(cg.WorkingSet), mib(cg.Limit))

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,12 +91,20 @@ func findProcess(procs map[int]string, comm string) int {
 // procMem is one process's resident memory from /proc/<pid>/smaps. For QEMU it is split into
 // the guest's RAM (the anonymous mapping of exactly the guest's size), TCG's translation cache
 // (the anonymous writable and executable mappings: the code QEMU generates) and the rest, which
-// is QEMU's own and what KVM would cost too.
+// is QEMU's own and what KVM would cost too: its anonymous memory (heap, stacks, TCG's soft TLB)
+// and its file pages (the binary and libraries, shared with every other QEMU on the node).
 type procMem struct {
-	RSS, GuestRAM, TCGCache int64
+	RSS, GuestRAM, TCGCache, OwnAnon int64
+	Top                              []mapping // QEMU's own largest resident mappings
 }
 
-func (p procMem) Own() int64 { return p.RSS - p.GuestRAM - p.TCGCache }
+type mapping struct {
+	Name      string
+	RSS, Anon int64
+}
+
+func (p procMem) Own() int64     { return p.RSS - p.GuestRAM - p.TCGCache }
+func (p procMem) OwnFile() int64 { return p.Own() - p.OwnAnon }
 
 func readProcMem(pid int, guestBytes int64) (procMem, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps", pid))
@@ -103,6 +113,7 @@ func readProcMem(pid int, guestBytes int64) (procMem, error) {
 	}
 	defer f.Close()
 	var m procMem
+	var maps []mapping
 	var size int64
 	var perms, path string
 	sc := bufio.NewScanner(f)
@@ -116,26 +127,38 @@ func readProcMem(pid int, guestBytes int64) (procMem, error) {
 			if len(fields) > 5 {
 				path = fields[5]
 			}
+			maps = append(maps, mapping{Name: perms + " " + path})
 			continue
 		}
-		if len(fields) < 2 {
+		if len(fields) < 2 || len(maps) == 0 {
 			continue
 		}
 		kb, _ := strconv.ParseInt(fields[1], 10, 64)
+		cur := &maps[len(maps)-1]
 		switch fields[0] {
 		case "Size:":
 			size = kb << 10
+			cur.Name = fmt.Sprintf("%s (%d KiB)", cur.Name, kb)
 		case "Rss:":
-			rss := kb << 10
-			m.RSS += rss
+			cur.RSS = kb << 10
+			m.RSS += cur.RSS
 			switch {
 			case path == "" && size == guestBytes && guestBytes > 0:
-				m.GuestRAM += rss
+				m.GuestRAM += cur.RSS
+				cur.RSS = 0
 			case path == "" && strings.HasPrefix(perms, "rwx"):
-				m.TCGCache += rss
+				m.TCGCache += cur.RSS
+				cur.RSS = 0
+			}
+		case "Anonymous:":
+			if cur.RSS > 0 {
+				cur.Anon = kb << 10
+				m.OwnAnon += cur.Anon
 			}
 		}
 	}
+	slices.SortFunc(maps, func(a, b mapping) int { return cmp.Compare(b.RSS, a.RSS) })
+	m.Top = maps[:min(len(maps), 8)]
 	return m, sc.Err()
 }
 
