@@ -78,7 +78,7 @@ func DefaultOptions() Options {
 	return Options{
 		RunnerImage:    "virtpod/runner:latest",
 		OverheadCPU:        resource.MustParse("50m"),
-		OverheadMemory:     resource.MustParse("192Mi"),
+		OverheadMemory:     resource.MustParse("64Mi"),
 		CPUAllocationRatio: 10,
 	}
 }

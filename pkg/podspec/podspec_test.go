@@ -228,12 +228,24 @@ func TestResourcesAllocationRatio(t *testing.T) {
 		overhead, classCPU          string
 		wantReq, wantLimit, wantMem string
 	}{
-		{"KubeVirt's default ratio", 1, 10, "50m", "", "150m", "1250m", "1216Mi"},
-		{"ratio 1 reserves whole CPUs", 2, 1, "50m", "", "2050m", "2250m", "1216Mi"},
-		{"unset ratio counts as 1", 1, 0, "50m", "", "1050m", "1250m", "1216Mi"},
-		{"rounded up", 1, 3, "0", "", "334m", "1250m", "1216Mi"},
-		{"overhead above the margin", 4, 10, "300m", "", "700m", "4300m", "1216Mi"},
-		{"class overhead on both", 1, 10, "50m", "250m", "400m", "1300m", "1216Mi"},
+		{"KubeVirt's default ratio", 1, 10, "50m", "", "150m", "1250m", "1088Mi"},
+		{"ratio 1 reserves whole CPUs", 2, 1, "50m", "", "2050m", "2250m", "1088Mi"},
+		{"unset ratio counts as 1", 1, 0, "50m", "", "1050m", "1250m", "1088Mi"},
+		{"rounded up", 1, 3, "0", "", "334m", "1250m", "1088Mi"},
+		{"overhead above the margin", 4, 10, "300m", "", "700m", "4300m", "1088Mi"},
+		{"class overhead on both", 1, 10, "50m", "250m", "400m", "1300m", "1088Mi"},
+	}
+	emulated := []struct{ guest, want string }{
+		{"256Mi", "352Mi"}, // + 64Mi + a 32 MiB translation cache
+		{"1Gi", "1216Mi"},  // + 64Mi + 128 MiB
+	}
+	for _, c := range emulated {
+		vm := baseVM()
+		vm.Spec.Acceleration, vm.Spec.Guest.Memory = vmv1.AccelerationEmulated, resource.MustParse(c.guest)
+		r := podspec.Build(vm, podspec.DefaultOptions()).Spec.Containers[0].Resources
+		if got := r.Limits.Memory(); got.Cmp(resource.MustParse(c.want)) != 0 {
+			t.Errorf("emulated %s guest: memory limit %s, want %s", c.guest, got, c.want)
+		}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

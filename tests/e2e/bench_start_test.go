@@ -432,7 +432,7 @@ func later(a, b time.Time) time.Time {
 
 // nodeHolds is how many more pods like vm's the node's free allocatable CPU and memory hold by
 // requests, the way the scheduler counts.
-func nodeHolds(b *testing.B, vm *vmv1.VirtualMachine) int {
+func nodeHolds(b testing.TB, vm *vmv1.VirtualMachine) int {
 	ctx := context.Background()
 	nodes, err := kubeset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil || len(nodes.Items) != 1 {

@@ -48,7 +48,7 @@ func main() {
 		os.Exit(2)
 	}
 	if o.Pod.OverheadMemory, err = resource.ParseQuantity(overheadMem); err != nil {
-		log.Error(err, "--runner-overhead-memory must be a quantity such as 192Mi")
+		log.Error(err, "--runner-overhead-memory must be a quantity such as 64Mi")
 		os.Exit(2)
 	}
 	if o.Pod.CPUAllocationRatio < 1 {
