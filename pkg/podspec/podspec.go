@@ -285,10 +285,8 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskPa
 		// Started: the guest runs (the VM's phase Running). Ready: it also passes its own
 		// readiness probe, if it has one (the VM's Ready). The startup probe never gives up:
 		// the runner's boot watchdog ends a boot that hangs, with the reason.
-		// The startup probe waits in the runner for the guest's start (startupWait), so the
-		// VM is Running the moment its guest is, not at the kubelet's next period.
 		StartupProbe: &corev1.Probe{
-			ProbeHandler:     runnerProbe("/startedz", "--wait="+startupWait),
+			ProbeHandler:     runnerProbe("/startedz"),
 			PeriodSeconds:    1,
 			TimeoutSeconds:   5,
 			FailureThreshold: startupChecks,
@@ -335,15 +333,12 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskPa
 // kubelet never kills a runner for a slow start (a large disk to copy first, say).
 const startupChecks = 24 * 60 * 60
 
-// startupWait is how long one startup check waits for the guest to start: below the probe's
-// 5 s timeout with room for a slow exec on a busy node.
-const startupWait = "3s"
-
 // runnerProbe is an exec of the runner's probe command against one of its endpoints: the
 // endpoint is a unix socket in the pod (the guest owns the pod IP), beyond an HTTP probe's reach.
-func runnerProbe(path string, extra ...string) corev1.ProbeHandler {
-	cmd := []string{RunnerBinary, "probe", "--state-dir=" + runnerconfig.DefaultStateDir, "--http-addr=" + runnerconfig.DefaultHTTPAddr, "--path=" + path}
-	return corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: append(cmd, extra...)}}
+func runnerProbe(path string) corev1.ProbeHandler {
+	return corev1.ProbeHandler{Exec: &corev1.ExecAction{
+		Command: []string{RunnerBinary, "probe", "--state-dir=" + runnerconfig.DefaultStateDir, "--http-addr=" + runnerconfig.DefaultHTTPAddr, "--path=" + path},
+	}}
 }
 
 func volumes(vm *vmv1.VirtualMachine, images vmv1.Images, copyImages bool) []corev1.Volume {

@@ -339,14 +339,14 @@ func BenchmarkStart(b *testing.B) {
 	}
 }
 
-func deleteAllVMs(b *testing.B, ns string) {
+func deleteAllVMs(b testing.TB, ns string) {
 	if err := kube.DeleteAllOf(context.Background(), &vmv1.VirtualMachine{}, client.InNamespace(ns)); err != nil {
 		b.Fatal(err)
 	}
 	waitPodsGone(b, ns)
 }
 
-func waitPodsGone(b *testing.B, ns string) {
+func waitPodsGone(b testing.TB, ns string) {
 	eventually(b, "runner pods gone", 5*time.Minute, func() error {
 		pods, err := kubeset.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {

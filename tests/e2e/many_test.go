@@ -45,4 +45,6 @@ func TestTenSmallVMsRunning(t *testing.T) {
 		}
 		return nil
 	})
+	// Gone before the next test (and the uninstall's orphan check) counts the node's room.
+	deleteAllVMs(t, ns)
 }

@@ -130,7 +130,7 @@ func execUnprivilegedCommand() *cobra.Command {
 // relays to the guest), so an HTTP probe from the kubelet cannot reach it.
 func probeCommand(code *int) *cobra.Command {
 	var addr, stateDir, path string
-	var timeout, wait time.Duration
+	var timeout time.Duration
 	var print bool
 	c := &cobra.Command{
 		Use:   "probe",
@@ -148,25 +148,28 @@ func probeCommand(code *int) *cobra.Command {
 			if network == "unix" {
 				host = "runner"
 			}
-			// With --wait the probe keeps asking until the answer is 200: the startup probe
-			// then passes the moment the guest starts, not at the kubelet's next period.
-			deadline := time.Now().Add(wait)
-			for {
-				ok, line, body := probeOnce(client, "http://"+host+path, path, print)
-				last := !ok && time.Now().Add(probeRetry).After(deadline)
-				if print && (ok || last) {
-					_, _ = os.Stdout.Write(body)
-				}
-				if ok {
-					return nil
-				}
-				if last {
-					fmt.Fprintln(os.Stderr, line)
-					*code = 1
-					return nil
-				}
-				time.Sleep(probeRetry)
+			resp, err := client.Get("http://" + host + path)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "probe:", err)
+				*code = 1
+				return nil
 			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			if print {
+				_, _ = os.Stdout.Write(body)
+			}
+			if resp.StatusCode != http.StatusOK {
+				// The body's first line is the reason (the guest's state, or its readiness
+				// probe's failure): the kubelet shows it in the pod's Unhealthy event.
+				line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+				if line == "" || print {
+					line = fmt.Sprintf("probe: %s answered %s", path, resp.Status)
+				}
+				fmt.Fprintln(os.Stderr, line)
+				*code = 1
+			}
+			return nil
 		},
 	}
 	c.Flags().StringVar(&addr, "http-addr", runnerconfig.DefaultHTTPAddr, "the runner's --http-addr")
@@ -174,32 +177,7 @@ func probeCommand(code *int) *cobra.Command {
 	c.Flags().StringVar(&path, "path", "/readyz", "endpoint to check: /readyz (the guest runs and passes its readiness probe), /startedz (the guest runs) or /healthz (the runner answers)")
 	c.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for an answer")
 	c.Flags().BoolVar(&print, "print", false, "print the answer's body (e.g. with --path=/status)")
-	c.Flags().DurationVar(&wait, "wait", 0, "keep asking until the answer is 200 or this long has passed (0: ask once); keep it below the probe's timeoutSeconds")
 	return c
-}
-
-// probeRetry is how often probe --wait asks again: the runner answers from memory, so asking is
-// cheap, and the guest's start is seen within this.
-const probeRetry = 50 * time.Millisecond
-
-// probeOnce asks url once: ok on 200, else the line that says why; and the answer's body.
-func probeOnce(client *http.Client, url, path string, print bool) (bool, string, []byte) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return false, fmt.Sprintf("probe: %v", err), nil
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode == http.StatusOK {
-		return true, "", body
-	}
-	// The body's first line is the reason (the guest's state, or its readiness probe's
-	// failure): the kubelet shows it in the pod's Unhealthy event.
-	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-	if line == "" || print {
-		line = fmt.Sprintf("probe: %s answered %s", path, resp.Status)
-	}
-	return false, line, body
 }
 
 // consoleCommand attaches stdin and stdout to the guest's serial console. On a terminal it puts
