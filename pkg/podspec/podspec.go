@@ -76,7 +76,7 @@ type Options struct {
 // DefaultOptions are the settings the manager starts with.
 func DefaultOptions() Options {
 	return Options{
-		RunnerImage:    "virtpod/runner:latest",
+		RunnerImage:        "virtpod/runner:latest",
 		OverheadCPU:        resource.MustParse("50m"),
 		OverheadMemory:     resource.MustParse("64Mi"),
 		CPUAllocationRatio: 10,
