@@ -50,6 +50,6 @@ bench-many: cluster-up ## As many small emulated VMs as the node holds by reques
 	$(MAKE) --no-print-directory e2e-releases
 	$(BENCH_NODE_ENV) go test -run '^$$' -bench BenchmarkManyVMs -benchtime 1x -count 1 -timeout 40m ./tests/e2e/
 
-bench-start: cluster-up ## BENCH_VMS (default 20) small VMs applied at once, then one at a time: apply -> Running -> guest ready, p50/p95/max per stage.
+bench-start: cluster-up ## BENCH_VMS (default 20, or as many as the node holds) small VMs applied at once, then one at a time: apply -> Running -> guest ready, p50/p95/max per stage.
 	$(MAKE) --no-print-directory e2e-releases
 	$(BENCH_NODE_ENV) go test -run '^$$' -bench BenchmarkStart -benchtime 1x -count 1 -timeout 60m ./tests/e2e/
