@@ -86,13 +86,14 @@ func TestControllerFlags(t *testing.T) {
 				"--runner-image=" + tc.runner,
 				"--image-map=" + tc.imageMap,
 				"--cluster-api=" + tc.capi,
+				"--cpu-allocation-ratio=10",
 				"--metrics-bind-address=:8080",
 				"--health-probe-bind-address=:8081",
 			}
 			if !slices.Equal(got, want) {
 				t.Errorf("controller args (env expanded):\n got %q\nwant %q\n(raw args %q, env %v)", got, want, args, env)
 			}
-			for _, flag := range []string{"--runner-image=", "--image-map=", "--cluster-api="} {
+			for _, flag := range []string{"--runner-image=", "--image-map=", "--cluster-api=", "--cpu-allocation-ratio="} {
 				n := 0
 				for _, a := range got {
 					if strings.HasPrefix(a, flag) {

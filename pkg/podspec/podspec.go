@@ -56,6 +56,10 @@ type Options struct {
 	// and the hypervisor itself.
 	OverheadCPU    resource.Quantity
 	OverheadMemory resource.Quantity
+	// CPUAllocationRatio is how many guest vCPUs share one requested CPU: a pod requests
+	// cpus/ratio (plus OverheadCPU), as KubeVirt's cpuAllocationRatio does; 1 reserves a whole
+	// CPU per vCPU. Below 1 counts as 1.
+	CPUAllocationRatio int
 	// ImageMap rewrites image references (the development image map); the zero Map keeps them.
 	ImageMap imagemap.Map
 	// CopyImages delivers the kernel and disk by init containers that copy them out of their
@@ -72,9 +76,10 @@ type Options struct {
 // DefaultOptions are the settings the manager starts with.
 func DefaultOptions() Options {
 	return Options{
-		RunnerImage:    "virtpod/runner:latest",
-		OverheadCPU:    resource.MustParse("100m"),
-		OverheadMemory: resource.MustParse("192Mi"),
+		RunnerImage:        "virtpod/runner:latest",
+		OverheadCPU:        resource.MustParse("50m"),
+		OverheadMemory:     resource.MustParse("64Mi"),
+		CPUAllocationRatio: 10,
 	}
 }
 
@@ -396,32 +401,49 @@ func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirement
 		addKVM(vm, &r)
 		return r
 	}
-	cpu := *resource.NewMilliQuantity(int64(vm.Spec.Guest.CPUs)*1000, resource.DecimalSI)
+	ratio := int64(max(opts.CPUAllocationRatio, 1))
+	vcpuMilli := int64(vm.Spec.Guest.CPUs) * 1000
+	// Rounded up, so a request never reaches 0 for a guest that has vCPUs.
+	cpu := *resource.NewMilliQuantity((vcpuMilli+ratio-1)/ratio, resource.DecimalSI)
 	cpu.Add(opts.OverheadCPU)
+	cpuLimit := *resource.NewMilliQuantity(vcpuMilli, resource.DecimalSI)
+	cpuLimit.Add(opts.OverheadCPU)
 	mem := vm.Spec.Guest.Memory.DeepCopy()
 	mem.Add(opts.OverheadMemory)
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		// Emulation keeps translated code beside the guest's memory, up to QEMU's tb-size.
-		mem.Add(*resource.NewQuantity(qemu.TCGTranslationCacheMiB<<20, resource.BinarySI))
+		mem.Add(*resource.NewQuantity(qemu.TCGTranslationCacheMiB(vm.Spec.Guest.Memory.Value()>>20)<<20, resource.BinarySI))
 	}
 	if opts.Class != nil {
 		// The class's overhead is the hypervisor's own, added as RuntimeClass's is.
 		if q, ok := opts.Class.Spec.Overhead[corev1.ResourceCPU]; ok {
 			cpu.Add(q)
+			cpuLimit.Add(q)
 		}
 		if q, ok := opts.Class.Spec.Overhead[corev1.ResourceMemory]; ok {
 			mem.Add(q)
 		}
 	}
-	// No CPU limit: CFS quota throttles the hypervisor's I/O threads. Memory is capped at what
+	// The request is a share (cpus/ratio): without a limit an overcommitted VM could take the
+	// node's idle CPU as if it had been promised it. The limit is the vCPUs the guest was given
+	// plus the overhead, and never less than cpuLimitMargin above the vCPUs: the guest's vCPU
+	// threads alone can fill the vCPUs, and a quota of exactly that would throttle QEMU's main
+	// loop and I/O threads (and the runner) whenever the guest is busy. Memory is capped at what
 	// was asked for so a guest cannot take the node's memory.
+	if margin := *resource.NewMilliQuantity(vcpuMilli+cpuLimitMarginMilli, resource.DecimalSI); cpuLimit.Cmp(margin) < 0 {
+		cpuLimit = margin
+	}
 	r := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem},
-		Limits:   corev1.ResourceList{corev1.ResourceMemory: mem},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: cpuLimit, corev1.ResourceMemory: mem},
 	}
 	addKVM(vm, &r)
 	return r
 }
+
+// cpuLimitMarginMilli is the least CPU a pod's limit keeps above its vCPUs, for QEMU's main loop
+// and I/O threads and the runner (see resources).
+const cpuLimitMarginMilli = 250
 
 func addKVM(vm *vmv1.VirtualMachine, r *corev1.ResourceRequirements) {
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {

@@ -216,3 +216,56 @@ func TestGuestProbeWords(t *testing.T) {
 		}
 	}
 }
+
+// TestResourcesAllocationRatio: a pod requests cpus/ratio (rounded up) plus the overheads and is
+// limited to the full cpus plus the overheads, at least cpuLimitMargin (250m) above the cpus;
+// an emulated VM's memory adds the TCG cache bound.
+func TestResourcesAllocationRatio(t *testing.T) {
+	cases := []struct {
+		name                        string
+		cpus                        int32
+		ratio                       int
+		overhead, classCPU          string
+		wantReq, wantLimit, wantMem string
+	}{
+		{"KubeVirt's default ratio", 1, 10, "50m", "", "150m", "1250m", "1088Mi"},
+		{"ratio 1 reserves whole CPUs", 2, 1, "50m", "", "2050m", "2250m", "1088Mi"},
+		{"unset ratio counts as 1", 1, 0, "50m", "", "1050m", "1250m", "1088Mi"},
+		{"rounded up", 1, 3, "0", "", "334m", "1250m", "1088Mi"},
+		{"overhead above the margin", 4, 10, "300m", "", "700m", "4300m", "1088Mi"},
+		{"class overhead on both", 1, 10, "50m", "250m", "400m", "1300m", "1088Mi"},
+	}
+	emulated := []struct{ guest, want string }{
+		{"256Mi", "352Mi"}, // + 64Mi + a 32 MiB translation cache
+		{"1Gi", "1216Mi"},  // + 64Mi + 128 MiB
+	}
+	for _, c := range emulated {
+		vm := baseVM()
+		vm.Spec.Acceleration, vm.Spec.Guest.Memory = vmv1.AccelerationEmulated, resource.MustParse(c.guest)
+		r := podspec.Build(vm, podspec.DefaultOptions()).Spec.Containers[0].Resources
+		if got := r.Limits.Memory(); got.Cmp(resource.MustParse(c.want)) != 0 {
+			t.Errorf("emulated %s guest: memory limit %s, want %s", c.guest, got, c.want)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vm, opts := baseVM(), podspec.DefaultOptions()
+			vm.Spec.Guest.CPUs = c.cpus
+			opts.CPUAllocationRatio, opts.OverheadCPU = c.ratio, resource.MustParse(c.overhead)
+			if c.classCPU != "" {
+				opts.Class = &vmv1.ProviderClass{Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU,
+					Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(c.classCPU)}}}
+			}
+			r := podspec.Build(vm, opts).Spec.Containers[0].Resources
+			if got := r.Requests.Cpu(); got.Cmp(resource.MustParse(c.wantReq)) != 0 {
+				t.Errorf("cpu request %s, want %s", got, c.wantReq)
+			}
+			if got := r.Limits.Cpu(); got.Cmp(resource.MustParse(c.wantLimit)) != 0 {
+				t.Errorf("cpu limit %s, want %s", got, c.wantLimit)
+			}
+			if got := r.Limits.Memory(); got.Cmp(resource.MustParse(c.wantMem)) != 0 || r.Requests.Memory().Cmp(*got) != 0 {
+				t.Errorf("memory request %s limit %s, want both %s", r.Requests.Memory(), got, c.wantMem)
+			}
+		})
+	}
+}

@@ -89,7 +89,7 @@ func Args(s Spec) ([]string, error) {
 	if accel == "tcg" {
 		// TCG's translation cache would grow to 1 GiB on this kind of host, beyond what the
 		// pod's memory limit allows for: bound it (podspec adds it to an emulated VM's memory).
-		accel += ",tb-size=" + strconv.Itoa(TCGTranslationCacheMiB)
+		accel += ",tb-size=" + strconv.FormatInt(TCGTranslationCacheMiB(s.MemoryMiB), 10)
 	}
 	args := []string{
 		"-name", "guest=" + optValue(s.Name),
@@ -177,11 +177,17 @@ func firmwareArgs(s Spec) []string {
 	}
 }
 
+// TCGTranslationCacheMiB bounds TCG's translated-code cache (QEMU's tb-size) for a guest of
+// guestMiB: QEMU fills the cache before it flushes it, so its bound is memory the pod must hold.
+// An eighth of the guest, 32 to 128 MiB: the test guest (256 MiB) filled 60 MiB of a 128 MiB
+// cache by its ready marker; bounded at 32 MiB it used 27 MiB less and booted a few percent
+// slower (docs/benchmarks.md).
+func TCGTranslationCacheMiB(guestMiB int64) int64 {
+	return min(max(guestMiB/8, 32), 128)
+}
+
 // optValue escapes a value placed inside a QEMU option list, where a comma separates options:
 // QEMU reads ",," as a literal comma, so "a,b=c" cannot add an option "b=c".
-// TCGTranslationCacheMiB bounds TCG's translated-code cache (QEMU's tb-size).
-const TCGTranslationCacheMiB = 128
-
 func optValue(v string) string { return strings.ReplaceAll(v, ",", ",,") }
 
 func (s Spec) validate() error {

@@ -107,25 +107,37 @@ func TestAccelerationIsExplicit(t *testing.T) {
 	}
 }
 
-// TestUserStringsCannotInject checks the property behind the hostile golden file directly: each
-// user string lands inside exactly one argv element, and inside an option list its commas are
-// doubled so QEMU cannot read a new option from it.
-// TestTCGCacheIsBounded: an emulated guest's translation cache is bounded, so QEMU stays within
-// the memory podspec gives the pod; KVM has none.
+// TestTCGCacheIsBounded: an emulated guest's translation cache is bounded (an eighth of the
+// guest, 32 to 128 MiB), so QEMU stays within the memory podspec gives the pod; KVM has none.
 func TestTCGCacheIsBounded(t *testing.T) {
-	for accel, want := range map[string]string{"tcg": "tcg,tb-size=128", "kvm": "kvm"} {
+	cases := []struct {
+		accel    string
+		guestMiB int64
+		want     string
+	}{
+		{"tcg", 128, "tcg,tb-size=32"},
+		{"tcg", 256, "tcg,tb-size=32"},
+		{"tcg", 512, "tcg,tb-size=64"},
+		{"tcg", 1024, "tcg,tb-size=128"},
+		{"tcg", 16384, "tcg,tb-size=128"},
+		{"kvm", 1024, "kvm"},
+	}
+	for _, c := range cases {
 		s := baseSpec()
-		s.Acceleration = accel
+		s.Acceleration, s.MemoryMiB = c.accel, c.guestMiB
 		args, err := Args(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i := slices.Index(args, "-accel"); i < 0 || args[i+1] != want {
-			t.Errorf("%s: -accel %v, want %s", accel, args, want)
+		if i := slices.Index(args, "-accel"); i < 0 || args[i+1] != c.want {
+			t.Errorf("%s, %d MiB: -accel %v, want %s", c.accel, c.guestMiB, args, c.want)
 		}
 	}
 }
 
+// TestUserStringsCannotInject checks the property behind the hostile golden file directly: each
+// user string lands inside exactly one argv element, and inside an option list its commas are
+// doubled so QEMU cannot read a new option from it.
 func TestUserStringsCannotInject(t *testing.T) {
 	s := baseSpec()
 	s.Name = "a,b=c"

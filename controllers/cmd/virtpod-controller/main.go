@@ -25,6 +25,7 @@ func main() {
 	flag.StringVar(&o.Pod.RunnerImage, "runner-image", o.Pod.RunnerImage, "runner image for VMs that do not name one")
 	flag.StringVar(&overheadCPU, "runner-overhead-cpu", o.Pod.OverheadCPU.String(), "CPU added to each runner pod's request for the runner and hypervisor")
 	flag.StringVar(&overheadMem, "runner-overhead-memory", o.Pod.OverheadMemory.String(), "memory added to each runner pod's request and limit for the runner and hypervisor")
+	flag.IntVar(&o.Pod.CPUAllocationRatio, "cpu-allocation-ratio", o.Pod.CPUAllocationRatio, "guest vCPUs per requested CPU: a runner pod requests cpus/ratio plus the overhead (its limit stays at the full cpus); 1 reserves a CPU per vCPU")
 	flag.StringVar(&imageMap, "image-map", "", "NAMESPACE/NAME of a ConfigMap that rewrites image names (for development loops); empty: off")
 	flag.BoolVar(&o.Pod.CopyImages, "copy-images", false, "deliver kernel and disk by init containers that copy them into emptyDirs, for clusters without image volumes")
 	flag.BoolVar(&o.ClusterAPI, "cluster-api", false, "run the Cluster API infrastructure provider (VirtPodCluster, VirtPodMachine); needs Cluster API's CRDs")
@@ -47,7 +48,11 @@ func main() {
 		os.Exit(2)
 	}
 	if o.Pod.OverheadMemory, err = resource.ParseQuantity(overheadMem); err != nil {
-		log.Error(err, "--runner-overhead-memory must be a quantity such as 192Mi")
+		log.Error(err, "--runner-overhead-memory must be a quantity such as 64Mi")
+		os.Exit(2)
+	}
+	if o.Pod.CPUAllocationRatio < 1 {
+		log.Error(nil, "--cpu-allocation-ratio must be 1 or more (1 reserves a whole CPU per vCPU)", "got", o.Pod.CPUAllocationRatio)
 		os.Exit(2)
 	}
 	if imageMap != "" {

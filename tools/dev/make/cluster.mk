@@ -35,3 +35,21 @@ test-e2e: test-images cluster-up capi ## End-to-end tests on the local cluster, 
 bench-apply: image-debian-guest cluster-up ## kubectl apply of the Debian cloud guest -> Running -> DHCP ACK -> cloud-init final, on the local cluster (BENCH_COUNT runs).
 	$(MAKE) --no-print-directory e2e-releases
 	$(E2E_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -run '^$$' -bench BenchmarkDebianApplyToCloudInitFinal -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./tests/e2e/
+
+# Node benchmarks on the local cluster (docs/benchmarks.md). They read the pods' cgroups and
+# processes on this machine, which is the cluster's node: run as root.
+BENCH_VMS ?=
+BENCH_NODE_ENV = $(E2E_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) $(if $(BENCH_VMS),VIRTPOD_BENCH_VMS=$(BENCH_VMS))
+.PHONY: bench-overhead bench-many bench-start
+
+bench-overhead: cluster-up ## A 256 MiB and a 1 GiB guest's pod memory beyond the guest (cgroup, runner and QEMU RSS), idle and with its memory touched.
+	$(MAKE) --no-print-directory e2e-releases
+	$(BENCH_NODE_ENV) go test -run '^$$' -bench BenchmarkVMOverhead -benchtime 1x -count 1 -timeout 30m ./tests/e2e/
+
+bench-many: cluster-up ## As many small emulated VMs as the node holds by requests (BENCH_VMS=N to choose), applied at once: time to all Running; agent and device plugin within their requests.
+	$(MAKE) --no-print-directory e2e-releases
+	$(BENCH_NODE_ENV) go test -run '^$$' -bench BenchmarkManyVMs -benchtime 1x -count 1 -timeout 40m ./tests/e2e/
+
+bench-start: cluster-up ## BENCH_VMS (default 20, or as many as the node holds) small VMs applied at once, then one at a time: apply -> Running -> guest ready, p50/p95/max per stage.
+	$(MAKE) --no-print-directory e2e-releases
+	$(BENCH_NODE_ENV) go test -run '^$$' -bench BenchmarkStart -benchtime 1x -count 1 -timeout 60m ./tests/e2e/
