@@ -117,6 +117,7 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		c.Firmware = firmware(g.Firmware)
 	}
 	c.ReadinessProbe = runnerProbeConfig(g.ReadinessProbe)
+	c.MaxCPUs, c.MaxMemoryMiB, c.ControlSocket = g.EffectiveMaxCPUs(), ceilMiB(g.EffectiveMaxMemory()), runnerconfig.DefaultControlSocket
 	if g.RootDisk.Size != nil {
 		c.DiskSizeMiB = ceilMiB(*g.RootDisk.Size)
 	}
@@ -276,6 +277,7 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskPa
 		Command:                  []string{RunnerBinary},
 		Args:                     cfg.Args(),
 		Resources:                resources(vm, opts),
+		ResizePolicy:             resizePolicy(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		// Started: the guest runs (the VM's phase Running). Ready: it also passes its own
 		// readiness probe, if it has one (the VM's Ready). The startup probe never gives up:
@@ -389,15 +391,22 @@ func pullPolicy(ref string) corev1.PullPolicy {
 	return corev1.PullIfNotPresent
 }
 
+// resources are the runner's for the guest's size in the spec (resize.go: for any size).
 func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirements {
+	return Resources(vm, opts, vm.Spec.Guest.CPUs, vm.Spec.Guest.Memory)
+}
+
+// Resources are the runner container's resources for a guest of cpus and memory: what it uses
+// now, never its maximum, so a live resize changes them in place.
+func Resources(vm *vmv1.VirtualMachine, opts Options, cpus int32, memory resource.Quantity) corev1.ResourceRequirements {
 	if vm.Spec.PodResources != nil {
 		r := *vm.Spec.PodResources.DeepCopy()
 		addKVM(vm, &r)
 		return r
 	}
-	cpu := *resource.NewMilliQuantity(int64(vm.Spec.Guest.CPUs)*1000, resource.DecimalSI)
+	cpu := *resource.NewMilliQuantity(int64(cpus)*1000, resource.DecimalSI)
 	cpu.Add(opts.OverheadCPU)
-	mem := vm.Spec.Guest.Memory.DeepCopy()
+	mem := memory.DeepCopy()
 	mem.Add(opts.OverheadMemory)
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		// Emulation keeps translated code beside the guest's memory, up to QEMU's tb-size.
@@ -422,16 +431,20 @@ func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirement
 	return r
 }
 
+// addKVM adds the devices every runner gets from virtpod's device plugin: its control
+// directory (resize.go) and, unless emulated, /dev/kvm.
 func addKVM(vm *vmv1.VirtualMachine, r *corev1.ResourceRequirements) {
-	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
-		return
-	}
 	one := resource.MustParse("1")
 	if r.Requests == nil {
 		r.Requests = corev1.ResourceList{}
 	}
 	if r.Limits == nil {
 		r.Limits = corev1.ResourceList{}
+	}
+	r.Requests[vmv1.ResourceControl] = one
+	r.Limits[vmv1.ResourceControl] = one
+	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
+		return
 	}
 	r.Requests[vmv1.ResourceKVM] = one
 	r.Limits[vmv1.ResourceKVM] = one

@@ -87,6 +87,12 @@ type Config struct {
 	// order, and the root disk when it lives on a claim (then RootDisk, if set, fills it once).
 	Disks      []Disk
 	RootVolume *Disk
+
+	// Live resize (resize.go): the most CPUs and memory the guest may grow to (0: its boot
+	// size, no hotplug), and the control socket the node agent resizes it through.
+	MaxCPUs       int32
+	MaxMemoryMiB  int64
+	ControlSocket string
 }
 
 // Defaults fills what the caller left empty.
@@ -154,6 +160,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("--root-disk: the path of the root-disk image is required (or --root-volume, a root disk kept on a claim)"))
 	}
 	errs = append(errs, c.validateDisks()...)
+	errs = append(errs, c.validateResize()...)
 	if c.DiskSizeMiB < 0 {
 		errs = append(errs, fmt.Errorf("--disk-size-mib: must not be negative, got %d (0 keeps the image size)", c.DiskSizeMiB))
 	}
@@ -269,7 +276,8 @@ func (c Config) Args() []string {
 	if c.ReadinessProbe.IsSet() {
 		args = append(args, "--readiness-probe="+c.ReadinessProbe.String())
 	}
-	return append(args, c.diskArgs()...)
+	args = append(args, c.diskArgs()...)
+	return append(args, c.resizeArgs()...)
 }
 
 // portList collects repeated --port flags.
@@ -318,6 +326,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")
 	fs.Var(probeValue{&c.ReadinessProbe}, "readiness-probe", "guest readiness probe at the pod IP: tcp:PORT (a connection) or http:PORT/PATH (a GET answered 2xx or 3xx); checked every 2s, 1s timeout")
 	c.bindDisks(fs)
+	c.bindResize(fs)
 }
 
 type int32Value struct{ p *int32 }
