@@ -118,7 +118,9 @@ func resizableVM(ns, name string) *vmv1.VirtualMachine {
 
 func resizeSpec(t *testing.T, vm *vmv1.VirtualMachine, cpus int32, memory string) {
 	t.Helper()
-	reconciled(t, vm, func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs, v.Spec.Guest.Memory = cpus, resource.MustParse(memory) })
+	reconciled(t, vm, func(v *vmv1.VirtualMachine) {
+		v.Spec.Guest.CPUs, v.Spec.Guest.Memory = cpus, resource.MustParse(memory)
+	})
 }
 
 // TestLiveResize plays a grow, a shrink, a node that cannot fit and a guest that refuses,
