@@ -2,9 +2,9 @@
 // probes exactly the binaries the runner will use. Every --interval it probes the node and
 // keeps the node's virtpod labels and its HypervisorNode up to date (runner/agent). It opens
 // /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe.
-// `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe and
-// devices.virtpod.io/kvm to the kubelet (runner/deviceplugin), the latter healthy while
-// runner/kvm reads KVM as usable from the node's HypervisorNode.
+// `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe,
+// devices.virtpod.io/kvm and devices.virtpod.io/control to the kubelet (runner/deviceplugin),
+// kvm healthy while runner/kvm reads KVM as usable from the node's HypervisorNode.
 // `virtpod-agent probe` prints one probe as JSON and exits.
 package main
 
@@ -49,6 +49,8 @@ type pluginOptions struct {
 	hostDevice  string // where this container sees the node's KVM device
 	count       int
 	healthEvery time.Duration
+	controlDir  string // the node's vmv1.HostControlDir, mounted at the same path
+	controls    int
 }
 
 func main() {
@@ -96,6 +98,8 @@ func newCommand() *cobra.Command {
 	f.StringVar(&po.hostDevice, "kvm-check-path", "/host/dev/kvm", "where this container sees the node's KVM device (the host's /dev mounted read-only); no device is handed out while it is missing")
 	f.IntVar(&po.count, "kvm-devices", deviceplugin.DefaultCount, "how many devices.virtpod.io/kvm to advertise: how many KVM VMs the node may run at once")
 	f.DurationVar(&po.healthEvery, "health-interval", 10*time.Second, "how often to read the node's HypervisorNode")
+	f.StringVar(&po.controlDir, "control-dir", vmv1.HostControlDir, "the node's directory of runner control directories (devices.virtpod.io/control), mounted at the same path")
+	f.IntVar(&po.controls, "control-devices", deviceplugin.DefaultControlCount, "how many devices.virtpod.io/control to advertise: every runner pod takes one")
 	root.AddCommand(dp)
 
 	root.AddCommand(&cobra.Command{
@@ -170,12 +174,16 @@ func runDevicePlugin(o options, po pluginOptions) error {
 	probe.SetHealthy(true)
 	kvmPlugin := deviceplugin.New(deviceplugin.Options{Dir: po.dir, Count: po.count, Device: po.device, CheckPath: po.hostDevice,
 		Healthy: usable, HealthPoll: po.healthEvery, Log: plog})
+	control := deviceplugin.New(deviceplugin.ControlOptions(deviceplugin.Options{Dir: po.dir, Log: plog}, po.controlDir, po.controlDir, po.controls))
+	control.SetHealthy(true)
 	log.Info("virtpod-agent device-plugin started", zap.String("version", version))
-	errc := make(chan error, 2)
-	go func() { errc <- probe.Run(ctx) }()
-	go func() { errc <- kvmPlugin.Run(ctx) }()
+	plugins := []*deviceplugin.Plugin{probe, kvmPlugin, control}
+	errc := make(chan error, len(plugins))
+	for _, p := range plugins {
+		go func() { errc <- p.Run(ctx) }()
+	}
 	var first error
-	for range 2 {
+	for range plugins {
 		if err := <-errc; err != nil && first == nil {
 			first = fmt.Errorf("device plugin: %w", err)
 			stop()
