@@ -117,7 +117,13 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		c.Firmware = firmware(g.Firmware)
 	}
 	c.ReadinessProbe = runnerProbeConfig(g.ReadinessProbe)
-	c.MaxCPUs, c.MaxMemoryMiB, c.ControlSocket = g.EffectiveMaxCPUs(), ceilMiB(g.EffectiveMaxMemory()), runnerconfig.DefaultControlSocket
+	c.ControlSocket = runnerconfig.DefaultControlSocket
+	if m := g.EffectiveMaxCPUs(); m > c.CPUs { // 0 otherwise: no CPU hotplug, the argv of old
+		c.MaxCPUs = m
+	}
+	if m := ceilMiB(g.EffectiveMaxMemory()); m > c.MemoryMiB {
+		c.MaxMemoryMiB = m
+	}
 	if g.RootDisk.Size != nil {
 		c.DiskSizeMiB = ceilMiB(*g.RootDisk.Size)
 	}
