@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -195,8 +196,16 @@ func (r *Reconciler) resize(ctx context.Context, vm *vmv1.VirtualMachine, pod *c
 				patched.Spec.Containers[i].Resources = *p.podResources
 			}
 		}
-		if err := r.Client.SubResource("resize").Patch(ctx, patched, client.StrategicMergeFrom(pod)); err != nil {
+		if err := r.Client.SubResource("resize").Patch(ctx, patched, client.StrategicMergeFrom(pod)); apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			// The API server will not resize this pod (its node's kubelet does not resize in
+			// place, say): retrying cannot help; the condition says why and a change of the
+			// VM or the pod brings us back. The guest is not grown.
+			p.condition = cause{vmv1.ReasonResizeInfeasible, fmt.Sprintf("the API server refused to resize runner pod %s in place: %s; the guest keeps %s",
+				pod.Name, trim(err.Error()), p.guest)}
+			p.done, p.podResources, p.desired = false, nil, nil
 			r.Recorder.Eventf(vm, pod, corev1.EventTypeWarning, "ResizePodFailed", "ResizePod", "Could not resize runner pod %s: %v", pod.Name, err)
+			return p, nil
+		} else if err != nil {
 			return p, r.fail("resize-pod", err)
 		}
 		req := p.podResources.Requests

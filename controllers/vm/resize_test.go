@@ -215,3 +215,22 @@ func TestNoResizeNoWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestResizeRefusedByAPIServer: a pod on a node whose kubelet does not resize in place (it
+// reports no container resources) cannot be resized: the condition says so, in the API server's
+// words, and the guest is not asked to grow.
+func TestResizeRefusedByAPIServer(t *testing.T) {
+	ns := namespace(t)
+	vm := create(t, resizableVM(ns, "old-node"))
+	pod := waitPod(t, vm, "")
+	bind(t, pod, "node-old")
+	kubelet(t, pod, func(s *corev1.PodStatus) {
+		running(s)
+		s.ContainerStatuses[0].Started = ptr.To(true)
+	})
+	condition(t, vm, vmv1.PhaseRunning, vmv1.ConditionReady, metav1.ConditionTrue, vmv1.ReasonGuestRunning)
+	resizeSpec(t, vm, 2, "256Mi")
+	resizedIs(t, vm, metav1.ConditionFalse, vmv1.ReasonResizeInfeasible, "without support for resize", 1, "256Mi")
+	waitEvent(t, vm, "ResizePodFailed")
+	podSized(t, vm, 1, "256Mi", nil)
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -76,26 +77,38 @@ func (e *Executor) Run(ctx context.Context) error {
 	f.Start(ctx.Done())
 	go func() { <-ctx.Done(); q.ShutDown() }()
 	e.Log.Info("resize executor started")
-	for {
-		key, stop := q.Get()
-		if stop {
-			f.Shutdown()
-			return nil
-		}
-		ns, name, _ := cache.SplitMetaNamespaceKey(key)
-		pod, err := pods.Lister().Pods(ns).Get(name)
-		if err == nil {
-			err = e.converge(ctx, pod)
-		}
-		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-			e.Log.Warn("resize not done; retrying", zap.String("pod", key), zap.Error(err))
-			q.AddRateLimited(key)
-		} else {
-			q.Forget(key)
-		}
-		q.Done(key)
+	// A few workers: one guest slow to give memory back must not hold up the node's others
+	// (the queue never hands one pod to two workers).
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				key, stop := q.Get()
+				if stop {
+					return
+				}
+				ns, name, _ := cache.SplitMetaNamespaceKey(key)
+				pod, err := pods.Lister().Pods(ns).Get(name)
+				if err == nil {
+					err = e.converge(ctx, pod)
+				}
+				if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+					e.Log.Warn("resize not done; retrying", zap.String("pod", key), zap.Error(err))
+					q.AddRateLimited(key)
+				} else {
+					q.Forget(key)
+				}
+				q.Done(key)
+			}
+		})
 	}
+	wg.Wait()
+	f.Shutdown()
+	return nil
 }
+
+// workers is how many pods of a node are resized at once.
+const workers = 4
 
 // converge brings one pod's guest to the desired size, if it is not there.
 func (e *Executor) converge(ctx context.Context, pod *corev1.Pod) error {
