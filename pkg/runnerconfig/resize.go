@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"strconv"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
+
+// The live-resize flags, as the runner side (resize-runner's branch) defines them in config.go:
+// same fields, flag names, defaults and rendering, so either copy merges. On merge keep that
+// one and drop this file.
 
 // DefaultControlSocket is where the runner serves its control API (live resize): the directory
 // the device plugin mounts for devices.virtpod.io/control, which only the node agent reaches
@@ -16,58 +18,38 @@ import (
 const DefaultControlSocket = vmv1.ControlDir + "/" + vmv1.ControlSocketName
 
 // resizeArgs renders the live-resize flags. A guest without room to grow gets no --max-* flag,
-// so its hypervisor starts as it always did; --control-socket is always given, "" for none.
+// so its hypervisor starts as it always did; the default control socket is left to the flag's
+// default, and "" (none) is said explicitly.
 func (c Config) resizeArgs() []string {
 	var args []string
-	if c.MaxCPUs > c.CPUs {
+	if c.MaxCPUs != 0 {
 		args = append(args, "--max-cpus="+strconv.Itoa(int(c.MaxCPUs)))
 	}
-	if c.MaxMemoryMiB > c.MemoryMiB {
-		args = append(args, "--max-memory="+strconv.FormatInt(c.MaxMemoryMiB, 10))
+	if c.MaxMemoryMiB != 0 {
+		args = append(args, "--max-memory-mib="+strconv.FormatInt(c.MaxMemoryMiB, 10))
 	}
-	// Always written, empty too: the flag's default is the socket a runner pod has.
-	return append(args, "--control-socket="+c.ControlSocket)
+	if c.ControlSocket != DefaultControlSocket {
+		args = append(args, "--control-socket="+c.ControlSocket)
+	}
+	return args
 }
 
 func (c *Config) bindResize(fs *flag.FlagSet) {
-	fs.Var(int32Value{&c.MaxCPUs}, "max-cpus", "the most vCPUs the guest may grow to live (default: --cpus, no CPU hotplug)")
-	fs.Var(mibValue{&c.MaxMemoryMiB}, "max-memory", "the most memory the guest may grow to live, in MiB or as a quantity such as 4Gi (default: --memory-mib, no memory hotplug)")
-	fs.StringVar(&c.ControlSocket, "control-socket", DefaultControlSocket, "unix socket of the runner's control API (live resize), for the node agent; empty: none")
+	fs.Var(int32Value{&c.MaxCPUs}, "max-cpus", "most vCPUs the guest can be resized to at run time (0: --cpus, not resizable)")
+	fs.Int64Var(&c.MaxMemoryMiB, "max-memory-mib", 0, "most memory in MiB the guest can be resized to at run time, a multiple of 128 like --memory-mib (0: --memory-mib, not resizable)")
+	fs.StringVar(&c.ControlSocket, "control-socket", DefaultControlSocket, "unix socket of the control API (resize), created 0600; empty: none")
 }
 
 func (c *Config) validateResize() []error {
 	var errs []error
-	if c.MaxCPUs != 0 && c.MaxCPUs < c.CPUs {
-		errs = append(errs, fmt.Errorf("--max-cpus: %d is below --cpus %d; give at least --cpus, or leave it out", c.MaxCPUs, c.CPUs))
+	if c.MaxCPUs != 0 && (c.MaxCPUs < c.CPUs || c.MaxCPUs > 255) {
+		errs = append(errs, fmt.Errorf("--max-cpus: %d must be between --cpus (%d) and 255, or 0 for a fixed count", c.MaxCPUs, c.CPUs))
 	}
 	if c.MaxMemoryMiB != 0 && c.MaxMemoryMiB < c.MemoryMiB {
-		errs = append(errs, fmt.Errorf("--max-memory: %d MiB is below --memory-mib %d; give at least --memory-mib, or leave it out", c.MaxMemoryMiB, c.MemoryMiB))
+		errs = append(errs, fmt.Errorf("--max-memory-mib: %d must be at least --memory-mib (%d), or 0 for a fixed size", c.MaxMemoryMiB, c.MemoryMiB))
 	}
 	if block := vmv1.MemoryHotplugBlock >> 20; c.MaxMemoryMiB > c.MemoryMiB && (c.MemoryMiB%block != 0 || c.MaxMemoryMiB%block != 0) {
-		errs = append(errs, fmt.Errorf("--memory-mib, --max-memory: with room to grow both must be multiples of %d MiB (the memory hotplug block), got %d and %d", block, c.MemoryMiB, c.MaxMemoryMiB))
+		errs = append(errs, fmt.Errorf("--memory-mib, --max-memory-mib: %d and %d must be multiples of %d (the memory block) when the guest is resizable", c.MemoryMiB, c.MaxMemoryMiB, block))
 	}
 	return errs
-}
-
-// mibValue is a size in MiB given as a number of MiB or as a quantity (4Gi).
-type mibValue struct{ p *int64 }
-
-func (v mibValue) String() string {
-	if v.p == nil {
-		return "0"
-	}
-	return strconv.FormatInt(*v.p, 10)
-}
-
-func (v mibValue) Set(s string) error {
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		*v.p = n
-		return nil
-	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil {
-		return fmt.Errorf("%q is neither a number of MiB nor a quantity such as 4Gi", s)
-	}
-	*v.p = (q.Value() + 1<<20 - 1) >> 20
-	return nil
 }
