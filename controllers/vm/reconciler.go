@@ -148,6 +148,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 
+	// A running guest's live resize (resize.go): only the pod this status runs, kept running.
+	var resized *resizePlan
+	if pod != nil && pod.DeletionTimestamp == nil && !podEnded(pod) && !halted(vm) && guestStarted(pod) && next.Status.PodUID == string(pod.UID) {
+		p, err := r.resize(ctx, vm, pod, opts)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		resized = &p
+	}
+
 	// What the conditions are decided from, read before any is set.
 	f := facts{pod: pod, held: held, halted: haltedCause(vm), stopping: stoppingCause(next, pod)}
 	if f.lost, err = r.nodeHealth(ctx, vm, pod); err != nil {
@@ -163,6 +173,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setProviderAvailable(&next.Status, vm.Generation, prov)
 	setSoftwareEmulation(&next.Status, vm)
 	setDisksReady(&next.Status, vm.Generation, disks)
+	setResized(&next.Status, vm.Generation, resized)
 	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
 	} else if err != nil {
@@ -170,6 +181,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.announceEnd(vm, next, pod)
 	r.announcePower(vm, next, pod)
+	r.announceResize(vm, next, pod)
 	r.Metrics.observe(vm, next, r.now())
 	return result, nil
 }

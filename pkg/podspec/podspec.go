@@ -123,6 +123,13 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		c.Firmware = firmware(g.Firmware)
 	}
 	c.ReadinessProbe = runnerProbeConfig(g.ReadinessProbe)
+	c.ControlSocket = runnerconfig.DefaultControlSocket
+	if m := g.EffectiveMaxCPUs(); m > c.CPUs { // 0 otherwise: no CPU hotplug, the argv of old
+		c.MaxCPUs = m
+	}
+	if m := ceilMiB(g.EffectiveMaxMemory()); m > c.MemoryMiB {
+		c.MaxMemoryMiB = m
+	}
 	if g.RootDisk.Size != nil {
 		c.DiskSizeMiB = ceilMiB(*g.RootDisk.Size)
 	}
@@ -282,6 +289,7 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskPa
 		Command:                  []string{RunnerBinary},
 		Args:                     cfg.Args(),
 		Resources:                resources(vm, opts),
+		ResizePolicy:             resizePolicy(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		// Started: the guest runs (the VM's phase Running). Ready: it also passes its own
 		// readiness probe, if it has one (the VM's Ready). The startup probe never gives up:
@@ -395,24 +403,31 @@ func pullPolicy(ref string) corev1.PullPolicy {
 	return corev1.PullIfNotPresent
 }
 
+// resources are the runner's for the guest's size in the spec (resize.go: for any size).
 func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirements {
+	return Resources(vm, opts, vm.Spec.Guest.CPUs, vm.Spec.Guest.Memory)
+}
+
+// Resources are the runner container's resources for a guest of cpus and memory: what it uses
+// now, never its maximum, so a live resize changes them in place.
+func Resources(vm *vmv1.VirtualMachine, opts Options, cpus int32, memory resource.Quantity) corev1.ResourceRequirements {
 	if vm.Spec.PodResources != nil {
 		r := *vm.Spec.PodResources.DeepCopy()
 		addKVM(vm, &r)
 		return r
 	}
 	ratio := int64(max(opts.CPUAllocationRatio, 1))
-	vcpuMilli := int64(vm.Spec.Guest.CPUs) * 1000
+	vcpuMilli := int64(cpus) * 1000
 	// Rounded up, so a request never reaches 0 for a guest that has vCPUs.
 	cpu := *resource.NewMilliQuantity((vcpuMilli+ratio-1)/ratio, resource.DecimalSI)
 	cpu.Add(opts.OverheadCPU)
 	cpuLimit := *resource.NewMilliQuantity(vcpuMilli, resource.DecimalSI)
 	cpuLimit.Add(opts.OverheadCPU)
-	mem := vm.Spec.Guest.Memory.DeepCopy()
+	mem := memory.DeepCopy()
 	mem.Add(opts.OverheadMemory)
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		// Emulation keeps translated code beside the guest's memory, up to QEMU's tb-size.
-		mem.Add(*resource.NewQuantity(qemu.TCGTranslationCacheMiB(vm.Spec.Guest.Memory.Value()>>20)<<20, resource.BinarySI))
+		mem.Add(*resource.NewQuantity(qemu.TCGTranslationCacheMiB(memory.Value()>>20)<<20, resource.BinarySI))
 	}
 	if opts.Class != nil {
 		// The class's overhead is the hypervisor's own, added as RuntimeClass's is.
@@ -442,19 +457,23 @@ func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirement
 }
 
 // cpuLimitMarginMilli is the least CPU a pod's limit keeps above its vCPUs, for QEMU's main loop
-// and I/O threads and the runner (see resources).
+// and I/O threads and the runner (see Resources).
 const cpuLimitMarginMilli = 250
 
+// addKVM adds the devices every runner gets from virtpod's device plugin: its control
+// directory (resize.go) and, unless emulated, /dev/kvm.
 func addKVM(vm *vmv1.VirtualMachine, r *corev1.ResourceRequirements) {
-	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
-		return
-	}
 	one := resource.MustParse("1")
 	if r.Requests == nil {
 		r.Requests = corev1.ResourceList{}
 	}
 	if r.Limits == nil {
 		r.Limits = corev1.ResourceList{}
+	}
+	r.Requests[vmv1.ResourceControl] = one
+	r.Limits[vmv1.ResourceControl] = one
+	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
+		return
 	}
 	r.Requests[vmv1.ResourceKVM] = one
 	r.Limits[vmv1.ResourceKVM] = one

@@ -72,6 +72,10 @@ func TestGolden(t *testing.T) {
 			vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 8080}}
 			o.CopyImages = true
 		},
+		"resizable": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
+			vm.Spec.Guest.CPUs, vm.Spec.Guest.Memory = 1, resource.MustParse("256Mi")
+			vm.Spec.Guest.MaxCPUs, vm.Spec.Guest.MaxMemory = ptr.To[int32](4), ptr.To(resource.MustParse("1Gi"))
+		},
 		"readiness-probe-tcp": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{Port: 22}}
 		},

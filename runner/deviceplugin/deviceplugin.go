@@ -12,6 +12,8 @@
 //     On a node where it is not, the kubelet reports them in capacity but allocates none, and a
 //     VM that needs KVM stays Pending with "Insufficient devices.virtpod.io/kvm" instead of
 //     starting a guest that would hang.
+//   - devices.virtpod.io/control (control.go): a directory per device, mounted into the runner
+//     for its control socket, which the node agent reaches from the host.
 package deviceplugin
 
 import (
@@ -62,6 +64,11 @@ type Options struct {
 	// passed to SetHealthy.
 	Healthy    func() bool
 	HealthPoll time.Duration
+	// ControlRoot, when set, makes this the control plugin (control.go): Allocate hands out
+	// the directory ControlRoot/<device> (where the plugin sees it; on the node it is
+	// ControlHostDir/<device>) mounted at vmv1.ControlDir, instead of a device node.
+	ControlRoot    string
+	ControlHostDir string
 	// Poll is how often the plugin checks that the kubelet and its own socket are still there.
 	Poll time.Duration
 	Log  *zap.Logger
@@ -166,6 +173,9 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[p
 // Allocate hands each container the KVM device read-write; the container stays unprivileged.
 // With CheckPath set and missing (a node without KVM) the containers get no device.
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	if p.o.ControlRoot != "" {
+		return p.allocateControl(req)
+	}
 	present := true
 	if p.o.CheckPath != "" {
 		if _, err := os.Stat(p.o.CheckPath); err != nil {

@@ -125,7 +125,7 @@ func TestNodeAgent(t *testing.T) {
 	// The kubelet publishes a registered plugin's resource in capacity; unhealthy devices are
 	// not allocatable.
 	// kvm-probe: 1, always allocatable (the agent holds it). kvm: 64, none allocatable here.
-	eventually(t, "kvm-probe 1 and kvm 64 (0 allocatable) in the node's capacity", time.Minute, func() error {
+	eventually(t, "kvm-probe 1, kvm 64 (0 allocatable) and control 110 in the node's capacity", time.Minute, func() error {
 		node := &corev1.Node{}
 		if err := kube.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
 			return err
@@ -141,6 +141,10 @@ func TestNodeAgent(t *testing.T) {
 		}
 		if a := node.Status.Allocatable[kvmResource]; !a.IsZero() {
 			return fmt.Errorf("allocatable %s = %s, want 0", kvmResource, a.String())
+		}
+		// control: 110, always allocatable; every runner pod takes one (live resize).
+		if a := node.Status.Allocatable[vmv1.ResourceControl]; a.Value() != 110 {
+			return fmt.Errorf("allocatable %s = %s, want 110 (capacity %v)", vmv1.ResourceControl, a.String(), node.Status.Capacity)
 		}
 		return nil
 	})

@@ -17,7 +17,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -130,7 +132,10 @@ func TestNothingPrivileged(t *testing.T) {
 		pods = append(pods, pod{fmt.Sprintf("runner pod (emulated=%v)", emulated), podspec.Build(vm, opts).Spec})
 	}
 	allowedCaps := map[string]bool{"NET_ADMIN": true, "NET_RAW": true, "MKNOD": true} // the runner's bridge, tap, DHCP socket and /dev/net/tun
-	allowedHostPaths := map[string]bool{"/var/lib/kubelet/device-plugins": true, "/dev": true}
+	allowedHostPaths := map[string]bool{"/var/lib/kubelet/device-plugins": true, "/dev": true,
+		// The control channel (docs/security.md): the device plugin makes the runners' control
+		// directories, the agent reaches their sockets and asks the kubelet whose each is.
+		vmv1.HostControlDir: true, "/var/lib/kubelet/pod-resources": true}
 	var report bytes.Buffer
 	for _, p := range pods {
 		if p.spec.HostNetwork || p.spec.HostPID || p.spec.HostIPC {
@@ -172,6 +177,67 @@ func TestNothingPrivileged(t *testing.T) {
 		t.Fatalf("found only %d pod specs to check; the manifests moved?", len(pods))
 	}
 	t.Logf("checked %d pod specs\n%s", len(pods), report.String())
+}
+
+// TestControlChannel: the runner pod gets its control directory from the device plugin, never
+// from a hostPath, and stays unprivileged; only the DaemonSets mount the node's side, the agent
+// read-only.
+func TestControlChannel(t *testing.T) {
+	for _, emulated := range []bool{false, true} {
+		vm := kubeapi.SampleVM("default", "resizable")
+		vm.Spec.Provider = vmv1.ProviderQEMU
+		vm.Spec.Guest.MaxCPUs = ptr.To[int32](4)
+		vm.Spec.Guest.MaxMemory = ptr.To(resource.MustParse("1Gi"))
+		if !emulated {
+			vm.Spec.Acceleration = vmv1.AccelerationKVM
+		}
+		pod := podspec.Build(vm, podspec.DefaultOptions())
+		for _, v := range pod.Spec.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("runner pod (emulated=%v) mounts hostPath %s", emulated, v.HostPath.Path)
+			}
+		}
+		if pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken {
+			t.Errorf("runner pod (emulated=%v) gets a service account token", emulated)
+		}
+		for _, c := range pod.Spec.Containers {
+			req, lim := c.Resources.Requests[vmv1.ResourceControl], c.Resources.Limits[vmv1.ResourceControl]
+			if req.Value() != 1 || lim.Value() != 1 {
+				t.Errorf("runner pod (emulated=%v) container %s requests %s/%s of %s, want 1", emulated, c.Name, req.String(), lim.String(), vmv1.ResourceControl)
+			}
+			if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("runner pod (emulated=%v) container %s is not unprivileged", emulated, c.Name)
+			}
+		}
+	}
+	for _, doc := range documents(t)["DaemonSet"] {
+		var d struct {
+			Metadata struct{ Name string }
+			Spec     struct{ Template corev1.PodTemplateSpec }
+		}
+		if err := yaml.Unmarshal(doc, &d); err != nil {
+			t.Fatal(err)
+		}
+		vols := map[string]string{}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.HostPath != nil {
+				vols[v.Name] = v.HostPath.Path
+			}
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, m := range c.VolumeMounts {
+				path := vols[m.Name]
+				switch {
+				case path == vmv1.HostControlDir && d.Metadata.Name == "virtpod-agent" && !m.ReadOnly,
+					path == "/var/lib/kubelet/pod-resources" && !m.ReadOnly:
+					t.Errorf("%s mounts %s writable", d.Metadata.Name, path)
+				case path == "/var/lib/kubelet/pod-resources" && d.Metadata.Name != "virtpod-agent",
+					path == vmv1.HostControlDir && d.Metadata.Name != "virtpod-agent" && d.Metadata.Name != "virtpod-device-plugin":
+					t.Errorf("%s mounts %s; only the node agent and the device plugin may", d.Metadata.Name, path)
+				}
+			}
+		}
+	}
 }
 
 func contains(caps []corev1.Capability, want string) bool {

@@ -96,6 +96,28 @@ const (
 	ReasonKVM                   = "KVM"
 )
 
+// VirtualMachine condition Resized: where a live resize of cpus or memory stands. Set once the
+// spec asks the running guest for a size it does not have, and kept (True, Resized) once it has
+// it, until the runner pod is gone (a new one boots at the spec's size).
+const (
+	ConditionResized = "Resized"
+
+	// ReasonResizeInProgress: the runner pod is being resized in place, or the guest is being
+	// given or giving back CPUs and memory; the message says which step.
+	ReasonResizeInProgress = "ResizeInProgress"
+	// ReasonResized: the guest has the size the spec asks for.
+	ReasonResized = "Resized"
+	// ReasonResizeInfeasible: the node can never fit the new size (the kubelet's message); the
+	// guest is not grown. Lower the spec again, or recreate the VM elsewhere.
+	ReasonResizeInfeasible = "ResizeInfeasible"
+	// ReasonResizeDeferred: the node cannot fit the new size now (the kubelet's message); it
+	// grows the pod, then the guest, once room frees up.
+	ReasonResizeDeferred = "ResizeDeferred"
+	// ReasonGuestResizeFailed: the runner or the guest refused or did not finish the resize
+	// (the runner's words), such as a guest that does not give memory back.
+	ReasonGuestResizeFailed = "GuestResizeFailed"
+)
+
 // ProviderClass condition types.
 const (
 	// ConditionEnabled is True unless an admin disabled the class.

@@ -164,8 +164,10 @@ func TestRejectsImmutableChanges(t *testing.T) {
 		mutate func(*vmv1.VirtualMachine)
 		field  string
 	}{
-		{"cpus", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 2 }, "spec.guest.cpus is immutable"},
-		{"memory", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("512Mi") }, "spec.guest.memory is immutable"},
+		{"cpus", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 2 }, "spec.guest.cpus is immutable on a VirtualMachine created without spec.guest.maxCPUs"},
+		{"memory", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("512Mi") }, "spec.guest.memory is immutable on a VirtualMachine created without spec.guest.maxMemory"},
+		{"maxCPUs added", func(v *vmv1.VirtualMachine) { v.Spec.Guest.MaxCPUs = ptr.To[int32](4) }, "spec.guest.maxCPUs is immutable"},
+		{"maxMemory added", func(v *vmv1.VirtualMachine) { v.Spec.Guest.MaxMemory = q("1Gi") }, "spec.guest.maxMemory is immutable"},
 		{"provider", func(v *vmv1.VirtualMachine) {
 			v.Spec.Provider = vmv1.ProviderCloudHypervisor
 			v.Spec.Acceleration = vmv1.AccelerationKVM

@@ -142,17 +142,41 @@ type VirtualMachineSpec struct {
 // GuestSpec is the guest's virtual hardware and boot images.
 // +kubebuilder:validation:XValidation:rule="has(self.kernelImage) || !has(self.kernelArgs) || size(self.kernelArgs) == 0",message="spec.guest.kernelArgs needs spec.guest.kernelImage: a guest that boots through firmware takes its kernel command line from its own bootloader; set kernelImage or remove kernelArgs",fieldPath=".kernelArgs"
 // +kubebuilder:validation:XValidation:rule="!has(self.kernelImage) || !has(self.firmware)",message="spec.guest.firmware is only for a guest without spec.guest.kernelImage (a direct kernel boot needs no firmware); remove one of them",fieldPath=".firmware"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxCPUs) || self.cpus <= self.maxCPUs",message="spec.guest.cpus must not be above spec.guest.maxCPUs: lower cpus, or create a new VirtualMachine with a larger maxCPUs",fieldPath=".cpus"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxMemory) || quantity(string(self.memory)).compareTo(quantity(string(self.maxMemory))) <= 0",message="spec.guest.memory must not be above spec.guest.maxMemory: lower memory, or create a new VirtualMachine with a larger maxMemory",fieldPath=".memory"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxMemory) || quantity(string(self.memory)).compareTo(quantity(string(self.maxMemory))) == 0 || (quantity(string(self.memory)).isInteger() && quantity(string(self.memory)).asInteger() % 134217728 == 0 && quantity(string(self.maxMemory)).isInteger() && quantity(string(self.maxMemory)).asInteger() % 134217728 == 0)",message="spec.guest.memory and spec.guest.maxMemory must be multiples of 128Mi (the memory hotplug block) when maxMemory is above memory, for example memory 768Mi and maxMemory 2Gi",fieldPath=".memory"
+// +kubebuilder:validation:XValidation:rule="has(self.maxCPUs) == has(oldSelf.maxCPUs) && (!has(self.maxCPUs) || self.maxCPUs == oldSelf.maxCPUs)",message="spec.guest.maxCPUs is immutable (the hypervisor starts with it); create a new VirtualMachine to change it",fieldPath=".maxCPUs"
+// +kubebuilder:validation:XValidation:rule="has(self.maxMemory) == has(oldSelf.maxMemory) && (!has(self.maxMemory) || quantity(string(self.maxMemory)).compareTo(quantity(string(oldSelf.maxMemory))) == 0)",message="spec.guest.maxMemory is immutable (the hypervisor starts with it); create a new VirtualMachine to change it",fieldPath=".maxMemory"
+// +kubebuilder:validation:XValidation:rule="has(self.maxCPUs) || self.cpus == oldSelf.cpus",message="spec.guest.cpus is immutable on a VirtualMachine created without spec.guest.maxCPUs; create a new VirtualMachine with maxCPUs to resize it live",fieldPath=".cpus"
+// +kubebuilder:validation:XValidation:rule="has(self.maxMemory) || quantity(string(self.memory)).compareTo(quantity(string(oldSelf.memory))) == 0",message="spec.guest.memory is immutable on a VirtualMachine created without spec.guest.maxMemory; create a new VirtualMachine with maxMemory to resize it live",fieldPath=".memory"
 type GuestSpec struct {
-	// cpus is the number of virtual CPUs. Immutable.
+	// cpus is the number of virtual CPUs, 1-255. It changes on a running guest (live, without a
+	// restart: CPUs are plugged and unplugged) between 1 and maxCPUs; without maxCPUs it is
+	// immutable.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=255
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.guest.cpus is immutable on a running guest; create a new VirtualMachine"
 	CPUs int32 `json:"cpus"`
 
-	// memory is the guest's RAM, at least 64Mi and at most 1Ti. Immutable.
+	// memory is the guest's RAM, at least 64Mi and at most 1Ti. It changes on a running guest
+	// (live) up to maxMemory, in multiples of 128Mi (MemoryHotplugBlock); a shrink takes back
+	// only what the guest gives. Without maxMemory it is immutable.
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('1Ti')) <= 0",message="spec.guest.memory must be between 64Mi and 1Ti, for example 512Mi"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.guest.memory is immutable on a running guest; create a new VirtualMachine"
 	Memory resource.Quantity `json:"memory"`
+
+	// maxCPUs is the most CPUs cpus may grow to on the running guest, 1-255. Set it at creation
+	// to resize the VM live; empty means cpus, fixed. Immutable. The runner pod requests only
+	// what the guest uses now (cpus), never the maximum.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=255
+	// +optional
+	MaxCPUs *int32 `json:"maxCPUs,omitempty"`
+
+	// maxMemory is the most memory may grow to on the running guest, up to 1Ti. Set it at
+	// creation to resize the VM live; empty means memory, fixed. Immutable. Above memory, both
+	// must be multiples of 128Mi.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('1Ti')) <= 0",message="spec.guest.maxMemory must be between 64Mi and 1Ti, for example 4Gi"
+	// +optional
+	MaxMemory *resource.Quantity `json:"maxMemory,omitempty"`
 
 	// kernelImage is an OCI image that carries the guest kernel at /boot/vmlinuz and, optionally,
 	// an initramfs at /boot/initrd.img, booted directly. Without it the guest boots from its root
@@ -436,7 +460,12 @@ type VirtualMachineStatus struct {
 	// observedGeneration is the spec generation this status reflects.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: ProviderAvailable, Scheduled, Ready, ImagesCurrent and SoftwareEmulation.
+	// guest is the size the running guest really has, as its runner reports it: it follows
+	// spec.guest.cpus and memory once a live resize is done. Empty while no guest runs.
+	// +optional
+	Guest *GuestStatus `json:"guest,omitempty"`
+	// conditions: ProviderAvailable, Scheduled, Ready, ImagesCurrent, SoftwareEmulation, and
+	// DisksReady and Resized on the VMs they concern.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

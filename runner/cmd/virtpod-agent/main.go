@@ -1,10 +1,11 @@
 // Command virtpod-agent is virtpod's node agent, run by a DaemonSet from the runner image so it
 // probes exactly the binaries the runner will use. Every --interval it probes the node and
 // keeps the node's virtpod labels and its HypervisorNode up to date (runner/agent). It opens
-// /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe.
-// `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe and
-// devices.virtpod.io/kvm to the kubelet (runner/deviceplugin), the latter healthy while
-// runner/kvm reads KVM as usable from the node's HypervisorNode.
+// /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe. It also carries out live
+// resizes of the node's runner pods (runner/resizeagent).
+// `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe,
+// devices.virtpod.io/kvm and devices.virtpod.io/control to the kubelet (runner/deviceplugin),
+// kvm healthy while runner/kvm reads KVM as usable from the node's HypervisorNode.
 // `virtpod-agent probe` prints one probe as JSON and exits.
 package main
 
@@ -21,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -31,6 +33,7 @@ import (
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/deviceplugin"
 	"github.com/virtpod/virtpod/runner/kvm"
+	"github.com/virtpod/virtpod/runner/resizeagent"
 )
 
 // version is set with -ldflags -X main.version=...; "dev" otherwise.
@@ -41,6 +44,11 @@ type options struct {
 	nodeName   string
 	kubeconfig string
 	interval   time.Duration
+	// Live resize (runner/resizeagent): where the agent sees the node's control directories
+	// and the kubelet's pod-resources socket; resize false turns the executor off.
+	resize       bool
+	controlDir   string
+	podResources string
 }
 
 type pluginOptions struct {
@@ -49,6 +57,8 @@ type pluginOptions struct {
 	hostDevice  string // where this container sees the node's KVM device
 	count       int
 	healthEvery time.Duration
+	controlDir  string // the node's vmv1.HostControlDir, mounted at the same path
+	controls    int
 }
 
 func main() {
@@ -82,6 +92,9 @@ func newCommand() *cobra.Command {
 	pf.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (env NODE_NAME, from the downward API's spec.nodeName)")
 	pf.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
 	root.Flags().DurationVar(&o.interval, "interval", 30*time.Second, "how often to probe and write the heartbeat")
+	root.Flags().BoolVar(&o.resize, "resize", true, "carry out live resizes of the runner pods on this node (the controller's desired sizes) through their control sockets")
+	root.Flags().StringVar(&o.controlDir, "control-dir", vmv1.HostControlDir, "where this container sees the node's runner control directories (devices.virtpod.io/control)")
+	root.Flags().StringVar(&o.podResources, "pod-resources-socket", resizeagent.DefaultPodResourcesSocket, "the kubelet's pod-resources socket: which control device is which pod's")
 
 	var po pluginOptions
 	dp := &cobra.Command{
@@ -96,6 +109,8 @@ func newCommand() *cobra.Command {
 	f.StringVar(&po.hostDevice, "kvm-check-path", "/host/dev/kvm", "where this container sees the node's KVM device (the host's /dev mounted read-only); no device is handed out while it is missing")
 	f.IntVar(&po.count, "kvm-devices", deviceplugin.DefaultCount, "how many devices.virtpod.io/kvm to advertise: how many KVM VMs the node may run at once")
 	f.DurationVar(&po.healthEvery, "health-interval", 10*time.Second, "how often to read the node's HypervisorNode")
+	f.StringVar(&po.controlDir, "control-dir", vmv1.HostControlDir, "the node's directory of runner control directories (devices.virtpod.io/control), mounted at the same path")
+	f.IntVar(&po.controls, "control-devices", deviceplugin.DefaultControlCount, "how many devices.virtpod.io/control to advertise: every runner pod takes one")
 	root.AddCommand(dp)
 
 	root.AddCommand(&cobra.Command{
@@ -128,6 +143,22 @@ func run(o options) error {
 
 	o.probe.AgentVersion = version
 	log.Info("virtpod-agent started", zap.String("version", version), zap.Duration("interval", o.interval))
+	if o.resize {
+		cfg, err := restConfig(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		ex := &resizeagent.Executor{Client: cs, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
+		go func() {
+			if err := ex.Run(ctx); err != nil {
+				log.Error("resize executor stopped", zap.Error(err))
+			}
+		}()
+	}
 	// The device plugin runs apart (virtpod-agent device-plugin) and follows the HypervisorNode.
 	agent.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return agent.Probe(ctx, o.probe) },
 		&agent.Publisher{Client: kube, Node: o.nodeName}, log)
@@ -170,12 +201,16 @@ func runDevicePlugin(o options, po pluginOptions) error {
 	probe.SetHealthy(true)
 	kvmPlugin := deviceplugin.New(deviceplugin.Options{Dir: po.dir, Count: po.count, Device: po.device, CheckPath: po.hostDevice,
 		Healthy: usable, HealthPoll: po.healthEvery, Log: plog})
+	control := deviceplugin.New(deviceplugin.ControlOptions(deviceplugin.Options{Dir: po.dir, Log: plog}, po.controlDir, po.controlDir, po.controls))
+	control.SetHealthy(true)
 	log.Info("virtpod-agent device-plugin started", zap.String("version", version))
-	errc := make(chan error, 2)
-	go func() { errc <- probe.Run(ctx) }()
-	go func() { errc <- kvmPlugin.Run(ctx) }()
+	plugins := []*deviceplugin.Plugin{probe, kvmPlugin, control}
+	errc := make(chan error, len(plugins))
+	for _, p := range plugins {
+		go func() { errc <- p.Run(ctx) }()
+	}
 	var first error
-	for range 2 {
+	for range plugins {
 		if err := <-errc; err != nil && first == nil {
 			first = fmt.Errorf("device plugin: %w", err)
 			stop()

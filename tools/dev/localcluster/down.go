@@ -47,7 +47,7 @@ func (c *cluster) down() error {
 		}
 	}
 	note(cleanChains())
-	for _, p := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers", "/var/log/pods", containerdState} {
+	for _, p := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/lib/virtpod/control", "/var/log/containers", "/var/log/pods", containerdState} {
 		note(os.RemoveAll(p))
 	}
 	for _, sub := range []string{"etcd", "registry", "registry-images.json", "containerd", "kubelet", "cni", "pids", "pod-logs", "config", localPathDir} {

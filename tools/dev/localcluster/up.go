@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -111,6 +112,11 @@ func (c *cluster) up(ctx context.Context) error {
 	}
 	admin, err := clientFor(kc["admin"])
 	if err != nil {
+		return err
+	}
+	// The kubelet serves pod-resources under its --root-dir; the node agent finds it where a
+	// kubelet with the default root has it (config/agent), as on any other node.
+	if err := linkPodResources(c.path("kubelet")); err != nil {
 		return err
 	}
 	rest := []component{
@@ -252,4 +258,25 @@ func tlsClient(ca, crt, key string) (*http.Client, error) {
 func insecureTLS() *http.Client {
 	// Component health endpoints on loopback serve self-signed certificates.
 	return &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+}
+
+// linkPodResources makes /var/lib/kubelet/pod-resources the pod-resources directory of a
+// kubelet whose root is root.
+func linkPodResources(root string) error {
+	target := filepath.Join(root, "pod-resources")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll("/var/lib/kubelet", 0o755); err != nil {
+		return err
+	}
+	link := "/var/lib/kubelet/pod-resources"
+	if old, err := os.Readlink(link); err == nil && old == target {
+		return nil
+	}
+	_ = os.Remove(link)
+	if err := os.Symlink(target, link); err != nil {
+		return fmt.Errorf("pod-resources link for the node agent: %w", err)
+	}
+	return nil
 }

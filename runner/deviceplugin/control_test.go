@@ -1,0 +1,83 @@
+package deviceplugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+)
+
+// TestControlAllocate: each container gets its device's directory, created, emptied of what an
+// earlier pod left, and mounted at the runner's control directory; no device node, no other
+// directory.
+func TestControlAllocate(t *testing.T) {
+	root := t.TempDir()
+	p := New(ControlOptions(Options{}, filepath.Join(root, "seen"), "/var/lib/virtpod/control", 3))
+	if err := os.MkdirAll(filepath.Join(root, "seen", "control1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(root, "seen", "control1", vmv1.ControlSocketName)
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := p.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{"control1"}}, {DevicesIds: []string{"control2"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ContainerResponses) != 2 {
+		t.Fatalf("%d responses, want 2", len(resp.ContainerResponses))
+	}
+	for i, id := range []string{"control1", "control2"} {
+		cr := resp.ContainerResponses[i]
+		if len(cr.Devices) != 0 || len(cr.Envs) != 0 || len(cr.Mounts) != 1 {
+			t.Fatalf("container %d: %+v, want one mount and nothing else", i, cr)
+		}
+		m := cr.Mounts[0]
+		if m.ContainerPath != vmv1.ControlDir || m.HostPath != "/var/lib/virtpod/control/"+id || m.ReadOnly {
+			t.Errorf("container %d mount %+v", i, m)
+		}
+		fi, err := os.Stat(filepath.Join(root, "seen", id))
+		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, %v; want a 0700 directory", id, fi, err)
+		}
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the earlier pod's socket is still there: %v", err)
+	}
+	for _, bad := range [][]string{{"../etc"}, {"control0", "control1"}, {"kvm0"}} {
+		_, err := p.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: bad}}})
+		if err == nil || !strings.Contains(err.Error(), string(vmv1.ResourceControl)) {
+			t.Errorf("devices %v: %v, want a refusal naming the resource", bad, err)
+		}
+	}
+}
+
+// TestControlRegistersAndLists: the control plugin registers its own resource and lists its
+// devices healthy from the start.
+func TestControlRegistersAndLists(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	p := New(ControlOptions(Options{Dir: dir, Poll: 50 * 1e6}, t.TempDir(), "", 5))
+	p.SetHealthy(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	r := k.registered(t)
+	if r.ResourceName != string(vmv1.ResourceControl) || r.Endpoint != ControlSocket {
+		t.Fatalf("registered %+v", r)
+	}
+	s, err := dialPlugin(t, dir, r.Endpoint).ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, h := recvDevices(t, s); n != 5 || h[pluginapi.Healthy] != 5 {
+		t.Fatalf("%d devices, health %v; want 5 healthy", n, h)
+	}
+}

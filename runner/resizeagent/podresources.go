@@ -1,0 +1,51 @@
+package resizeagent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// DefaultPodResourcesSocket is the kubelet's pod-resources socket.
+const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// controlDevice asks the kubelet which devices.virtpod.io/control device it gave the runner
+// container of pod namespace/name: the kubelet, not the pod, says which socket is whose, so a
+// pod cannot point the agent at another VM's runner.
+func controlDevice(ctx context.Context, socket, namespace, name string) (string, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return "", fmt.Errorf("the kubelet's pod-resources API (%s): %w", socket, err)
+	}
+	for _, p := range list.GetPodResources() {
+		if p.GetNamespace() != namespace || p.GetName() != name {
+			continue
+		}
+		for _, c := range p.GetContainers() {
+			if c.GetName() != podspec.RunnerContainer {
+				continue
+			}
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == string(vmv1.ResourceControl) && len(d.GetDeviceIds()) == 1 {
+					return d.GetDeviceIds()[0], nil
+				}
+			}
+		}
+		return "", fmt.Errorf("the kubelet gave pod %s/%s no %s device (a runner pod made before live resize: it resizes after its next start)", namespace, name, vmv1.ResourceControl)
+	}
+	return "", fmt.Errorf("the kubelet does not list pod %s/%s", namespace, name)
+}

@@ -1,0 +1,157 @@
+package resizeagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+// installYAML creates every object of a config/ file.
+func installYAML(t *testing.T, objs ...client.Object) func(path string) {
+	return func(path string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(kubeapi.Root(), path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		for _, obj := range objs {
+			if err := dec.Decode(obj); err != nil && !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			if err := env.Client.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("create %s: %v", obj.GetName(), err)
+			}
+		}
+	}
+}
+
+// agentClient is the node agent's identity as the kubelet gives it to the agent's pod on node:
+// the virtpod-agent service account's token bound to a pod on that node.
+func agentClient(t *testing.T, node string) (kubernetes.Interface, *authenticationv1.UserInfo) {
+	t.Helper()
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "virtpod-system"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "virtpod-system", Name: "virtpod-agent"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+	} {
+		if err := env.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	agentPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "virtpod-system", Name: "virtpod-agent-" + node},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "virtpod-agent", Containers: []corev1.Container{{Name: "agent", Image: "runner"}}}}
+	if err := env.Client.Create(ctx, agentPod); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts("virtpod-system").CreateToken(ctx, "virtpod-agent", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To[int64](3600),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agentPod.Name, UID: agentPod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = tr.Status.Token
+	agent, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := agent.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent, &review.Status.UserInfo
+}
+
+// TestAgentPolicy: the agent's own token carries its node, and with config/agent's role and
+// config/admission's policy it may report on the pods of its node and do nothing else.
+func TestAgentPolicy(t *testing.T) {
+	ctx := context.Background()
+	agent, who := agentClient(t, "node-p")
+	if got := who.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != "node-p" {
+		t.Fatalf("the agent's pod-bound token carries node %v (user %+v); the policy needs it", got, who)
+	}
+	installYAML(t, &rbacv1.ClusterRole{})("config/agent/role.yaml")
+	installYAML(t, &rbacv1.ClusterRoleBinding{})("config/agent/role_binding.yaml")
+	installYAML(t, &admissionv1.ValidatingAdmissionPolicy{}, &admissionv1.ValidatingAdmissionPolicyBinding{})("config/admission/agent-pods-policy.yaml")
+
+	ns := namespace(t)
+	mine := runnerPodOn(t, ns, "mine-runner", "node-p")
+	theirs := runnerPodOn(t, ns, "theirs-runner", "node-q")
+	patch := func(pod *corev1.Pod, body map[string]any) error {
+		b, _ := json.Marshal(body)
+		// Strategic: a container's image is changed in place, as kubectl set image does.
+		_, err := agent.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, b, metav1.PatchOptions{})
+		return err
+	}
+	annotations := func(kv ...any) map[string]any {
+		a := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			a[kv[i].(string)] = kv[i+1]
+		}
+		return map[string]any{"metadata": map[string]any{"annotations": a}}
+	}
+	// The policy comes into force asynchronously: wait until it refuses.
+	kubeapi.Eventually(t, "the agent policy in force", 30*time.Second, func() error {
+		if err := patch(theirs, annotations(vmv1.AnnotationGuestCPUs, "2")); err == nil {
+			return errors.New("a pod on another node was patched")
+		} else if !strings.Contains(err.Error(), "only pods on its own node (node-p), not pods on node-q") {
+			return fmt.Errorf("refused, but not by the policy: %v", err)
+		}
+		return nil
+	})
+	if err := patch(mine, annotations(vmv1.AnnotationGuestCPUs, "2", vmv1.AnnotationGuestMemory, "512Mi", vmv1.AnnotationResizeError, "x")); err != nil {
+		t.Fatalf("the agent could not report on its own node's pod: %v", err)
+	}
+	if err := patch(mine, annotations(vmv1.AnnotationResizeError, nil)); err != nil {
+		t.Fatalf("the agent could not clear its error: %v", err)
+	}
+	for what, body := range map[string]map[string]any{
+		"the desired size":   annotations(vmv1.AnnotationDesiredCPUs, "4"),
+		"another annotation": annotations("x", "y"),
+		"a label":            {"metadata": map[string]any{"labels": map[string]any{"app": "evil"}}},
+		"the image":          {"spec": map[string]any{"containers": []any{map[string]any{"name": "runner", "image": "evil"}}}},
+	} {
+		if err := patch(mine, body); err == nil || !strings.Contains(err.Error(), "may change only the annotations") {
+			t.Errorf("the agent changed %s: %v", what, err)
+		}
+	}
+	for verb, err := range map[string]error{
+		"delete": agent.CoreV1().Pods(ns).Delete(ctx, mine.Name, metav1.DeleteOptions{}),
+		"exec":   agent.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(mine.Name).SubResource("exec").Do(ctx).Error(),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the agent's %s was not forbidden: %v", verb, err)
+		}
+	}
+}
