@@ -138,9 +138,14 @@ func TestServeRealExchange(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			srvMAC := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x67}
-			serve := func(l Lease) context.CancelFunc {
+			// stop returns once the server has: a server still reading for up to 200 ms after its
+			// cancel would offer its old lease beside the next one, and a client that takes that
+			// offer asks a server that is gone (seen as a request timing out now and then).
+			serve := func(l Lease) (stop func()) {
 				ctx, cancel := context.WithCancel(context.Background())
+				ended := make(chan struct{})
 				go func() {
+					defer close(ended)
 					runtime.LockOSThread() // a new goroutine's thread is in the host's namespace
 					if err := netns.Set(ns); err != nil {
 						panic(err)
@@ -150,7 +155,7 @@ func TestServeRealExchange(t *testing.T) {
 					}
 				}()
 				time.Sleep(100 * time.Millisecond) // the socket is bound
-				return cancel
+				return func() { cancel(); <-ended }
 			}
 			// A request that must be answered retries for longer (a loaded machine schedules the
 			// server late) than one that must not, which would only make the test slower.
