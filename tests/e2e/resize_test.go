@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -68,41 +69,68 @@ func TestLiveResize(t *testing.T) {
 	r.resized(2, "256Mi")
 	r.guestSees("0-1", 256)
 
-	// A size the node can never fit: the kubelet's refusal in the condition, the guest as it was.
+	// A size the node can never fit: refused with the reason in the condition, the pod and the
+	// guest as they were. Kubernetes v1.37's API server refuses a resize beyond the node's
+	// allocatable itself (the kubelet's PodResizePending Infeasible is for what it finds at
+	// admission); either's words must be in the condition.
 	r.patch(2, resizeMax)
-	eventually(t, "Resized ResizeInfeasible with the kubelet's reason", 2*time.Minute, func() error {
+	eventually(t, "Resized ResizeInfeasible with the node's reason", 2*time.Minute, func() error {
 		vm := getVM(t, ns, "rs")
 		c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionResized)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != vmv1.ReasonResizeInfeasible {
 			return fmt.Errorf("Resized %+v", c)
 		}
-		// The kubelet's words (PodResizePending Infeasible) are in the message.
+		reason := "node didn't have enough allocatable resources: memory"
 		p := r.runnerPod()
-		pending := ""
 		for _, pc := range p.Status.Conditions {
 			if pc.Type == corev1.PodResizePending {
-				pending = pc.Message
+				reason = pc.Message
 			}
 		}
-		if pending == "" {
-			return fmt.Errorf("no PodResizePending on the pod: %+v", p.Status.Conditions)
-		}
-		if err := contains(c.Message, pending, "memory"); err != nil {
+		if err := contains(c.Message, reason); err != nil {
 			return err
 		}
 		return r.guestStatus(vm, 2, "256Mi")
 	})
+	have := podspec.RunnerResources(r.runnerPod())
+	want := podspec.Resources(getVM(t, ns, "rs"), podspec.DefaultOptions(), 2, resource.MustParse("256Mi"))
+	if !have.Requests.Memory().Equal(*want.Requests.Memory()) {
+		t.Fatalf("the refused resize changed the pod: %v, want %v", have.Requests, want.Requests)
+	}
 	r.guestSees("0-1", 256)
 	// Giving up: back to the size the guest has.
 	r.patch(2, "256Mi")
 	r.resized(2, "256Mi")
 
-	// The node agent is replaced while the VM grows: the DaemonSet's new agent finishes it.
+	// The node agent goes away mid-resize and the DaemonSet's new agent finishes it. So that
+	// the resize is sure to be asked while no agent runs (a deleted agent pod may still act
+	// for its grace period), the DaemonSet is first kept off the node by a node selector, as
+	// a rollout or a drain does: its agent pod is deleted. The pod is then resized but the
+	// guest is not; once the DaemonSet is back, its new agent grows the guest.
 	agent := runningPod(t, ctx, "virtpod-agent")
-	if err := kube.Delete(ctx, &agent); err != nil {
-		t.Fatal(err)
-	}
+	keepAgentOff(t, ctx, true)
+	eventually(t, "no agent pod", 2*time.Minute, func() error {
+		pods := &corev1.PodList{}
+		if err := kube.List(ctx, pods, client.InNamespace("virtpod-system"), client.MatchingLabels{"app.kubernetes.io/name": "virtpod-agent"}); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d agent pods", len(pods.Items))
+		}
+		return nil
+	})
 	r.patch(2, "512Mi")
+	eventually(t, "the pod resized and the guest asked for 512Mi, with no agent to do it", time.Minute, func() error {
+		p := r.runnerPod()
+		if p.Annotations[vmv1.AnnotationDesiredMemory] != "512Mi" {
+			return fmt.Errorf("annotations %v", p.Annotations)
+		}
+		return nil
+	})
+	if vm := getVM(t, ns, "rs"); r.guestStatus(vm, 2, "256Mi") != nil || meta.IsStatusConditionTrue(vm.Status.Conditions, vmv1.ConditionResized) {
+		t.Fatalf("the guest grew with no agent: %+v", vm.Status)
+	}
+	keepAgentOff(t, ctx, false)
 	eventually(t, "a new agent pod", 3*time.Minute, func() error {
 		if p := runningPod(t, ctx, "virtpod-agent"); p.UID == agent.UID {
 			return fmt.Errorf("%s is still the old agent", p.Name)
@@ -111,6 +139,28 @@ func TestLiveResize(t *testing.T) {
 	})
 	r.resized(2, "512Mi")
 	r.guestSees("0-1", 512)
+}
+
+// keepAgentOff adds (on) or removes the e2e node selector that keeps the agent DaemonSet's
+// pods off every node; other node selectors stay as they are.
+func keepAgentOff(t *testing.T, ctx context.Context, on bool) {
+	t.Helper()
+	patch := func(v any) error {
+		body, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"nodeSelector": map[string]any{"virtpod.io/e2e-no-agent": v}}}}})
+		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "virtpod-system", Name: "virtpod-agent"}}
+		return kube.Patch(ctx, ds, client.RawPatch(types.MergePatchType, body))
+	}
+	if !on {
+		if err := patch(nil); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := patch("true"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = patch(nil) })
 }
 
 type resizeCheck struct {
