@@ -22,10 +22,21 @@ import (
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
-// resizeMax is the resizable VM's maxMemory: beyond the node's allocatable memory (about
-// 23.5 GiB here), so a step to it is one the kubelet can never fit. The guest's virtio-mem
-// region of that size is address space, not memory, until plugged.
-const resizeMax = "32Gi"
+// beyondNode is the least memory, a multiple of the hotplug block, at or above the node's
+// allocatable memory: a runner pod for it (the guest's memory plus the runner's overhead) never
+// fits the node, yet the guest's virtio-mem region (this less the boot memory) stays below the
+// node's RAM, so QEMU maps it also under the kernel's default heuristic overcommit. It is the
+// resizable VM's maxMemory.
+func beyondNode(t *testing.T, ctx context.Context) resource.Quantity {
+	t.Helper()
+	nodes := &corev1.NodeList{}
+	if err := kube.List(ctx, nodes); err != nil || len(nodes.Items) != 1 {
+		t.Fatalf("want the local cluster's one node: %d nodes, %v", len(nodes.Items), err)
+	}
+	alloc := nodes.Items[0].Status.Allocatable.Memory().Value()
+	b := vmv1.MemoryHotplugBlock
+	return *resource.NewQuantity((alloc+b-1)/b*b, resource.BinarySI)
+}
 
 // guestSizeLine is the guest fixture's own report of its online CPUs and memory, printed on the
 // console on every change (tools/dev/guestfixture).
@@ -43,7 +54,8 @@ func TestLiveResize(t *testing.T) {
 	vm := newVM(ns, "rs")
 	vm.Spec.PodResources = nil // the pod's resources follow the guest's size
 	vm.Spec.Guest.MaxCPUs = ptr.To[int32](2)
-	vm.Spec.Guest.MaxMemory = ptr.To(resource.MustParse(resizeMax))
+	resizeMax := beyondNode(t, ctx)
+	vm.Spec.Guest.MaxMemory = &resizeMax
 	if err := kube.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +85,7 @@ func TestLiveResize(t *testing.T) {
 	// guest as they were. Kubernetes v1.37's API server refuses a resize beyond the node's
 	// allocatable itself (the kubelet's PodResizePending Infeasible is for what it finds at
 	// admission); either's words must be in the condition.
-	r.patch(2, resizeMax)
+	r.patch(2, resizeMax.String())
 	eventually(t, "Resized ResizeInfeasible with the node's reason", 2*time.Minute, func() error {
 		vm := getVM(t, ns, "rs")
 		c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionResized)
