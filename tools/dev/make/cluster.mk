@@ -40,11 +40,15 @@ bench-apply: image-debian-guest cluster-up ## kubectl apply of the Debian cloud 
 # processes on this machine, which is the cluster's node: run as root.
 BENCH_VMS ?=
 BENCH_NODE_ENV = $(E2E_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) $(if $(BENCH_VMS),VIRTPOD_BENCH_VMS=$(BENCH_VMS))
-.PHONY: bench-overhead bench-many bench-start
+.PHONY: bench-overhead bench-many bench-start bench-resize-cluster
 
 bench-overhead: cluster-up ## A 256 MiB and a 1 GiB guest's pod memory beyond the guest (cgroup, runner and QEMU RSS), idle and with its memory touched.
 	$(MAKE) --no-print-directory e2e-releases
 	$(BENCH_NODE_ENV) go test -run '^$$' -bench BenchmarkVMOverhead -benchtime 1x -count 1 -timeout 30m ./tests/e2e/
+
+bench-resize-cluster: cluster-up ## One running guest resized by spec patches, memory up 128Mi at a time and back: patch -> status.guest and the guest's own report (medians).
+	$(MAKE) --no-print-directory e2e-releases
+	$(E2E_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -run '^$$' -bench BenchmarkClusterResize -benchtime 1x -count 1 -timeout 20m ./tests/e2e/
 
 bench-many: cluster-up ## As many small emulated VMs as the node holds by requests (BENCH_VMS=N to choose), applied at once: time to all Running; agent and device plugin within their requests.
 	$(MAKE) --no-print-directory e2e-releases
