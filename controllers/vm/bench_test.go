@@ -290,13 +290,22 @@ func servedPerVM(before, after map[string]float64, n int) []string {
 	return lines
 }
 
+// createAll creates n sample VMs in ns from 16 goroutines.
 func createAll(b *testing.B, ns string, n int) {
+	parallel(b, n, func(i int) error {
+		return env.Client.Create(context.Background(), kubeapi.SampleVM(ns, fmt.Sprintf("vm-%05d", i)))
+	})
+}
+
+// parallel runs write(0..n-1) from 16 goroutines, reporting each error (b.Error, so it may run
+// off the benchmark's goroutine).
+func parallel(b *testing.B, n int, write func(i int) error) {
 	var wg sync.WaitGroup
 	work := make(chan int)
 	for range 16 {
 		wg.Go(func() {
 			for i := range work {
-				if err := env.Client.Create(context.Background(), kubeapi.SampleVM(ns, fmt.Sprintf("vm-%05d", i))); err != nil {
+				if err := write(i); err != nil {
 					b.Error(err)
 				}
 			}
@@ -330,13 +339,6 @@ func requests(addr string) (int, error) {
 }
 
 func procStats(b *testing.B, pid int) (cpuSeconds, peakMiB float64) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, l := range strings.Split(string(status), "\n") {
 		if strings.HasPrefix(l, "VmHWM:") {
@@ -344,7 +346,7 @@ func procStats(b *testing.B, pid int) (cpuSeconds, peakMiB float64) {
 			peakMiB = kb / 1024
 		}
 	}
-	return (utime + stime) / 100, peakMiB // clock ticks are 1/100 s on Linux
+	return cpuOf(b, pid), peakMiB
 }
 
 func waitFor(b *testing.B, what string, timeout time.Duration, ok func() bool) {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,6 +66,9 @@ func writeCost(b *testing.B, n int) {
 			go profileAPIServer(b, os.Getenv("VIRTPOD_BENCH_APISERVER_PROFILE"), 3*time.Second)
 		}
 		parallel(b, n, write)
+		if b.Failed() {
+			b.FailNow()
+		}
 		time.Sleep(2 * time.Second) // and count this phase's
 		a, e := (cpuOf(b, apiPid)-a0)*1000/float64(n), (cpuOf(b, etcdPid)-e0)*1000/float64(n)
 		rows = append(rows, row{what, a, e, a + e})
@@ -170,28 +172,6 @@ func createdPodEvent(vm *vmv1.VirtualMachine, pod *corev1.Pod) *eventsv1.Event {
 		Related:             &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Note:                fmt.Sprintf("Created runner pod %s (provider %s)", pod.Name, vm.Spec.Provider),
 		Type:                corev1.EventTypeNormal,
-	}
-}
-
-func parallel(b *testing.B, n int, write func(i int) error) {
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				if err := write(i); err != nil {
-					b.Error(err)
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	if b.Failed() {
-		b.FailNow()
 	}
 }
 
