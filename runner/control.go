@@ -18,26 +18,16 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
-// Size is the control API's view of the guest's size (docs/runner.md). CPUs are the vCPUs the
-// hypervisor has plugged and the guest acknowledged; Memory is boot memory plus what the guest's
-// virtio-mem driver really plugged.
-type Size struct {
-	CPUs      int32  `json:"cpus"`
-	Memory    string `json:"memory"`
-	MaxCPUs   int32  `json:"maxCPUs"`
-	MaxMemory string `json:"maxMemory"`
-	Pending   bool   `json:"pending"`
-	Error     string `json:"error,omitempty"`
-}
-
-// SizeRequest is the body of PUT /v1/size.
-type SizeRequest struct {
-	CPUs   int32  `json:"cpus"`
-	Memory string `json:"memory"`
-}
+// Size and SizeRequest are the control API's wire types (pkg/controlapi), shared with the node
+// agent.
+type (
+	Size        = controlapi.Size
+	SizeRequest = controlapi.SizeRequest
+)
 
 // resizer is a hypervisor that can change a running guest's size.
 type resizer interface {
@@ -98,7 +88,7 @@ func (c *controlServer) serve(path string) (stop func(), err error) {
 
 func (c *controlServer) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/size", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+controlapi.SizePath, func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		s, err := c.size(ctx)
@@ -108,7 +98,7 @@ func (c *controlServer) handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, s)
 	})
-	mux.HandleFunc("PUT /v1/size", c.put)
+	mux.HandleFunc("PUT "+controlapi.SizePath, c.put)
 	return mux
 }
 

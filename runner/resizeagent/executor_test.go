@@ -275,7 +275,7 @@ func TestExecutorResizes(t *testing.T) {
 	if runner.early != 0 {
 		t.Fatalf("the runner was asked %d times while the kubelet resized the pod", runner.early)
 	}
-	if got := runner.requests(); len(got) != 1 || got[0] != (Size{3, "768Mi"}) {
+	if got := runner.requests(); len(got) != 1 || got[0] != (Size{CPUs: 3, Memory: "768Mi"}) {
 		t.Fatalf("runner asked %v, want once for 3/768Mi", got)
 	}
 

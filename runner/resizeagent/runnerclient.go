@@ -12,22 +12,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/virtpod/virtpod/pkg/controlapi"
 )
 
-// Size is the runner control API's size (GET and PUT /v1/size): cpus the guest has online,
-// memory as a quantity such as 768Mi.
-type Size struct {
-	CPUs   int32  `json:"cpus"`
-	Memory string `json:"memory"`
-}
-
-// sizeAnswer is the runner's answer: the size, or an error naming the field, with the size
-// reached so far when the guest did not take all of it in time.
-type sizeAnswer struct {
-	CPUs   int32  `json:"cpus"`
-	Memory string `json:"memory"`
-	Error  string `json:"error"`
-}
+// Size is what the agent asks the runner for and reads back: the vCPUs and memory of the
+// control API's PUT body (pkg/controlapi).
+type Size = controlapi.SizeRequest
 
 // putSize asks the runner at socket for want and returns the size the guest has afterwards
 // (known false when the runner did not say) and, when it did not get want, why.
@@ -41,7 +32,7 @@ func putSize(ctx context.Context, socket string, want Size, timeout time.Duratio
 	body, _ := json.Marshal(want)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://runner/v1/size", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://runner"+controlapi.SizePath, bytes.NewReader(body))
 	if err != nil {
 		return Size{}, false, err
 	}
@@ -59,7 +50,7 @@ func putSize(ctx context.Context, socket string, want Size, timeout time.Duratio
 	if err != nil {
 		return Size{}, false, err
 	}
-	var a sizeAnswer
+	var a controlapi.Size
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return Size{}, false, fmt.Errorf("the runner answered %s with %q, not JSON", resp.Status, truncate(string(raw)))
 	}
