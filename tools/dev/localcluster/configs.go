@@ -13,6 +13,7 @@ import (
 const (
 	defaultNodeIP       = "10.217.0.1"
 	podCIDR             = "10.218.0.0/24"
+	clusterCIDR         = "10.218.0.0/16" // every node's pod range: 10.218.N-1.0/24 on node N
 	serviceCIDR         = "10.219.0.0/24"
 	kubernetesServiceIP = "10.219.0.1"
 	nodeBridge          = "vpnode0"
@@ -23,7 +24,7 @@ const (
 	containerdState     = "/run/virtpod-containerd"
 )
 
-func (c *cluster) socket() string { return containerdState + "/containerd.sock" }
+func (c *cluster) socket() string { return c.ctrdState + "/containerd.sock" }
 
 // kubeconfig writes a kubeconfig for a client certificate in the pki folder.
 func (c *cluster) kubeconfig(name, server string) (string, error) {
@@ -54,6 +55,15 @@ func (c *cluster) containerdConfig() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// A second node's containerd shares this machine with the first: everything it would put
+	// in a fixed place (the NRI socket, runc's state, the pods' network namespace files under
+	// /var/run/netns) goes under its own state folder instead.
+	var nri, runtime, runc string
+	if c.primary != nil {
+		nri = fmt.Sprintf("\n[plugins.'io.containerd.nri.v1.nri']\n  socket_path = %q\n", c.ctrdState+"/nri.sock")
+		runtime = "\n  netns_mounts_under_state_dir = true"
+		runc = fmt.Sprintf("\n        Root = %q", c.ctrdState+"/runc")
+	}
 	body := fmt.Sprintf(`version = 3
 root = %q
 state = %q
@@ -67,21 +77,21 @@ state = %q
     sandbox = %q
   [plugins.'io.containerd.cri.v1.images'.registry]
     config_path = %q
-
+%s
 [plugins.'io.containerd.cri.v1.runtime']
   # root lacks CAP_SYS_RESOURCE here: runc must not lower oom_score_adj below its own.
-  restrict_oom_score_adj = true
+  restrict_oom_score_adj = true%s
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = 'runc'
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = 'io.containerd.runc.v2'
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = %q
-        SystemdCgroup = false
+        SystemdCgroup = false%s
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%q]
     conf_dir = %q
-`, c.path("containerd", "root"), containerdState, c.socket(), c.sandboxImage(), hosts, c.runc, c.cniBin, c.path("cni", "net.d"))
+`, c.path("containerd", "root"), c.ctrdState, c.socket(), c.sandboxImage(), hosts, nri, runtime, c.runc, runc, c.cniBin, c.path("cni", "net.d"))
 	path := c.path("config", "containerd.toml")
 	return path, writeFile(path, body, 0o644)
 }
@@ -95,7 +105,7 @@ func (c *cluster) cniConfig() error {
       "type": "bridge",
       "bridge": %q,
       "isGateway": true,
-      "ipMasq": true,
+      "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
@@ -107,7 +117,7 @@ func (c *cluster) cniConfig() error {
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, podBridge, podCIDR, c.path("cni", "ipam"))
+`, c.podBridge, c.podCIDR, c.path("cni", "ipam"))
 	return writeFile(c.path("cni", "net.d", "10-virtpod.conflist"), body, 0o644)
 }
 
@@ -136,6 +146,11 @@ evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 `, filepath.Join(pki, "ca.crt"), c.socket(), filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), clusterDNSIP, c.path("pod-logs"))
+	if c.cgroupRoot != "" {
+		// Its pods' cgroups under a root of its own: two kubelets' kubepods trees in one
+		// cgroup v1 hierarchy would fight over the same folders.
+		body += fmt.Sprintf("cgroupRoot: /%s\n", c.cgroupRoot)
+	}
 	path := c.path("config", "kubelet.yaml")
 	return path, writeFile(path, body, 0o644)
 }
@@ -149,7 +164,8 @@ clusterCIDR: %s
 hostnameOverride: %s
 # Do not touch conntrack sysctls: root here cannot set them, and a one-node cluster needs none.
 conntrack: {maxPerCore: 0}
-`, kubeconfig, podCIDR, c.nodeName)
+`, kubeconfig, clusterCIDR, c.nodeName)
+
 	path := c.path("config", "kube-proxy.yaml")
 	return path, writeFile(path, body, 0o644)
 }

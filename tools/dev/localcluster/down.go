@@ -28,6 +28,10 @@ func (c *cluster) down() error {
 			errs = append(errs, err.Error())
 		}
 	}
+	for _, err := range c.stopSecond() {
+		note(err)
+	}
+	note(os.RemoveAll(c.second().path("name")))
 	for _, name := range []string{"kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-apiserver"} {
 		note(c.stop(name))
 	}
@@ -97,7 +101,7 @@ func (c *cluster) leftovers() []string {
 	if _, err := os.Stat("/var/lib/kubelet/device-plugins"); err == nil {
 		left = append(left, "left: /var/lib/kubelet/device-plugins")
 	}
-	return left
+	return append(left, c.secondLeftovers(false)...)
 }
 
 // killCgroups kills every process in the named cgroup subtree of each v1 hierarchy: the pods'
@@ -278,6 +282,22 @@ func (c *cluster) status(ctx context.Context, quiet bool) error {
 	}
 	if err != nil {
 		fmt.Printf("node %s: %v\n", c.nodeName, err)
+	}
+	if n := c.second(); n.nodeName != "" || n.anyRunning() {
+		for _, name := range secondComponents {
+			if pid, ok := n.alive(name); ok {
+				fmt.Printf("%-24s running (pid %d)\n", secondDirName+"/"+name, pid)
+			} else {
+				fmt.Printf("%-24s stopped\n", secondDirName+"/"+name)
+			}
+		}
+		if cs != nil && n.nodeName != "" {
+			if err := nodeReady(cs, n.nodeName)(ctx); err != nil {
+				fmt.Printf("node %s: %v\n", n.nodeName, err)
+			} else {
+				fmt.Printf("node %s Ready\n", n.nodeName)
+			}
+		}
 	}
 	fmt.Printf("KUBECONFIG=%s\n", kc)
 	return nil

@@ -1,7 +1,8 @@
 // Command localcluster runs a one-node Kubernetes cluster built from source on this machine:
 // etcd, an OCI registry, kube-apiserver, kube-controller-manager, kube-scheduler, containerd,
-// kubelet and kube-proxy, each a process with a pid file and a log in one folder. `down` leaves nothing
-// behind. It stands in for kind where there is no Docker.
+// kubelet and kube-proxy, each a process with a pid file and a log in one folder. `node-up`
+// adds a second node in namespaces of its own (second.go). `down` leaves nothing behind. It
+// stands in for kind where there is no Docker.
 package main
 
 import (
@@ -27,6 +28,18 @@ type cluster struct {
 	nodeIP    string
 	imagesDir string // image archives pushed to the registry on `up`
 	importToo bool   // also import them into containerd with ctr (the fallback without a registry)
+
+	// What differs between the first node and a second one (second.go).
+	ctrdState  string   // containerd's state folder, its socket in it
+	podCIDR    string   // the node's pods' range
+	podBridge  string   // the CNI bridge its pods hang on
+	cgroupRoot string   // the kubelet's cgroup root, "" for the default
+	primary    *cluster // on a second node: the cluster it joins (its registry, its CA)
+}
+
+// firstNode sets what the first node uses: the host's network namespace and mount namespace.
+func (c *cluster) firstNode() {
+	c.ctrdState, c.podCIDR, c.podBridge = containerdState, podCIDR, podBridge
 }
 
 func (c *cluster) path(parts ...string) string {
@@ -50,6 +63,7 @@ func (c *cluster) binFor(name string) string {
 func main() {
 	cache := devcache.Root()
 	c := &cluster{}
+	c.firstNode()
 	root := &cobra.Command{
 		Use:           "localcluster",
 		Short:         "A one-node Kubernetes cluster from source, for virtpod's demo and end-to-end tests",
@@ -77,6 +91,15 @@ func main() {
 	status := &cobra.Command{Use: "status", Short: "Show each component and the node; with --quiet, exit 0 only when all run",
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.status(cmd.Context(), quiet) }}
 	status.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing; exit non-zero unless every component runs")
+	var nodeName string
+	var keepNode bool
+	nodeUp := &cobra.Command{Use: "node-up", Short: "Start a second node (the cluster must be up; a no-op for parts already running)",
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.nodeUp(cmd.Context(), nodeName) }}
+	nodeUp.Flags().StringVar(&nodeName, "name", defaultSecondName, "the second node's name")
+	nodeDown := &cobra.Command{Use: "node-down", Short: "Stop the second node, remove what it made and delete its Node object",
+		RunE: func(*cobra.Command, []string) error { return c.nodeDown(keepNode) }}
+	nodeDown.Flags().BoolVar(&keepNode, "keep-node-object", false, "leave the Node object (it goes NotReady), as a node that died would")
+	root.AddCommand(nodeUp, nodeDown, nodeExecCommand())
 	root.AddCommand(up,
 		&cobra.Command{Use: "down", Short: "Stop everything and remove processes, mounts, bridges, iptables chains and state",
 			RunE: func(*cobra.Command, []string) error { return c.down() }},

@@ -103,6 +103,10 @@ func mentions(args []string, path string) bool {
 func (c *cluster) leftoverProcesses() []string {
 	procs := processes()
 	ours := c.owned(procs, c.pidFiles())
+	n := c.second()
+	for pid, why := range n.owned(procs, n.pidFiles()) {
+		ours[pid] = secondDirName + " " + why
+	}
 	var left []string
 	for _, p := range procs {
 		if why, ok := ours[p.pid]; ok {

@@ -14,7 +14,9 @@ func testCluster(t *testing.T, pids map[string]int) *cluster {
 	t.Helper()
 	cache := t.TempDir()
 	c := &cluster{dir: filepath.Join(cache, "cluster"), k8sBin: filepath.Join(cache, "k8s-v1.37.2"),
-		etcdBin: filepath.Join(cache, "etcd-v3.6.16"), ctrdBin: filepath.Join(cache, "containerd-v2.4.2")}
+		etcdBin: filepath.Join(cache, "etcd-v3.6.16"), ctrdBin: filepath.Join(cache, "containerd-v2.4.2"),
+		nodeName: "virtpod-node", nodeIP: defaultNodeIP, runc: "/usr/sbin/runc", cniBin: "/usr/lib/cni"}
+	c.firstNode()
 	for name, pid := range pids {
 		if err := writeFile(c.path("pids", name+".pid"), strconv.Itoa(pid)+"\n", 0o644); err != nil {
 			t.Fatal(err)

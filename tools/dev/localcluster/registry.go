@@ -19,7 +19,12 @@ import (
 const registryPort = 5000
 
 // registry is the registry's HOST:PORT, as image references name it.
-func (c *cluster) registry() string { return c.nodeIP + ":" + strconv.Itoa(registryPort) }
+func (c *cluster) registry() string {
+	if c.primary != nil {
+		return c.primary.registry() // one registry, on the first node
+	}
+	return c.nodeIP + ":" + strconv.Itoa(registryPort)
+}
 
 // sandboxImage is the pause image, pulled from the cluster's registry.
 func (c *cluster) sandboxImage() string { return c.registry() + "/virtpod/pause:3.10" }

@@ -47,6 +47,9 @@ func (c *cluster) up(ctx context.Context) error {
 	if err := c.cniConfig(); err != nil {
 		return err
 	}
+	if err := podMasquerade(c.podCIDR); err != nil {
+		return fmt.Errorf("masquerading pods that leave the cluster: %w", err)
+	}
 	kubeletConf, err := c.kubeletConfig()
 	if err != nil {
 		return err

@@ -1,0 +1,196 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+const secondNodeName = "virtpod-node-2"
+
+// localcluster runs the local cluster's tool (tools/dev/localcluster) with the suite's
+// environment, so it finds the cluster `make test` started.
+func localcluster(args ...string) (string, error) {
+	cmd := exec.Command("go", append([]string{"run", "./tools/dev/localcluster"}, args...)...)
+	cmd.Dir = kubeapi.Root()
+	cmd.Env = os.Environ()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// secondNode starts the local cluster's second node (its own containerd, kubelet and kube-proxy
+// in namespaces of their own, docs/local-cluster.md) for a test that needs two, and returns its
+// name. Cleanup stops it, checks it left nothing behind (node-down fails otherwise), deletes its
+// Node object and waits until no pod is bound to it, so the tests after run on one node again.
+func secondNode(t *testing.T) string {
+	t.Helper()
+	begin := time.Now()
+	out, err := localcluster("node-up", "--name="+secondNodeName)
+	if err != nil {
+		t.Fatalf("node-up: %v\n%s", err, out)
+	}
+	t.Logf("node-up (go run included) in %.1fs:\n%s", time.Since(begin).Seconds(), out)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if out, err := localcluster("node-down"); err != nil {
+			t.Errorf("node-down: %v\n%s", err, out)
+		}
+		if err := kubeset.CoreV1().Nodes().Delete(ctx, secondNodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting Node %s: %v", secondNodeName, err)
+		}
+		eventually(t, "no pod bound to "+secondNodeName, 3*time.Minute, func() error {
+			pods, err := kubeset.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + secondNodeName})
+			if err != nil {
+				return err
+			}
+			if n := len(pods.Items); n > 0 {
+				return fmt.Errorf("%d pods, e.g. %s/%s", n, pods.Items[0].Namespace, pods.Items[0].Name)
+			}
+			return nil
+		})
+	})
+	return secondNodeName
+}
+
+// onNode pins a pod to a node through the scheduler, as a user does.
+func onNode(node string) map[string]string { return map[string]string{corev1.LabelHostname: node} }
+
+// TestSecondNode: a second kubelet on this machine registers Ready; a pod pinned to it serves a
+// pod on the first node by pod IP (without NAT: the server sees the client's pod IP) and through
+// a Service; virtpod's DaemonSets run there; and a VM pinned to it runs and answers the first
+// node.
+func TestSecondNode(t *testing.T) {
+	ctx := context.Background()
+	node2 := secondNode(t)
+	node1 := ""
+	nodes, err := kubeset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Name != node2 {
+			node1 = n.Name
+		}
+		ready := false
+		for _, c := range n.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		if !ready {
+			t.Errorf("node %s not Ready: %+v", n.Name, n.Status.Conditions)
+		}
+	}
+	if len(nodes.Items) != 2 || node1 == "" {
+		t.Fatalf("want two nodes, have %d", len(nodes.Items))
+	}
+
+	ns := namespace(t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "www"}, Data: map[string]string{"index.html": "served on node 2\n"}}
+	srv := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "server", Labels: map[string]string{"app": "server"}},
+		Spec: corev1.PodSpec{
+			NodeSelector: onNode(node2),
+			Containers: []corev1.Container{{Name: "httpd", Image: "localhost/virtpod/toolbox:dev",
+				Command:        []string{"httpd", "-f", "-vv", "-p", "8080", "-h", "/www"},
+				VolumeMounts:   []corev1.VolumeMount{{Name: "www", MountPath: "/www"}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1}}},
+			Volumes: []corev1.Volume{{Name: "www", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "www"}}}}},
+		},
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "server"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "server"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	for _, o := range []client.Object{cm, srv, svc} {
+		if err := kube.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var serverIP string
+	eventually(t, "server pod Ready on "+node2, 3*time.Minute, func() error {
+		p := &corev1.Pod{}
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(srv), p); err != nil {
+			return err
+		}
+		if p.Spec.NodeName != node2 {
+			return fmt.Errorf("on node %q", p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				serverIP = p.Status.PodIP
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s, conditions %+v", p.Status.Phase, p.Status.Conditions)
+	})
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		t.Fatal(err)
+	}
+	client1 := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client"},
+		Spec: corev1.PodSpec{NodeSelector: onNode(node1), Containers: []corev1.Container{{Name: "nc", Image: "localhost/virtpod/toolbox:dev",
+			Command: []string{"sh", "-c", fmt.Sprintf(`set -e
+for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $to; done`, serverIP, svc.Spec.ClusterIP)}}}},
+	}
+	got := runPod(t, client1)
+	if strings.Count(got, "served on node 2") != 2 {
+		t.Fatalf("a pod on %s did not reach the pod on %s by pod IP %s and Service %s:\n%s", node1, node2, serverIP, svc.Spec.ClusterIP, got)
+	}
+	p := &corev1.Pod{}
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(client1), p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != node1 {
+		t.Fatalf("client ran on %s, want %s", p.Spec.NodeName, node1)
+	}
+	if err := contains(podLogs(ns, "server"), p.Status.PodIP+":"); err != nil {
+		t.Errorf("the server on %s did not see the client's pod IP (NAT between the nodes?): %v", node2, err)
+	}
+
+	// virtpod's node agent and device plugin run on the new node.
+	for _, ds := range []string{"virtpod-agent", "virtpod-device-plugin"} {
+		eventually(t, ds+" Running on "+node2, 3*time.Minute, func() error {
+			pods := &corev1.PodList{}
+			if err := kube.List(ctx, pods, client.InNamespace("virtpod-system"), client.MatchingLabels{"app.kubernetes.io/name": ds}); err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if p.Spec.NodeName == node2 && p.Status.Phase == corev1.PodRunning {
+					return nil
+				}
+			}
+			return fmt.Errorf("no Running %s pod on %s among %d", ds, node2, len(pods.Items))
+		})
+	}
+
+	// A VM pinned to the new node boots there and answers a pod on the first node.
+	vm := newVM(ns, "far")
+	vm.Spec.NodeSelector = onNode(node2)
+	if err := kube.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	vm = waitRunning(t, ns, "far", 0)
+	if vm.Status.Node != node2 {
+		t.Fatalf("VM runs on %s, want %s", vm.Status.Node, node2)
+	}
+	guest := runPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guest-client"},
+		Spec: corev1.PodSpec{NodeSelector: onNode(node1), Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
+			Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s 80`, vm.Status.PodIP)}}}},
+	})
+	if err := contains(guest, "virtpod guest far"); err != nil {
+		t.Fatalf("the guest on %s did not answer a pod on %s: %v", node2, node1, err)
+	}
+}
