@@ -27,12 +27,12 @@ type execOpts struct {
 func nodeExecCommand() *cobra.Command {
 	var o execOpts
 	cmd := &cobra.Command{
-		Use:    "node-exec [flags] -- COMMAND [ARGS...]",
-		Short:  "Run COMMAND in a second node's namespaces (used by node-up)",
+		Use:          "node-exec [flags] -- COMMAND [ARGS...]",
+		Short:        "Run COMMAND in a second node's namespaces (used by node-up)",
 		Hidden:       true,
 		SilenceUsage: true,
 		Args:         cobra.MinimumNArgs(1),
-		RunE:   func(_ *cobra.Command, args []string) error { return nodeExec(o, args) },
+		RunE:         func(_ *cobra.Command, args []string) error { return nodeExec(o, args) },
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.netns, "netns", "", "network namespace file to join")
