@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -170,9 +171,16 @@ conntrack: {maxPerCore: 0}
 	return path, writeFile(path, body, 0o644)
 }
 
+// writeFile writes body to path unless the file holds it already: kube-proxy exits, and
+// containerd reloads its CNI configuration, when a file they watch is written, even unchanged
+// (a repeated up or node-up).
 func writeFile(path, body string, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(strings.TrimLeft(body, "\n")), mode)
+	b := []byte(strings.TrimLeft(body, "\n"))
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
+		return nil
+	}
+	return os.WriteFile(path, b, mode)
 }

@@ -342,6 +342,9 @@ func (n *cluster) nodePKI() error {
 		return fmt.Errorf("the CA key cannot sign")
 	}
 	dir := n.path("pki")
+	if issuedTo(filepath.Join(dir, "kubelet.crt")) == "system:node:"+n.nodeName {
+		return nil // a running kubelet keeps its certificates
+	}
 	if err := writeFile(filepath.Join(dir, "ca.crt"), string(caPEM), 0o644); err != nil {
 		return err
 	}
@@ -357,4 +360,21 @@ func (n *cluster) nodePKI() error {
 		}
 	}
 	return nil
+}
+
+// issuedTo is the common name of the certificate in file, "" when there is none.
+func issuedTo(file string) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return ""
+	}
+	crt, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return ""
+	}
+	return crt.Subject.CommonName
 }
