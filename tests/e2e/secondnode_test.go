@@ -155,8 +155,9 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 	if p.Spec.NodeName != node1 {
 		t.Fatalf("client ran on %s, want %s", p.Spec.NodeName, node1)
 	}
-	if err := contains(podLogs(ns, "server"), p.Status.PodIP+":"); err != nil {
-		t.Errorf("the server on %s did not see the client's pod IP (NAT between the nodes?): %v", node2, err)
+	// busybox httpd logs its peer as "IP:PORT" or, on an IPv6 socket, "[::ffff:IP]:PORT".
+	if logs := "\n" + podLogs(ns, "server"); !strings.Contains(logs, "\n"+p.Status.PodIP+":") && !strings.Contains(logs, "[::ffff:"+p.Status.PodIP+"]:") {
+		t.Errorf("the server on %s did not see the client's pod IP %s (NAT between the nodes?):\n%s", node2, p.Status.PodIP, logs)
 	}
 
 	// virtpod's node agent and device plugin run on the new node.
@@ -185,6 +186,9 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 	if vm.Status.Node != node2 {
 		t.Fatalf("VM runs on %s, want %s", vm.Status.Node, node2)
 	}
+	eventually(t, "guest console marker", 2*time.Minute, func() error {
+		return contains(podLogs(ns, vm.Status.PodName), marker)
+	})
 	guest := runPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guest-client"},
 		Spec: corev1.PodSpec{NodeSelector: onNode(node1), Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
