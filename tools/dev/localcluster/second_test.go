@@ -252,3 +252,34 @@ func inode(fi os.FileInfo) uint64 {
 	}
 	return 0
 }
+
+// TestSecondLeftoversState: whatever is left in the second node's folder counts but its logs;
+// its name counts unless the node was stopped with its Node object kept.
+func TestSecondLeftoversState(t *testing.T) {
+	c := testCluster(t, nil)
+	n := c.second()
+	for _, d := range []string{"kubelet/pods", "containerd/root", "logs"} {
+		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeFile(n.path("name"), "virtpod-node-2\n", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ours := func(keepName bool) []string {
+		var got []string
+		for _, l := range c.secondLeftovers(keepName) {
+			if strings.Contains(l, n.dir) {
+				got = append(got, l)
+			}
+		}
+		return got
+	}
+	want := []string{"left: " + n.path("containerd"), "left: " + n.path("kubelet"), "left: " + n.path("name")}
+	if got := ours(false); !reflect.DeepEqual(got, want) {
+		t.Errorf("leftovers:\n got %q\nwant %q", got, want)
+	}
+	if got := ours(true); !reflect.DeepEqual(got, want[:2]) {
+		t.Errorf("leftovers with the node kept:\n got %q\nwant %q", got, want[:2])
+	}
+}
