@@ -3,7 +3,7 @@ LOCALCLUSTER := go run ./tools/dev/localcluster
 KUBECTL      := $(K8S_BIN)/kubectl
 CLUSTER_KUBECONFIG := $(VIRTPOD_CACHE)/cluster/kubeconfig/admin.kubeconfig
 
-.PHONY: cluster-binaries cluster-up cluster-down cluster-status demo demo-down test-e2e
+.PHONY: cluster-binaries cluster-up cluster-down cluster-status cluster-node-up cluster-node-down demo demo-down test-e2e
 
 cluster-binaries: k8s-binaries containerd registry runner-deps ## Build every binary the local cluster runs.
 
@@ -15,6 +15,12 @@ cluster-down: ## Stop the local cluster and remove what it made.
 
 cluster-status: ## Show the local cluster's components and node.
 	$(LOCALCLUSTER) status
+
+cluster-node-up: ## Add a second node to the running local cluster (docs/local-cluster.md#a-second-node).
+	$(LOCALCLUSTER) node-up
+
+cluster-node-down: ## Stop the second node and remove what it made, its Node object included.
+	$(LOCALCLUSTER) node-down
 
 DEMO_RELEASE := $(VIRTPOD_CACHE)/demo-release
 # GUEST=debian runs the Debian cloud guest (config/samples/debian) instead of the quick test guest.
