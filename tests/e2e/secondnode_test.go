@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virtpod/virtpod/tests/kubeapi"
@@ -54,6 +55,11 @@ func secondNode(t *testing.T) string {
 			pods, err := kubeset.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + secondNodeName})
 			if err != nil {
 				return err
+			}
+			// Their kubelet is gone for good: delete them now rather than wait out the pod
+			// garbage collector's quarantine for pods of a deleted node.
+			for _, p := range pods.Items {
+				_ = kubeset.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 			}
 			if n := len(pods.Items); n > 0 {
 				return fmt.Errorf("%d pods, e.g. %s/%s", n, pods.Items[0].Namespace, pods.Items[0].Name)
