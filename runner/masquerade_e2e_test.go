@@ -110,7 +110,8 @@ func TestMasqueradeNetwork(t *testing.T) {
 		url := "http://" + l.Addr().String() + "/from-guest"
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			c.write(t, "wget -O - "+url+"; echo VIRTPOD-WGET-$((6*7))\n")
+			// timeout, not wget -T: the fixture's busybox 1.35 wget segfaults on -T.
+			c.write(t, "timeout 10 wget -O - "+url+"; echo VIRTPOD-WGET-$((6*7))\n")
 			if c.waitFor("VIRTPOD-WGET-42", 10*time.Second) == nil {
 				break
 			}
