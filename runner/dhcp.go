@@ -17,14 +17,15 @@ import (
 // hostLabel is what DHCP's host-name option may carry: one DNS label.
 var hostLabel = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$`)
 
-// guestLease is the one DHCP answer the guest gets: the pod's address, prefix, gateway, DNS and
-// search domains, MTU, and the VM's name as its hostname. The gateway is also the server
-// identifier: a renewal the guest sends there is read on the tap like any other.
+// guestLease is the one DHCP answer the guest gets: its address and prefix and gateway (the
+// pod's in pod mode, 10.0.2.2/24 and 10.0.2.1 in masquerade mode), the pod's DNS, search domains
+// and MTU, and the VM's name as its hostname. The gateway is also the server identifier: a
+// renewal the guest sends there is read on the tap like any other.
 func guestLease(pl *guestnet.Plumbing, name string) dhcpserver.Lease {
-	pod := pl.Pod
+	g := pl.Guest
 	l := dhcpserver.Lease{
-		MAC: pl.GuestMAC, Addr: pod.Addr, Gateway: pod.Gateway, ServerID: pod.Gateway,
-		DNS: pod.DNS, Search: pod.Search, MTU: pod.MTU,
+		MAC: pl.GuestMAC, Addr: g.Addr, Gateway: g.Gateway, ServerID: g.Gateway,
+		DNS: g.DNS, Search: g.Search, MTU: g.MTU,
 	}
 	if hostLabel.MatchString(name) {
 		l.Hostname = name

@@ -215,6 +215,13 @@ func baseArgs(t testing.TB, guest, name string) []string {
 // startRunner starts the runner, inside netns when it is not empty.
 func startRunner(t testing.TB, netns string, args ...string) *runnerProc {
 	t.Helper()
+	return startRunnerVia(t, netns, nil, args...)
+}
+
+// startRunnerVia starts the runner through the command wrap (which must exec its arguments),
+// inside netns when it is not empty.
+func startRunnerVia(t testing.TB, netns string, wrap []string, args ...string) *runnerProc {
+	t.Helper()
 	bin := runnerBinary(t)
 	r := &runnerProc{markerSeen: make(chan struct{}), exited: make(chan struct{})}
 	dir := t.TempDir()
@@ -226,11 +233,11 @@ func startRunner(t testing.TB, netns string, args ...string) *runnerProc {
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--control-socket=") }) {
 		args = append(args, "--control-socket="+r.control)
 	}
+	argv := append(append(append([]string(nil), wrap...), bin), args...)
 	if netns != "" {
-		r.cmd = exec.Command("ip", append([]string{"netns", "exec", netns, bin}, args...)...)
-	} else {
-		r.cmd = exec.Command(bin, args...)
+		argv = append([]string{"ip", "netns", "exec", netns}, argv...)
 	}
+	r.cmd = exec.Command(argv[0], argv[1:]...)
 	pr, pw := io.Pipe()
 	r.cmd.Stdout = pw
 	r.cmd.Stderr = &r.stderr

@@ -37,12 +37,13 @@ type ProbeStatus struct {
 	ConsecutiveFailures int `json:"consecutiveFailures"`
 }
 
-// guestProbe checks the guest at its pod IP, from one goroutine, and keeps the last result for
-// /readyz and /status, so the kubelet's probes never wait on the guest.
+// guestProbe checks the guest at its address (the pod IP, or 10.0.2.2 in masquerade mode), from
+// one goroutine, and keeps the last result for /readyz and /status, so the kubelet's probes never
+// wait on the guest.
 type guestProbe struct {
 	probe  runnerconfig.Probe
 	target net.IP
-	src    net.IP // the runner's address towards the guest (guestnet.RelayIP); nil: any
+	src    net.IP // the runner's address towards the guest (guestnet.RelayIP, or 10.0.2.1 in masquerade mode); nil: any
 	log    *zap.Logger
 
 	mu sync.Mutex

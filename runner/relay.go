@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/virtpod/virtpod/pkg/guestnet"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
@@ -20,9 +19,11 @@ const relayDialTimeout = 10 * time.Second
 // portRelay makes the guest's ports reachable on the pod's loopback, which is where the API
 // server's port-forward (kubectl port-forward, vmctl port-forward) connects: for each TCP port
 // the VM declares it listens on 127.0.0.1:<port> and joins each client to <pod IP>:<port>, the
-// guest, from guestnet.RelayIP. The pod IP itself stays the guest's alone.
+// guest, from the runner's own address towards it (guestnet.RelayIP in pod mode, the bridge's
+// 10.0.2.1 in masquerade mode). In pod mode the pod IP itself stays the guest's alone.
 type portRelay struct {
 	guest     net.IP
+	src       net.IP
 	log       *zap.Logger
 	listeners []net.Listener
 	wg        sync.WaitGroup
@@ -30,8 +31,8 @@ type portRelay struct {
 
 // startRelay listens for every TCP port in ports. A port it cannot listen on is logged and
 // skipped: the guest still serves it at the pod IP.
-func startRelay(ports []runnerconfig.Port, guest net.IP, log *zap.Logger) *portRelay {
-	r := &portRelay{guest: guest, log: log}
+func startRelay(ports []runnerconfig.Port, guest, src net.IP, log *zap.Logger) *portRelay {
+	r := &portRelay{guest: guest, src: src, log: log}
 	for _, p := range ports {
 		if p.Protocol != "TCP" {
 			continue // the API server's port-forward carries TCP only
@@ -47,7 +48,7 @@ func startRelay(ports []runnerconfig.Port, guest net.IP, log *zap.Logger) *portR
 		go r.accept(l, int(p.Port))
 	}
 	if len(r.listeners) > 0 {
-		log.Info("port relay", zap.Int("ports", len(r.listeners)), zap.Stringer("from", guestnet.RelayIP), zap.Stringer("guest", guest))
+		log.Info("port relay", zap.Int("ports", len(r.listeners)), zap.Stringer("from", src), zap.Stringer("guest", guest))
 	}
 	return r
 }
@@ -65,7 +66,7 @@ func (r *portRelay) accept(l net.Listener, port int) {
 
 func (r *portRelay) join(client *net.TCPConn, port int) {
 	defer client.Close()
-	d := net.Dialer{Timeout: relayDialTimeout, LocalAddr: &net.TCPAddr{IP: guestnet.RelayIP}}
+	d := net.Dialer{Timeout: relayDialTimeout, LocalAddr: &net.TCPAddr{IP: r.src}}
 	up, err := d.Dial("tcp", net.JoinHostPort(r.guest.String(), strconv.Itoa(port)))
 	if err != nil {
 		r.log.Info("port relay: guest port not reachable", zap.Int("port", port), zap.Error(err))

@@ -12,10 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/virtpod/virtpod/pkg/diskimage"
-	"github.com/virtpod/virtpod/pkg/guestnet"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/spoofguard"
 	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/kvm"
@@ -155,51 +153,12 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		log.Info("cloud-init seed", zap.String("image", seed), zap.String("instanceID", cfg.InstanceID), zap.Bool("networkConfig", cfg.CloudInitNetworkData != ""))
 	}
 
-	var plumbing *guestnet.Plumbing
-	ipArg := ""
-	if cfg.Network == runnerconfig.NetworkPod {
-		pod, err := guestnet.Discover(o.PodInterface, o.ResolvConf)
-		if err != nil {
-			return failf(ExitError, "--network=pod: %v", err)
-		}
-		// cloud-hypervisor opens the tap by name, so it must outlive the runner's handle.
-		keepOpen := cfg.Provider == runnerconfig.ProviderQEMU
-		plumbing, err = guestnet.Plumb(pod, guestnet.DefaultBridge, guestnet.DefaultTap, keepOpen)
-		if err != nil {
-			return failf(ExitError, "--network=pod: %v", err)
-		}
-		// The runner's own path to the guest, for the port relay (docs/runner.md).
-		if err := plumbing.AddRelay(); err != nil {
-			return failf(ExitError, "--network=pod: %v", err)
-		}
-		// The guest may speak on the pod network only as itself (docs/security.md); its replies
-		// to the relay address are turned to the bridge before the guard judges them.
-		relay := &spoofguard.Relay{IP: guestnet.RelayIP, BridgeMAC: plumbing.BridgeMAC}
-		if err := spoofguard.Install(plumbing.Tap, plumbing.GuestMAC, pod.Addr.IP, relay); err != nil {
-			return failf(ExitError, "--network=pod: %v", err)
-		}
-		defer startRelay(cfg.Ports, pod.Addr.IP, log).Close()
-		if cfg.ReadinessProbe.IsSet() {
-			// Checked from the relay address, the runner's own path to the guest.
-			probe := newGuestProbe(cfg.ReadinessProbe, pod.Addr.IP, guestnet.RelayIP, log)
-			probeCtx, stopProbe := context.WithCancel(ctx)
-			defer stopProbe()
-			go probe.run(probeCtx)
-			board.setProbe(probe)
-		}
-		board.setDropped(spoofguard.Dropped)
-		dhcpCtx, stopDHCP := context.WithCancel(ctx)
-		defer stopDHCP()
-		if err := startDHCP(dhcpCtx, plumbing, cfg.Name, log); err != nil {
-			if cfg.Kernel == "" { // a disk's own OS configures its network by DHCP
-				return failf(ExitError, "--network=pod: %v", err)
-			}
-			log.Warn("no DHCP server; the guest has its address from ip=", zap.Error(err))
-		}
-		ipArg = pod.KernelIPArg(cfg.Name)
-		log.Info("guest network", zap.String("ip", pod.Addr.String()), zap.Stringer("gateway", pod.Gateway),
-			zap.Stringer("guestMAC", plumbing.GuestMAC), zap.Stringer("podMAC", plumbing.PodMAC), zap.String("tap", plumbing.Tap))
+	network, err := setupNetwork(ctx, cfg, o, board)
+	if err != nil {
+		return failf(ExitError, "--network=%s: %v", cfg.Network, err)
 	}
+	defer network.close()
+	plumbing, ipArg := network.plumbing, network.ipArg
 	cmdline := ""
 	if cfg.Kernel != "" {
 		cmdline = kernelCmdline(cfg.KernelArgs, ipArg, cfg.MaxMemoryMiB > cfg.MemoryMiB)

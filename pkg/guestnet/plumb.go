@@ -20,9 +20,12 @@ const (
 
 // Plumbing is the result of Plumb.
 type Plumbing struct {
-	Pod      PodInterface     // the interface as it was before Plumb
-	GuestMAC net.HardwareAddr // the pod interface's original MAC, now the guest's
-	PodMAC   net.HardwareAddr // the new, locally administered MAC of the pod interface
+	Pod PodInterface // the interface as it was before Plumb
+	// Guest is the guest's own addressing, for its DHCP lease and ip= argument: the pod's in
+	// pod mode, the fixed masquerade network's in masquerade mode.
+	Guest    PodInterface
+	GuestMAC net.HardwareAddr // pod mode: the pod interface's original MAC; masquerade: MasqueradeMACs
+	PodMAC   net.HardwareAddr // the pod interface's MAC (a new, locally administered one in pod mode)
 	// BridgeMAC is the bridge's own MAC: frames to it reach the pod's namespace (AddRelay).
 	BridgeMAC net.HardwareAddr
 	Bridge    string
@@ -58,7 +61,7 @@ func Plumb(p PodInterface, bridgeName, tapName string, keepOpen bool) (*Plumbing
 	if err != nil {
 		return nil, err
 	}
-	pl := &Plumbing{Pod: p, GuestMAC: p.MAC, PodMAC: podMAC, BridgeMAC: bridgeMAC, Bridge: bridgeName, Tap: tapName}
+	pl := &Plumbing{Pod: p, Guest: p, GuestMAC: p.MAC, PodMAC: podMAC, BridgeMAC: bridgeMAC, Bridge: bridgeName, Tap: tapName}
 
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName, MTU: p.MTU, HardwareAddr: bridgeMAC}}
 	if err := netlink.LinkAdd(br); err != nil {
@@ -87,8 +90,22 @@ func Plumb(p PodInterface, bridgeName, tapName string, keepOpen bool) (*Plumbing
 		return nil, fmt.Errorf("add %s to bridge %s: %w", p.Name, bridgeName, err)
 	}
 
+	tapLink, err := pl.addTap(p.MTU, keepOpen, br)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range []netlink.Link{tapLink, link, br} {
+		if err := netlink.LinkSetUp(l); err != nil {
+			return nil, errors.Join(fmt.Errorf("set %s up: %w", l.Attrs().Name, err), pl.close())
+		}
+	}
+	return pl, nil
+}
+
+// addTap creates pl.Tap in the bridge br; with keepOpen, its queue is pl.TapFile.
+func (pl *Plumbing) addTap(mtu int, keepOpen bool, br netlink.Link) (netlink.Link, error) {
 	tap := &netlink.Tuntap{
-		LinkAttrs: netlink.LinkAttrs{Name: tapName, MTU: p.MTU},
+		LinkAttrs: netlink.LinkAttrs{Name: pl.Tap, MTU: mtu},
 		Mode:      netlink.TUNTAP_MODE_TAP,
 		// VNET_HDR lets QEMU's virtio-net pass checksum and segmentation offloads through.
 		Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
@@ -97,25 +114,26 @@ func Plumb(p PodInterface, bridgeName, tapName string, keepOpen bool) (*Plumbing
 		tap.Queues, tap.NonPersist = 1, true
 	}
 	if err := netlink.LinkAdd(tap); err != nil {
-		return nil, fmt.Errorf("create tap %s: %w", tapName, err)
+		return nil, fmt.Errorf("create tap %s: %w", pl.Tap, err)
 	}
 	if keepOpen {
 		pl.TapFile = tap.Fds[0]
 	}
-	tapLink, err := netlink.LinkByName(tapName)
+	tapLink, err := netlink.LinkByName(pl.Tap)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("tap %s: %w", tapName, err), pl.close())
+		return nil, errors.Join(fmt.Errorf("tap %s: %w", pl.Tap, err), pl.close())
 	}
 	_ = netlink.LinkSetIP6AddrGenMode(tapLink, 1)
-	if err := netlink.LinkSetMaster(tapLink, br); err != nil {
-		return nil, errors.Join(fmt.Errorf("add tap %s to bridge: %w", tapName, err), pl.close())
-	}
-	for _, l := range []netlink.Link{tapLink, link, br} {
-		if err := netlink.LinkSetUp(l); err != nil {
-			return nil, errors.Join(fmt.Errorf("set %s up: %w", l.Attrs().Name, err), pl.close())
+	// Creating a tap takes no MTU: set it, or it stays 1500 on an overlay's smaller one.
+	if mtu > 0 && tapLink.Attrs().MTU != mtu {
+		if err := netlink.LinkSetMTU(tapLink, mtu); err != nil {
+			return nil, errors.Join(fmt.Errorf("MTU %d on tap %s: %w", mtu, pl.Tap, err), pl.close())
 		}
 	}
-	return pl, nil
+	if err := netlink.LinkSetMaster(tapLink, br); err != nil {
+		return nil, errors.Join(fmt.Errorf("add tap %s to bridge: %w", pl.Tap, err), pl.close())
+	}
+	return tapLink, nil
 }
 
 func (pl *Plumbing) close() error {

@@ -24,9 +24,12 @@ const (
 	AccelKVM      = "kvm"
 	AccelEmulated = "tcg"
 
-	// NetworkPod: the guest takes over the pod's interface and IP. NetworkNone: no network.
-	NetworkPod  = "pod"
-	NetworkNone = "none"
+	// NetworkPod: the guest takes over the pod's interface and IP. NetworkMasquerade: the guest
+	// keeps a fixed address behind NAT in the pod (it survives a move to another pod, so a
+	// migration can take it along). NetworkNone: no network.
+	NetworkPod        = "pod"
+	NetworkMasquerade = "masquerade"
+	NetworkNone       = "none"
 
 	// Firmware a guest without --kernel boots through, from its root disk's bootloader.
 	FirmwareBIOS = "bios" // SeaBIOS
@@ -85,7 +88,7 @@ type Config struct {
 	StateDir           string // writable directory for sockets and the disk overlay
 	HTTPAddr           string // address of the runner's HTTP endpoint (see HTTPEndpoint)
 	GracePeriodSeconds int64  // how long a guest gets to power off before QEMU is stopped
-	Network            string // "pod": take over the pod's interface; "none": no guest network
+	Network            string // "pod": take over the pod's interface; "masquerade": NAT; "none": no guest network
 
 	// A cloud-init NoCloud seed disk, attached when CloudInitUserData is set. The data are
 	// files the kubelet mounted from a Secret; only their paths are flags.
@@ -171,9 +174,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--disk-size-mib: must not be negative, got %d (0 keeps the image size)", c.DiskSizeMiB))
 	}
 	switch c.Network {
-	case NetworkPod, NetworkNone:
+	case NetworkPod, NetworkMasquerade, NetworkNone:
 	default:
-		errs = append(errs, fmt.Errorf("--network: %q is not a network mode; use pod or none", c.Network))
+		errs = append(errs, fmt.Errorf("--network: %q is not a network mode; use pod, masquerade or none", c.Network))
 	}
 	if c.CloudInitUserData == "" {
 		if c.CloudInitNetworkData != "" {
@@ -186,8 +189,8 @@ func (c *Config) Validate() error {
 		if err := c.ReadinessProbe.validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if c.Network != NetworkPod {
-			errs = append(errs, errors.New("--readiness-probe: needs --network=pod (the probe reaches the guest at the pod IP)"))
+		if c.Network == NetworkNone {
+			errs = append(errs, errors.New("--readiness-probe: needs --network=pod or masquerade (the probe reaches the guest on its network)"))
 		}
 	}
 	for _, p := range c.Ports {
@@ -361,7 +364,8 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", DefaultStateDir, "writable directory for sockets and the disk overlay")
 	fs.StringVar(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "address of the runner's HTTP endpoint: unix:PATH (relative to --state-dir) or HOST:PORT")
 	fs.Int64Var(&c.GracePeriodSeconds, "grace-period-seconds", DefaultGracePeriodSeconds, "seconds a guest gets to power off after SIGTERM")
-	fs.StringVar(&c.Network, "network", DefaultNetwork, NetworkPod+": the guest takes over the pod's interface and IP; "+NetworkNone+": no network")
+	fs.StringVar(&c.Network, "network", DefaultNetwork, NetworkPod+": the guest takes over the pod's interface and IP; "+
+		NetworkMasquerade+": the guest keeps 10.0.2.2 behind NAT, its --port ports forwarded from the pod IP (migratable); "+NetworkNone+": no network")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "the cloud-init seed's instance-id (the VM's UID)")
 	fs.StringVar(&c.CloudInitUserData, "cloud-init-user-data", "", "path of a user-data file: attach a cloud-init NoCloud seed disk (label cidata) built from it")
 	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")

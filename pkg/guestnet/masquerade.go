@@ -1,0 +1,125 @@
+package guestnet
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/vishvananda/netlink"
+)
+
+// The masquerade network: a fixed /24 inside every pod, the same in every pod, so a guest
+// configured once keeps its configuration when it moves to another pod (live migration). The
+// pod's namespace holds the gateway on the bridge; the guest is the one other host on it. It is
+// QEMU's user-network range (and KubeVirt's masquerade default), which cloud images tolerate.
+var (
+	MasqueradeNet       = &net.IPNet{IP: net.IPv4(10, 0, 2, 0).To4(), Mask: net.CIDRMask(24, 32)}
+	MasqueradeGuestIP   = net.IPv4(10, 0, 2, 2).To4()
+	MasqueradeGatewayIP = net.IPv4(10, 0, 2, 1).To4()
+)
+
+// MasqueradeMACs are the guest's and the bridge's MACs in masquerade mode: unicast, locally
+// administered, and derived from the VM's name alone, so a migration target computes the same
+// ones and the guest's neighbour entry for its gateway stays right after the move. They never
+// leave the pod (the pod interface is not in the bridge), so VMs of one name in two namespaces
+// may share them.
+func MasqueradeMACs(vmName string) (guest, bridge net.HardwareAddr) {
+	guest, bridge = nameMAC("guest", vmName), nameMAC("bridge", vmName)
+	if guest.String() == bridge.String() { // 2^-46; still never the same
+		bridge[5] ^= 0x01
+	}
+	return guest, bridge
+}
+
+func nameMAC(role, name string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("virtpod/masquerade/" + role + "\x00" + name))
+	m := net.HardwareAddr(append([]byte(nil), sum[:6]...))
+	m[0] = m[0]&^0x01 | 0x02
+	return m
+}
+
+// MasqueradeGuest is the guest's addressing in masquerade mode: the fixed address and gateway,
+// with the pod's DNS, search domains and MTU.
+func MasqueradeGuest(p PodInterface, guestMAC net.HardwareAddr) PodInterface {
+	return PodInterface{
+		Name: "eth0", MAC: guestMAC, MTU: p.MTU,
+		Addr:    &net.IPNet{IP: MasqueradeGuestIP, Mask: MasqueradeNet.Mask},
+		Gateway: MasqueradeGatewayIP, DNS: p.DNS, Search: p.Search,
+	}
+}
+
+// PlumbMasquerade wires the guest behind NAT, leaving the pod interface as the CNI plugin made it:
+//
+//	pod eth0 (pod IP, forwarding) ··· NAT (pkg/podnat) ··· bridge 10.0.2.1/24 (forwarding) ── tap ── guest 10.0.2.2
+//
+// The bridge and guest MACs come from MasqueradeMACs(vmName). IPv4 forwarding is switched on for
+// the pod interface and the bridge through netlink (SetForwarding), since /proc/sys is read-only
+// in a container. A bridge or tap left by an earlier runner in the same pod is replaced.
+func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, keepOpen bool) (*Plumbing, error) {
+	if err := masqueradeOverlap(p); err != nil {
+		return nil, err
+	}
+	if err := ensureTunDevice(); err != nil {
+		return nil, err
+	}
+	link, err := netlink.LinkByIndex(p.Index)
+	if err != nil {
+		return nil, fmt.Errorf("pod interface %s: %w", p.Name, err)
+	}
+	guestMAC, bridgeMAC := MasqueradeMACs(vmName)
+	pl := &Plumbing{Pod: p, Guest: MasqueradeGuest(p, guestMAC), GuestMAC: guestMAC, PodMAC: p.MAC, BridgeMAC: bridgeMAC,
+		Bridge: bridgeName, Tap: tapName}
+	for _, name := range []string{tapName, bridgeName} {
+		if old, err := netlink.LinkByName(name); err == nil {
+			if err := netlink.LinkDel(old); err != nil {
+				return nil, fmt.Errorf("remove the earlier %s: %w", name, err)
+			}
+		}
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName, MTU: p.MTU, HardwareAddr: bridgeMAC}}
+	if err := netlink.LinkAdd(br); err != nil {
+		return nil, fmt.Errorf("create bridge %s: %w (the runner needs CAP_NET_ADMIN)", bridgeName, err)
+	}
+	_ = netlink.LinkSetIP6AddrGenMode(br, 1) // IN6_ADDR_GEN_MODE_NONE: IPv4 only, as the NAT
+	gw := &netlink.Addr{IPNet: &net.IPNet{IP: MasqueradeGatewayIP, Mask: MasqueradeNet.Mask}}
+	if err := netlink.AddrAdd(br, gw); err != nil {
+		return nil, fmt.Errorf("gateway address %s on %s: %w", gw.IPNet, bridgeName, err)
+	}
+	tapLink, err := pl.addTap(p.MTU, keepOpen, br)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range []netlink.Link{tapLink, br} {
+		if err := netlink.LinkSetUp(l); err != nil {
+			return nil, errors.Join(fmt.Errorf("set %s up: %w", l.Attrs().Name, err), pl.close())
+		}
+	}
+	// Forwarding is judged on the interface a packet comes in on: the pod interface for traffic
+	// to the guest's ports, the bridge for the guest's own.
+	for _, l := range []netlink.Link{link, br} {
+		if err := SetForwarding(l, true); err != nil {
+			return nil, errors.Join(err, pl.close())
+		}
+	}
+	return pl, nil
+}
+
+// masqueradeOverlap refuses a pod whose own network reaches into the masquerade network: its
+// traffic there would go to the bridge instead.
+func masqueradeOverlap(p PodInterface) error {
+	if p.Addr == nil {
+		return fmt.Errorf("pod interface %s has no IPv4 address", p.Name)
+	}
+	inside := []net.IP{p.Addr.IP, p.Gateway}
+	inside = append(inside, p.DNS...)
+	for _, ip := range inside {
+		if ip != nil && MasqueradeNet.Contains(ip) {
+			return fmt.Errorf("the pod network uses %s, inside the masquerade network %s that the guest lives on: use network mode Pod for this VM", ip, MasqueradeNet)
+		}
+	}
+	if p.Addr.Contains(MasqueradeGuestIP) {
+		return fmt.Errorf("the pod's subnet %s contains the masquerade network %s that the guest lives on: use network mode Pod for this VM", p.Addr, MasqueradeNet)
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package podnat
+
+import (
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
+
+	"github.com/virtpod/virtpod/tests/prereq"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden file")
+
+var cfg = Config{
+	PodInterface: "eth0", PodIP: net.IPv4(10, 213, 1, 2), Bridge: "vp-br0", GuestIP: net.IPv4(10, 0, 2, 2),
+	Ports: []Port{{"TCP", 80}, {"UDP", 53}, {"TCP", 22}},
+}
+
+func render(rules []Rule) string {
+	var b strings.Builder
+	for _, ch := range Chains {
+		b.WriteString("chain " + string(ch) + "\n")
+		for _, r := range rules {
+			if r.Chain == ch {
+				b.WriteString("\t" + r.String() + "\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+// TestRulesGolden: every declared port (TCP and UDP) DNATed from the pod IP, the guest
+// masqueraded out of the pod interface, and nothing else forwarded.
+func TestRulesGolden(t *testing.T) {
+	for name, c := range map[string]Config{"rules.golden": cfg, "noports.golden": {PodInterface: "eth0", PodIP: cfg.PodIP, Bridge: "vp-br0", GuestIP: cfg.GuestIP}} {
+		rules, err := Rules(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := render(rules)
+		golden := filepath.Join("testdata", name)
+		if *update {
+			if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != string(want) {
+			t.Errorf("rules differ from %s (go test -update to accept):\n%s", golden, got)
+		}
+	}
+}
+
+func TestRulesRefuseBadInput(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mod  func(*Config)
+		want string
+	}{
+		"no pod interface": {func(c *Config) { c.PodInterface = "" }, "pod interface name"},
+		"long bridge name": {func(c *Config) { c.Bridge = "a-very-long-bridge" }, "bridge name"},
+		"IPv6 pod IP":      {func(c *Config) { c.PodIP = net.ParseIP("fd00::2") }, "pod IP"},
+		"no guest IP":      {func(c *Config) { c.GuestIP = nil }, "guest IP"},
+		"port 0":           {func(c *Config) { c.Ports = []Port{{"TCP", 0}} }, "port 0/TCP"},
+		"SCTP":             {func(c *Config) { c.Ports = []Port{{"SCTP", 9}} }, "port 9/SCTP"},
+	} {
+		c := cfg
+		tc.mod(&c)
+		if _, err := Rules(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Rules() = %v, want an error naming %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestInstallInKernel installs the table twice in a fresh network namespace (a runner restarted
+// in its pod replaces it) and reads it back: the chains with their hooks and policies, and as
+// many rules in each as Rules says. What the rules do to packets is the runner's masquerade test.
+func TestInstallInKernel(t *testing.T) {
+	prereq.Need(t, os.Geteuid() == 0, "needs root: a network namespace and nftables")
+	type result struct {
+		chains []*nftables.Chain
+		rules  map[string]int
+		err    error
+	}
+	done := make(chan result)
+	go func() {
+		runtime.LockOSThread() // the thread stays in the namespace and is never reused
+		var r result
+		defer func() { done <- r }()
+		ns, err := netns.New()
+		if err != nil {
+			r.err = err
+			return
+		}
+		defer ns.Close()
+		for range 2 {
+			if r.err = Install(cfg); r.err != nil {
+				return
+			}
+		}
+		conn, err := nftables.New()
+		if err != nil {
+			r.err = err
+			return
+		}
+		chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+		if err != nil {
+			r.err = err
+			return
+		}
+		r.rules = map[string]int{}
+		for _, ch := range chains {
+			if ch.Table.Name != Table {
+				continue
+			}
+			r.chains = append(r.chains, ch)
+			rules, err := conn.GetRules(ch.Table, ch)
+			if err != nil {
+				r.err = err
+				return
+			}
+			r.rules[ch.Name] = len(rules)
+		}
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	rules, _ := Rules(cfg)
+	want := map[string]int{}
+	for _, rule := range rules {
+		want[string(rule.Chain)]++
+	}
+	if len(r.chains) != len(Chains) {
+		t.Fatalf("table %s has %d chains, want %d (after two installs)", Table, len(r.chains), len(Chains))
+	}
+	for _, ch := range r.chains {
+		if r.rules[ch.Name] != want[ch.Name] {
+			t.Errorf("chain %s: %d rules in the kernel, want %d", ch.Name, r.rules[ch.Name], want[ch.Name])
+		}
+		if ch.Name == string(Forward) && (ch.Policy == nil || *ch.Policy != nftables.ChainPolicyDrop) {
+			t.Errorf("chain forward: policy %v, want drop", ch.Policy)
+		}
+		if ch.Name != string(Forward) && ch.Type != nftables.ChainTypeNAT {
+			t.Errorf("chain %s: type %s, want nat", ch.Name, ch.Type)
+		}
+	}
+}
