@@ -77,8 +77,10 @@ func newMigration(cfg runnerconfig.Config, hv hypervisor, board *statusBoard, lo
 }
 
 // inSocket and outSocket are the stream's ends in the control directory.
-func (mig *migration) inSocket() string  { return filepath.Join(mig.ctlDir, controlapi.MigrateInSocket) }
-func (mig *migration) outSocket() string { return filepath.Join(mig.ctlDir, controlapi.MigrateOutSocket) }
+func (mig *migration) inSocket() string { return filepath.Join(mig.ctlDir, controlapi.MigrateInSocket) }
+func (mig *migration) outSocket() string {
+	return filepath.Join(mig.ctlDir, controlapi.MigrateOutSocket)
+}
 
 // notMigratable answers for a provider that cannot migrate: 501, as the API exists but this
 // hypervisor does not implement it (the controller marks such VMs not migratable).
