@@ -29,8 +29,9 @@ import (
 //   - the target killed mid-stream: the source reports failed and its guest keeps running;
 //   - resume after completed: the guest moved, its target died, DELETE runs it at the source;
 //   - the move: the heartbeat goes on at the target from where the source stopped (no reboot),
-//     GET reports bytes and downtime, the source reports migrated and exits 0 on SIGTERM without
-//     the guest seeing a power button, the target runs.
+//     what the guest wrote to its disk is there, GET reports bytes and downtime, the source
+//     reports migrated and exits 0 on SIGTERM without the guest seeing a power button, the
+//     target runs; then the guest moves on from that target to a third runner.
 func TestLiveMigration(t *testing.T) {
 	for _, network := range []string{"none"} {
 		t.Run("network="+network, func(t *testing.T) { testLiveMigration(t, network) })
@@ -162,8 +163,12 @@ func testLiveMigration(t *testing.T, network string) {
 
 		src.wantState(t, runner.StateMigrated)
 		src.r.signal(t, syscall.SIGTERM)
-		if code, msg := src.r.waitExit(t, 30*time.Second); code != runner.ExitOK || msg != runner.MessageMigrated {
+		// At once (QMP quit), not after the grace period (20 s) of a power button nobody sees.
+		if code, msg := src.r.waitExit(t, 5*time.Second); code != runner.ExitOK || msg != runner.MessageMigrated {
 			t.Fatalf("source after SIGTERM: exit %d %q", code, msg)
+		}
+		if log := src.r.stderr.String(); strings.Contains(log, "powering the guest down") {
+			t.Fatalf("the source pressed the power button of a guest that lives elsewhere:\n%s", grepLines(log, "power"))
 		}
 		// The guest saw no power button: it keeps running at the target.
 		dst.heartbeatGoesOn(t)
@@ -173,9 +178,29 @@ func testLiveMigration(t *testing.T, network string) {
 			}
 		}
 		dst.wantState(t, runner.StateRunning)
+
+		// The guest moves on from the pod it arrived in (a drain of that node): a target whose
+		// guest arrived is a source like any other.
+		consoleRun(t, dst.r, "echo again-$((7*6)) >/migrated2; sync", "")
+		next := mt.target(t)
+		newMigrationRelay(t, dst.r, next.r)
+		dstCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted)
+		if s := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); s.State != controlapi.MigrationCompleted || s.Role != controlapi.RoleSource {
+			t.Fatalf("moving on: %+v", s)
+		}
+		next.waitRunning(t)
+		if last, first := dst.lastHeartbeat(), next.waitHeartbeat(t); first <= last || first > last+2 {
+			t.Fatalf("heartbeat %d last at the first target, %d first at the next", last, first)
+		}
+		next.heartbeatGoesOn(t)
+		consoleRun(t, next.r, "echo 3 >/proc/sys/vm/drop_caches; cat /migrated /migrated2", "moved-42\r\nagain-42")
 		dst.r.signal(t, syscall.SIGTERM)
-		if code, msg := dst.r.waitExit(t, 30*time.Second); code != runner.ExitOK || msg != "stopped on SIGTERM: guest powered off" {
-			t.Fatalf("target after SIGTERM: exit %d %q", code, msg)
+		if code, msg := dst.r.waitExit(t, 5*time.Second); code != runner.ExitOK || msg != runner.MessageMigrated {
+			t.Fatalf("first target after SIGTERM: exit %d %q", code, msg)
+		}
+		next.r.signal(t, syscall.SIGTERM)
+		if code, msg := next.r.waitExit(t, 30*time.Second); code != runner.ExitOK || msg != "stopped on SIGTERM: guest powered off" {
+			t.Fatalf("last target after SIGTERM: exit %d %q", code, msg)
 		}
 	})
 }

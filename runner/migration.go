@@ -52,8 +52,30 @@ type migration struct {
 	log    *zap.Logger
 
 	mu      sync.Mutex // held for a whole request
+	arrived bool       // a target's guest arrived: it runs here and may be sent on
 	sent    bool       // a PUT started a migration: this runner is a source
 	resumed bool       // the source resumed its guest after a completed send
+}
+
+// waiting reports whether this runner is a target still waiting for its guest.
+func (mig *migration) waiting() bool { return mig.target && !mig.arrived }
+
+// setArrived records that a target's guest arrived; from then on it is this runner's guest,
+// which a later migration may send on.
+func (mig *migration) setArrived() {
+	mig.mu.Lock()
+	mig.arrived = true
+	mig.mu.Unlock()
+}
+
+// sending reports whether a PUT started a migration from here.
+func (mig *migration) sending() bool {
+	if mig == nil {
+		return false
+	}
+	mig.mu.Lock()
+	defer mig.mu.Unlock()
+	return mig.sent
 }
 
 func newMigration(cfg runnerconfig.Config, hv hypervisor, board *statusBoard, log *zap.Logger) *migration {
@@ -103,10 +125,10 @@ func (mig *migration) status() (MigrationStatus, error) {
 	}
 	role := ""
 	switch {
-	case mig.target:
-		role = controlapi.RoleTarget
 	case mig.sent:
 		role = controlapi.RoleSource
+	case mig.target:
+		role = controlapi.RoleTarget
 	}
 	s := info.status(role)
 	if mig.resumed && s.State == controlapi.MigrationCompleted {
@@ -160,8 +182,8 @@ func (mig *migration) put(w http.ResponseWriter, r *http.Request) {
 		s.Error = msg
 		writeJSON(w, code, s)
 	}
-	if mig.target {
-		refuse(http.StatusConflict, "this runner is a migration target (--incoming); it receives a guest, it sends none")
+	if mig.waiting() {
+		refuse(http.StatusConflict, "this runner is a migration target (--incoming) waiting for its guest; it has none to send")
 		return
 	}
 	if mig.refuse != "" {
@@ -210,9 +232,9 @@ func (mig *migration) del(w http.ResponseWriter, _ *http.Request) {
 	}
 	mig.mu.Lock()
 	defer mig.mu.Unlock()
-	if mig.target {
+	if mig.waiting() {
 		s, _ := mig.status()
-		s.Error = "this runner is a migration target; a target is stopped by deleting its pod"
+		s.Error = "this runner is a migration target waiting for its guest; a target is stopped by deleting its pod"
 		writeJSON(w, http.StatusConflict, s)
 		return
 	}
@@ -246,11 +268,14 @@ func (mig *migration) del(w http.ResponseWriter, _ *http.Request) {
 
 // cancelActive cancels a migration in flight, so a guest powered down here is not also sent.
 func (mig *migration) cancelActive() {
-	if mig == nil || mig.m == nil || mig.target {
+	if mig == nil || mig.m == nil {
 		return
 	}
 	mig.mu.Lock()
 	defer mig.mu.Unlock()
+	if !mig.sent {
+		return
+	}
 	if s, err := mig.status(); err == nil && s.State == controlapi.MigrationActive {
 		_, err := mig.m.cancelMigration(5 * time.Second)
 		mig.log.Info("migration cancelled: the runner is stopping", zap.Error(err))

@@ -98,6 +98,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			return // a target being stopped never runs its guest
 		}
 		st.incoming, incomingPoll = false, nil
+		mig.setArrived()
 		log.Info("the migrating guest arrived; resuming it", zap.String("seen", how))
 		if err := hv.Resume(ctx); err != nil {
 			log.Error("resuming the arrived guest failed", zap.Error(err))
@@ -192,7 +193,8 @@ func (st *runState) apply(ev event, board *statusBoard, mig *migration, log *zap
 		if ev.reason == "completed" || ev.reason == "failed" || ev.reason == "cancelled" {
 			go mig.logResult(ev.reason)
 		}
-		if !st.target && ev.reason == "completed" && st.stopping == "" {
+		// Only a send of this runner's own: a target also sees its arrival's "completed".
+		if ev.reason == "completed" && mig.sending() && st.stopping == "" {
 			st.migrated = true
 			board.set(StateMigrated, MessageMigrated)
 		}
