@@ -137,6 +137,8 @@ func testLiveMigration(t *testing.T, network string) {
 		dst.waitRunning(t)
 		if g := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); g.State != controlapi.MigrationCompleted || g.Role != controlapi.RoleTarget {
 			t.Fatalf("target GET after the move: %+v", g)
+		} else {
+			t.Logf("target GET after the move: %+v", g)
 		}
 		if code, _ := runnerGet(t, dst.r.stateDir, "/startedz"); code != http.StatusOK {
 			t.Fatalf("target /startedz after the move: %d", code)
@@ -184,7 +186,10 @@ func testLiveMigration(t *testing.T, network string) {
 		consoleRun(t, dst.r, "echo again-$((7*6)) >/migrated2; sync", "")
 		next := mt.target(t)
 		newMigrationRelay(t, dst.r, next.r)
-		dstCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted)
+		// Its arrival's "completed" is not this send's: right after the PUT QEMU is still connecting.
+		if s := dstCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted); s.Terminal() || s.Role != controlapi.RoleSource {
+			t.Fatalf("PUT on the former target answered %+v", s)
+		}
 		if s := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); s.State != controlapi.MigrationCompleted || s.Role != controlapi.RoleSource {
 			t.Fatalf("moving on: %+v", s)
 		}
@@ -256,6 +261,7 @@ type migrationRunner struct {
 	r    *runnerProc
 	mu   sync.Mutex
 	hb   []int
+	hbAt []time.Time // when each heartbeat was read
 	seen chan struct{} // gets a value at each heartbeat
 }
 
@@ -268,7 +274,7 @@ func startMigrationRunner(t testing.TB, args []string) *migrationRunner {
 		if g := heartbeatLine.FindStringSubmatch(strings.TrimSpace(line)); g != nil && strings.HasPrefix(strings.TrimSpace(line), "VIRTPOD-HB") {
 			n, _ := strconv.Atoi(g[1])
 			m.mu.Lock()
-			m.hb = append(m.hb, n)
+			m.hb, m.hbAt = append(m.hb, n), append(m.hbAt, time.Now())
 			m.mu.Unlock()
 			select {
 			case m.seen <- struct{}{}:

@@ -131,6 +131,11 @@ func (mig *migration) status() (MigrationStatus, error) {
 		role = controlapi.RoleTarget
 	}
 	s := info.status(role)
+	if mig.sent && s.State == controlapi.MigrationCompleted && s.TotalTimeMs == 0 {
+		// QEMU 7.2 sets "completed" a moment before it computes the total time and downtime
+		// (migration_iteration_finish): not done until the figures are in.
+		s.State = controlapi.MigrationActive
+	}
 	if mig.resumed && s.State == controlapi.MigrationCompleted {
 		s.State, s.Error = controlapi.MigrationCancelled, resumedNote
 	}
@@ -217,6 +222,14 @@ func (mig *migration) put(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mig.sent, mig.resumed = true, false
+	// QEMU connects to migrate-out.sock asynchronously; until then query-migrate shows the state
+	// before the PUT (on a former target its arrival's "completed", which is not this send's).
+	// Answer once the send has begun, so no GET ever reports an old state as this one's.
+	if err := mig.awaitBegin(10 * time.Second); err != nil {
+		mig.log.Warn("migration did not begin", zap.Error(err))
+		refuse(migrationCode(err), err.Error())
+		return
+	}
 	s, err := mig.status()
 	if err != nil {
 		writeJSON(w, migrationCode(err), MigrationStatus{Error: err.Error()})
@@ -309,4 +322,24 @@ func (mig *migration) logResult(state string) {
 		fields = append(fields, zap.Int64("diskTransferredBytes", info.Disk.Transferred), zap.Int64("diskTotalBytes", info.Disk.Total))
 	}
 	mig.log.Info("migration ended", fields...)
+}
+
+// awaitBegin waits for QEMU to leave the states a send starts from (none, or an earlier
+// migration's completed) for setup, active or a failure.
+func (mig *migration) awaitBegin(timeout time.Duration) error {
+	for end := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
+		info, err := mig.m.queryMigrate()
+		if err != nil {
+			return err
+		}
+		switch info.Status {
+		case "", "none", "completed":
+		default:
+			return nil
+		}
+		if time.Now().After(end) {
+			_, _ = mig.m.cancelMigration(time.Second)
+			return fmt.Errorf("QEMU did not begin sending to %s within %s (status %q)", mig.outSocket(), timeout, info.Status)
+		}
+	}
 }
