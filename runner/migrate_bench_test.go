@@ -76,11 +76,13 @@ func benchMigrate(b *testing.B, guest string, mib int) {
 	<-cur.r.exited
 }
 
-// fillGuestMemory writes mib MiB of non-zero data into a tmpfs in the guest.
+// fillGuestMemory writes mib MiB of non-zero data into a tmpfs in the guest: one random MiB,
+// copied (cat is a kernel copy; a shell loop writing bytes takes minutes under TCG).
 func fillGuestMemory(b *testing.B, r *runnerProc, mib int) {
 	b.Helper()
 	con := attachLocalConsole(b, runnerBinary(b), r.stateDir)
-	if _, err := fmt.Fprintf(con.in, "mkdir -p /fill; mount -t tmpfs -o size=95%% tmpfs /fill; yes virtpod | head -c %d >/fill/data; echo FILLED-$((%d+1))\n", mib<<20, mib); err != nil {
+	if _, err := fmt.Fprintf(con.in, "mkdir -p /fill; mount -t tmpfs -o size=95%% tmpfs /fill; head -c 1048576 /dev/urandom >/fill/a; "+
+		"i=1; while [ $i -lt %d ]; do cat /fill/a; i=$((i+1)); done >/fill/data; echo FILLED-$((%d+1))\n", mib, mib); err != nil {
 		b.Fatal(err)
 	}
 	want := fmt.Sprintf("FILLED-%d", mib+1)
