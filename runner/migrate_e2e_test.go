@@ -261,7 +261,7 @@ type migrationRunner struct {
 	r    *runnerProc
 	mu   sync.Mutex
 	hb   []int
-	hbAt []time.Time // when each heartbeat was read
+	hbAt []time.Time   // when each heartbeat was read
 	seen chan struct{} // gets a value at each heartbeat
 }
 
