@@ -57,6 +57,7 @@ type controlServer struct {
 	log                   *zap.Logger
 	mu                    sync.Mutex // held for a whole resize
 	pending               atomic.Bool
+	mig                   *migration // /v1/migration; nil serves none
 }
 
 func newControlServer(cfg runnerconfig.Config, hv resizer, timeout time.Duration, log *zap.Logger) *controlServer {
@@ -99,6 +100,9 @@ func (c *controlServer) handler() http.Handler {
 		writeJSON(w, http.StatusOK, s)
 	})
 	mux.HandleFunc("PUT "+controlapi.SizePath, c.put)
+	if c.mig != nil {
+		c.mig.routes(mux)
+	}
 	return mux
 }
 

@@ -20,10 +20,11 @@ const (
 	eventShutdown                          // the hypervisor is shutting down; guest says whether the guest asked
 	eventPanicked                          // the guest kernel reported a panic
 	eventNoBootableDevice                  // the firmware found nothing to boot on the root disk
+	eventMigration                         // a live migration changed state; reason is QEMU's status
 )
 
 func (k eventKind) String() string {
-	return [...]string{"running", "paused", "shutdown", "panicked", "no bootable device"}[k]
+	return [...]string{"running", "paused", "shutdown", "panicked", "no bootable device", "migration"}[k]
 }
 
 type event struct {

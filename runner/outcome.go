@@ -16,7 +16,11 @@ const (
 	ExitGuestPanicked    = 6 // the guest kernel panicked
 	ExitNoBootableDisk   = 7 // booting through firmware, the root disk had nothing to boot
 	ExitRootDiskUnusable = 8 // the VM image's /disk has no root disk, several, or one in a format the runner cannot boot
+	ExitIncomingFailed   = 9 // a migration target's guest never arrived: the stream failed or the runner was stopped first
 )
+
+// MessageMigrated is the termination message of a source runner whose guest moved away.
+const MessageMigrated = "guest migrated to another pod"
 
 // Outcome is how a run ended.
 type Outcome struct {

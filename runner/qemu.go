@@ -78,7 +78,10 @@ func (q *qemuVM) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range []string{spec.QMPSocket, spec.SerialSocket} {
+	for _, p := range []string{spec.QMPSocket, spec.SerialSocket, spec.IncomingSocket} {
+		if p == "" {
+			continue
+		}
 		_ = os.Remove(p)
 	}
 	argv := append(append(append([]string{}, q.launcher...), q.binary), args...)
@@ -165,6 +168,9 @@ func (q *qemuVM) translate(evs <-chan qmp.Event) {
 			guest, _ := e.Data["guest"].(bool)
 			reason, _ := e.Data["reason"].(string)
 			q.events <- event{kind: eventShutdown, guest: guest, reason: reason}
+		case "MIGRATION":
+			status, _ := e.Data["status"].(string)
+			q.events <- event{kind: eventMigration, reason: status}
 		case "GUEST_PANICKED":
 			action, _ := e.Data["action"].(string)
 			q.events <- event{kind: eventPanicked, reason: "GUEST_PANICKED action=" + action}

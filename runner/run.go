@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/diskimage"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
@@ -175,6 +176,9 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			DiskPath: root.path, DiskFormat: root.format, DiskCache: root.cache, DiskBlock: root.block, SeedPath: seed, Disks: drives,
 			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),
 		}
+		if cfg.Incoming {
+			spec.IncomingSocket = filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.MigrateInSocket)
+		}
 		fw.qemu(&spec)
 		var tap *os.File
 		if plumbing != nil {
@@ -187,9 +191,13 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
 		}, log)
 	}
+	mig := newMigration(cfg, hv, board, log)
 	if cfg.ControlSocket != "" {
 		ctl := newControlServer(cfg, hv.(resizer), o.ResizeTimeout, log)
-		if stop, err := ctl.serve(cfg.ControlSocket); err != nil {
+		ctl.mig = mig
+		if stop, err := ctl.serve(cfg.ControlSocket); err != nil && cfg.Incoming {
+			return failf(ExitError, "--incoming: no control socket, so no stream can arrive: %v", err)
+		} else if err != nil {
 			// The guest runs without it: a resize then fails at the node agent, in words.
 			log.Error("no control socket: the guest cannot be resized", zap.String("socket", cfg.ControlSocket), zap.Error(err))
 		} else {
@@ -198,7 +206,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		}
 	}
 	hv, o.Stdout = watchConsole(hv, o.Stdout, cfg.Kernel == "")
-	return supervise(ctx, cfg, o, board, hv, filepath.Join(cfg.StateDir, consoleSocketName), serial)
+	return supervise(ctx, cfg, o, board, hv, mig, filepath.Join(cfg.StateDir, consoleSocketName), serial)
 }
 
 func checkBinary(path string) error {

@@ -23,6 +23,10 @@ const (
 	StateStopping  = "stopping"
 	StateStopped   = "stopped"
 	StateFailed    = "failed"
+	// StateIncoming: a migration target waiting for its guest; StateMigrated: a source whose
+	// guest now runs in another pod, kept paused here until the pod is deleted.
+	StateIncoming = "incoming"
+	StateMigrated = "migrated"
 )
 
 // Status is the /status document.

@@ -26,6 +26,9 @@ type runState struct {
 	noBootable    string // the firmware's console line saying it found nothing to boot
 	shutdown      *event
 	kernelOutput  <-chan struct{} // closed once the guest kernel printed a line
+	// A migration target: incoming until its guest arrived and runs. A source: migrated once
+	// its guest runs in another pod (until a DELETE resumes it here).
+	target, incoming, migrated bool
 }
 
 // kvmFailure tells a hypervisor failure caused by KVM (QEMU's KVM code failing, as with -cpu
@@ -34,7 +37,7 @@ func kvmFailure(cfg runnerconfig.Config, detail string) bool {
 	return cfg.Acceleration == runnerconfig.AccelKVM && strings.Contains(strings.ToLower(detail), "kvm")
 }
 
-func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor, consoleSocket, serial string) Outcome {
+func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor, mig *migration, consoleSocket, serial string) Outcome {
 	log := o.Log
 	board.set(StateStarting, "")
 	if err := hv.Start(ctx); err != nil {
@@ -53,18 +56,33 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		return failf(ExitHypervisorFailed, "%v", err)
 	}
 	defer con.Close()
-	if err := hv.Resume(ctx); err != nil {
-		hv.Kill()
-		<-hv.Exited()
-		return failf(ExitHypervisorFailed, "start the guest: %v (%s)", err, hv.ExitDetail())
-	}
-	log.Info("guest started", zap.String("hypervisor", cfg.Provider), zap.String("version", hv.Version()), zap.String("console", consoleSocket))
-
 	var st runState
+	var incomingPoll <-chan time.Time
+	if cfg.Incoming {
+		// The guest arrives already running elsewhere: nothing boots here, so neither the boot
+		// watchdog nor the kernel-output checks apply; it is resumed once the stream completed.
+		st.target, st.incoming = true, true
+		if err := mig.m.migrationEvents(); err != nil {
+			log.Warn("no migration events; polling only", zap.Error(err))
+		}
+		board.set(StateIncoming, "waiting for the guest on "+mig.inSocket())
+		log.Info("waiting for the migrating guest", zap.String("socket", mig.inSocket()))
+		poll := time.NewTicker(incomingPollInterval)
+		defer poll.Stop()
+		incomingPoll = poll.C
+	} else {
+		if err := hv.Resume(ctx); err != nil {
+			hv.Kill()
+			<-hv.Exited()
+			return failf(ExitHypervisorFailed, "start the guest: %v (%s)", err, hv.ExitDetail())
+		}
+		log.Info("guest started", zap.String("hypervisor", cfg.Provider), zap.String("version", hv.Version()), zap.String("console", consoleSocket))
+	}
+
 	st.kernelOutput = con.KernelOutput()
 	var grace, watchdog, repress <-chan time.Time
 	first := con.KernelOutput()
-	if cfg.Acceleration == runnerconfig.AccelKVM && o.BootWatchdog > 0 {
+	if cfg.Acceleration == runnerconfig.AccelKVM && o.BootWatchdog > 0 && !cfg.Incoming {
 		watchdog = time.After(o.BootWatchdog)
 	}
 	quit := func(why string) {
@@ -74,8 +92,25 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			hv.Kill()
 		}
 	}
+	// arrived resumes a target's guest once its stream completed.
+	arrived := func(how string) {
+		if !st.incoming || st.stopping != "" {
+			return // a target being stopped never runs its guest
+		}
+		st.incoming, incomingPoll = false, nil
+		mig.setArrived()
+		log.Info("the migrating guest arrived; resuming it", zap.String("seen", how))
+		if err := hv.Resume(ctx); err != nil {
+			log.Error("resuming the arrived guest failed", zap.Error(err))
+			quit("resume failed")
+		}
+	}
 	for {
 		select {
+		case <-incomingPoll:
+			if info, err := mig.m.queryMigrate(); err == nil && info.Status == "completed" {
+				arrived("query-migrate")
+			}
 		case <-first:
 			first, watchdog = nil, nil
 		case <-watchdog:
@@ -88,6 +123,12 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			}
 			st.stopping = signalName(sig)
 			board.set(StateStopping, "received "+st.stopping)
+			if st.migrated || st.incoming {
+				// No guest of this pod's to power down: it runs elsewhere, or never arrived.
+				quit("received " + st.stopping + " with the guest not here")
+				continue
+			}
+			mig.cancelActive()
 			log.Info("powering the guest down", zap.String("signal", st.stopping), zap.Int64("gracePeriodSeconds", cfg.GracePeriodSeconds))
 			if err := hv.Powerdown(ctx); err != nil {
 				log.Warn("ACPI power-down failed", zap.Error(err))
@@ -107,8 +148,12 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			st.forced = true
 			quit("grace period over")
 		case ev := <-hv.Events():
-			st.apply(ev, board, log)
+			st.apply(ev, board, mig, log)
 			switch ev.kind {
+			case eventMigration:
+				if st.target && ev.reason == "completed" {
+					arrived("event")
+				}
 			case eventPanicked:
 				quit("guest panicked")
 			case eventNoBootableDevice:
@@ -118,7 +163,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			for drained := false; !drained; {
 				select {
 				case ev := <-hv.Events():
-					st.apply(ev, board, log)
+					st.apply(ev, board, mig, log)
 				default:
 					drained = true
 				}
@@ -128,16 +173,30 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 	}
 }
 
+// incomingPollInterval is how often a waiting target looks whether its guest arrived, should a
+// MIGRATION event be missed; the event normally resumes it at once.
+const incomingPollInterval = 500 * time.Millisecond
+
 // powerdownRepeat is how often the ACPI power button is pressed again while the guest has not
 // shut down.
 const powerdownRepeat = 3 * time.Second
 
-func (st *runState) apply(ev event, board *statusBoard, log *zap.Logger) {
+func (st *runState) apply(ev event, board *statusBoard, mig *migration, log *zap.Logger) {
 	log.Info("guest event", zap.Stringer("kind", ev.kind), zap.Bool("guest", ev.guest), zap.String("reason", ev.reason))
 	switch ev.kind {
 	case eventRunning:
+		st.migrated = false // a source resumed after a completed send
 		if st.stopping == "" {
 			board.set(StateRunning, "")
+		}
+	case eventMigration:
+		if ev.reason == "completed" || ev.reason == "failed" || ev.reason == "cancelled" {
+			go mig.logResult(ev.reason)
+		}
+		// Only a send of this runner's own: a target also sees its arrival's "completed".
+		if ev.reason == "completed" && mig.sending() && st.stopping == "" {
+			st.migrated = true
+			board.set(StateMigrated, MessageMigrated)
 		}
 	case eventPaused:
 		if st.stopping == "" && st.shutdown == nil {
@@ -160,6 +219,12 @@ func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor) O
 		name = binaries.CloudHypervisorName
 	}
 	switch {
+	case st.migrated:
+		return Outcome{Code: ExitOK, Message: MessageMigrated}
+	case st.incoming && st.stopping != "":
+		return failf(ExitIncomingFailed, "incoming migration: stopped on %s before the guest arrived", st.stopping)
+	case st.incoming:
+		return failf(ExitIncomingFailed, "incoming migration failed: the guest never arrived: %s", hv.ExitDetail())
 	case st.watchdogFired:
 		return failf(ExitKVMUnusable, "acceleration kvm: KVM could not run the guest: the guest kernel printed nothing within %s (at most the boot stub's lines); this node's KVM cannot run guest kernels (schedule the VM on a node with hardware virtualization, or set acceleration to Emulated)", o.BootWatchdog)
 	case st.noBootable != "":
@@ -178,7 +243,7 @@ func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor) O
 		select {
 		case <-st.kernelOutput:
 		default:
-			if kvmFailure(cfg, detail) {
+			if !st.target && kvmFailure(cfg, detail) {
 				return failf(ExitKVMUnusable, "acceleration kvm: KVM could not run the guest: %s exited before the guest kernel printed anything: %s", name, detail)
 			}
 		}

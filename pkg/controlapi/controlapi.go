@@ -22,3 +22,58 @@ type SizeRequest struct {
 	CPUs   int32  `json:"cpus"`
 	Memory string `json:"memory"`
 }
+
+// Live migration (docs/runner.md). The control directory is the one the control socket is in:
+// the node agent reaches both sockets there from the host.
+const (
+	// MigrationPath: PUT on the source starts sending the guest, GET reads either side's
+	// progress, DELETE on the source cancels (or, after completion, resumes the guest there).
+	MigrationPath = "/v1/migration"
+	// MigrateInSocket is where a target's QEMU listens for the stream (-incoming).
+	MigrateInSocket = "migrate-in.sock"
+	// MigrateOutSocket is where the node agent listens on the source; QEMU connects to it.
+	MigrateOutSocket = "migrate-out.sock"
+)
+
+// Migration roles and states of MigrationStatus.
+const (
+	RoleSource = "source"
+	RoleTarget = "target"
+
+	MigrationNone      = "none"
+	MigrationWaiting   = "waiting" // a target before its stream arrived
+	MigrationActive    = "active"
+	MigrationCompleted = "completed"
+	MigrationFailed    = "failed"
+	MigrationCancelled = "cancelled"
+)
+
+// MigrationRequest is the body of a PUT on the source runner: start sending.
+type MigrationRequest struct {
+	BandwidthMiBps  int64 `json:"bandwidthMiBps,omitempty"`  // 0: the runner's default
+	DowntimeLimitMs int64 `json:"downtimeLimitMs,omitempty"` // 0: QEMU's default (300 ms)
+	AutoConverge    bool  `json:"autoConverge"`
+}
+
+// MigrationStatus is either side's view of a migration, from QEMU's query-migrate: bytes are
+// the guest's memory and its root overlay together; DowntimeMs and TotalTimeMs are QEMU's
+// figures once completed. Error, when set, says why a migration failed or a request was refused.
+type MigrationStatus struct {
+	Role             string `json:"role"`
+	State            string `json:"state"`
+	TransferredBytes int64  `json:"transferredBytes"`
+	RemainingBytes   int64  `json:"remainingBytes"`
+	TotalBytes       int64  `json:"totalBytes"`
+	DowntimeMs       int64  `json:"downtimeMs"`
+	TotalTimeMs      int64  `json:"totalTimeMs"`
+	Error            string `json:"error,omitempty"`
+}
+
+// Terminal reports whether the migration has ended, one way or the other.
+func (s MigrationStatus) Terminal() bool {
+	switch s.State {
+	case MigrationCompleted, MigrationFailed, MigrationCancelled:
+		return true
+	}
+	return false
+}

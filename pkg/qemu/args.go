@@ -71,6 +71,10 @@ type Spec struct {
 
 	SerialSocket string // unix socket QEMU serves the guest's serial console on
 	QMPSocket    string // unix socket QEMU serves QMP on
+
+	// IncomingSocket, when set, makes the guest a live migration's target (incoming.go): QEMU
+	// waits for it on this unix socket, and it stays paused (-S) once it arrived.
+	IncomingSocket string
 }
 
 // Args returns the argv after the binary name. The guest starts paused (-S): the runner
@@ -160,9 +164,9 @@ func Args(s Spec) ([]string, error) {
 		"-mon", "chardev=qmp,mode=control",
 		// pvpanic lets a guest kernel report a panic as QMP's GUEST_PANICKED.
 		"-device", "pvpanic",
-		"-S",
 	)
-	return args, nil
+	args = append(args, s.incomingArgs()...)
+	return append(args, "-S"), nil
 }
 
 // firmwareArgs loads the firmware of a guest that boots from its disk. -bios takes its path
@@ -239,6 +243,7 @@ func (s Spec) validate() error {
 		errs = append(errs, errors.New("a root disk on a block device is raw"))
 	}
 	errs = append(errs, s.validateHotplug()...)
+	errs = append(errs, s.validateIncoming()...)
 	errs = append(errs, validateDrives(s.Disks)...)
 	if s.TapFD > 0 && len(s.MAC) != 6 {
 		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))

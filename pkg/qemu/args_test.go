@@ -69,9 +69,14 @@ func TestGolden(t *testing.T) {
 	hostileFirmware.FirmwareVars = "/var/run/vp,file.filename=/etc/shadow/uefi-vars.fd"
 	hostileBIOS := biosSpec()
 	hostileBIOS.FirmwareCode = "-drive file=/etc/shadow,if=pflash"
+	incoming := tcg
+	incoming.IncomingSocket = "/run/virtpod/control/migrate-in.sock"
+	hostileIncoming := tcg
+	hostileIncoming.IncomingSocket = "/run/vp,tcp:0:4444 -incoming exec:sh/migrate-in.sock"
 	for name, s := range map[string]Spec{
 		"kvm-pod-network": baseSpec(), "tcg-no-network": tcg, "hostile-strings": hostile, "cloud-init-seed": seed,
 		"uefi-disk-boot": uefiSpec(), "bios-disk-boot": biosSpec(), "hostile-firmware-uefi": hostileFirmware, "hostile-firmware-bios": hostileBIOS,
+		"incoming-migration": incoming, "hostile-incoming": hostileIncoming,
 	} {
 		t.Run(name, func(t *testing.T) {
 			args, err := Args(s)
@@ -182,6 +187,9 @@ func TestRejects(t *testing.T) {
 		"too little memory":   func(s *Spec) { s.MemoryMiB = 8 },
 		"newline seed path":   func(s *Spec) { s.SeedPath = "/s\n-drive" },
 		"kernel and firmware": func(s *Spec) { s.Firmware, s.FirmwareCode = FirmwareBIOS, "/bios.bin" },
+		"relative incoming":   func(s *Spec) { s.IncomingSocket = "tcp:0:4444" },
+		"incoming too long":   func(s *Spec) { s.IncomingSocket = "/" + strings.Repeat("a", 107) },
+		"newline incoming":    func(s *Spec) { s.IncomingSocket = "/m\n-S" },
 	} {
 		s := baseSpec()
 		mutate(&s)
@@ -260,7 +268,9 @@ func TestFirmwareBootsOnlyTheDisk(t *testing.T) {
 func TestControlOnlyOnUnixSockets(t *testing.T) {
 	tcg := baseSpec()
 	tcg.Acceleration, tcg.TapFD, tcg.MAC = "tcg", 0, nil
-	for _, s := range []Spec{baseSpec(), tcg} {
+	incoming := tcg
+	incoming.IncomingSocket = "/run/virtpod/control/migrate-in.sock"
+	for _, s := range []Spec{baseSpec(), tcg, incoming} {
 		args, err := Args(s)
 		if err != nil {
 			t.Fatal(err)
@@ -268,6 +278,9 @@ func TestControlOnlyOnUnixSockets(t *testing.T) {
 		for i, a := range args {
 			switch a {
 			case "-monitor", "-vnc", "-spice", "-gdb", "-s", "-incoming", "-display":
+				if a == "-incoming" && i+1 < len(args) && args[i+1] == "unix:"+s.IncomingSocket && s.IncomingSocket != "" {
+					continue
+				}
 				if a == "-display" && i+1 < len(args) && args[i+1] == "none" {
 					continue
 				}
@@ -288,6 +301,29 @@ func TestControlOnlyOnUnixSockets(t *testing.T) {
 		if !slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "path="+s.QMPSocket) }) ||
 			!slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "path="+s.SerialSocket) }) {
 			t.Errorf("QMP or console socket missing from %q", args)
+		}
+	}
+}
+
+// TestIncomingIsOneUnixSocket: a migration target's argv differs from the same guest's boot only
+// by -incoming unix:<path>, before -S (it stays paused once the guest arrived), and a hostile
+// path stays that one argument's value.
+func TestIncomingIsOneUnixSocket(t *testing.T) {
+	boot := baseSpec()
+	bootArgs, err := Args(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/run/virtpod/control/migrate-in.sock", "/x,tcp:0:1 -incoming exec:sh -S"} {
+		target := boot
+		target.IncomingSocket = path
+		args, err := Args(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(slices.Clone(bootArgs[:len(bootArgs)-1]), "-incoming", "unix:"+path, "-S")
+		if !slices.Equal(args, want) {
+			t.Errorf("incoming %q:\n got %q\nwant %q", path, args, want)
 		}
 	}
 }

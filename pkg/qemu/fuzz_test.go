@@ -14,13 +14,14 @@ const (
 	phCmdline, phDisk, phSeed         = "CMDLINE", "/DISK", "/SEED"
 	phSerial, phQMP                   = "/SERIAL", "/QMP"
 	phCode, phVars                    = "/CODE", "/VARS"
+	phIncoming                        = "/INCOMING"
 )
 
 // How QEMU reads the value of each option a user string may reach: verbatim, or as an option
 // list with this implied first key. -cpu is neither: QEMU splits it at its first comma into
 // model and features, with no escape.
 var (
-	verbatim    = map[string]bool{"-kernel": true, "-initrd": true, "-append": true, "-bios": true}
+	verbatim    = map[string]bool{"-kernel": true, "-initrd": true, "-append": true, "-bios": true, "-incoming": true}
 	optionLists = map[string]string{"-name": "guest", "-drive": "", "-chardev": "backend"}
 )
 
@@ -42,6 +43,10 @@ func FuzzArgs(f *testing.F) {
 	f.Add("web-1", "", "", "", "", "/d", "", "/s", "/q", int32(1), int64(512), true, true, false, 0, []byte(nil), "bios", "-S", "")
 	f.Add("x", "", "", "", "", "/d", "", "/s", "/q", int32(1), int64(512), false, false, false, 0, []byte(nil), "uefi",
 		"/c,unit=1,read-only=off", "/v,file.filename=/etc/shadow")
+	// A migration target (a negative tap fd, see below), with a plain and a hostile socket path.
+	f.Add("web-1", "", "/k", "", "", "/d", "", "/s", "/run/virtpod/control/qmp.sock", int32(1), int64(256), true, false, true, -1, []byte(nil), "", "", "")
+	f.Add("x", "", "/k", "", "", "/d", "", "/s", "/c,tcp:0:1 -incoming exec:sh", int32(1), int64(256), true, false, true, -1, []byte(nil), "", "", "")
+	f.Add("x", "", "/k", "", "", "/d", "", "/s", "relative", int32(1), int64(256), true, false, true, -1, []byte(nil), "", "", "")
 	f.Fuzz(func(t *testing.T, name, cpuModel, kernel, initrd, cmdline, disk, seed, serial, qmp string,
 		cpus int32, memMiB int64, tcg, raw, writeback bool, tapFD int, mac []byte, firmware, code, vars string) {
 		s := qemu.Spec{
@@ -59,6 +64,10 @@ func FuzzArgs(f *testing.F) {
 		}
 		if writeback {
 			s.DiskCache = qemu.CacheWriteback
+		}
+		if tapFD < 0 {
+			// A negative fd means no tap anyway; the stored corpus keeps its arguments this way.
+			s.IncomingSocket = qmp + ".in"
 		}
 		args, err := qemu.Args(s)
 		if err != nil {
@@ -90,13 +99,16 @@ func FuzzArgs(f *testing.F) {
 		if s.SeedPath != "" {
 			ref.SeedPath = phSeed
 		}
+		if s.IncomingSocket != "" {
+			ref.IncomingSocket = phIncoming
+		}
 		want, err := qemu.Args(ref)
 		if err != nil {
 			t.Fatalf("the reference spec is refused: %v", err)
 		}
 		user := map[string]string{phName: s.Name, phCPU: s.CPUModel, phKernel: s.Kernel, phInitrd: s.Initrd,
 			phCmdline: s.Cmdline, phDisk: s.DiskPath, phSeed: s.SeedPath, phSerial: s.SerialSocket, phQMP: s.QMPSocket,
-			phCode: s.FirmwareCode, phVars: s.FirmwareVars}
+			phCode: s.FirmwareCode, phVars: s.FirmwareVars, "unix:" + phIncoming: "unix:" + s.IncomingSocket}
 		checkShape(t, args, want, user)
 	})
 }
@@ -120,8 +132,10 @@ func refusable(s qemu.Spec) string {
 		return "a tap without a 6-byte MAC"
 	case strings.Contains(s.CPUModel, ","):
 		return "a comma in the CPU model, which -cpu cannot escape"
+	case s.IncomingSocket != "" && (!strings.HasPrefix(s.IncomingSocket, "/") || len(s.IncomingSocket) > 107):
+		return "an incoming socket that is relative or too long for a unix socket"
 	}
-	for _, v := range []string{s.Name, s.CPUModel, s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.SerialSocket, s.QMPSocket, s.FirmwareCode, s.FirmwareVars} {
+	for _, v := range []string{s.IncomingSocket, s.Name, s.CPUModel, s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.SerialSocket, s.QMPSocket, s.FirmwareCode, s.FirmwareVars} {
 		if strings.ContainsAny(v, "\x00\n\r") {
 			return "a NUL or newline"
 		}

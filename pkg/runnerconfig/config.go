@@ -75,6 +75,9 @@ type Config struct {
 	// ControlSocket is the unix socket of the control API; "" serves none. Its flag defaults to
 	// DefaultControlSocket, and Args leaves the default out.
 	ControlSocket string
+	// Incoming makes this runner a live migration's target: QEMU waits for the guest on
+	// <control dir>/migrate-in.sock instead of booting it (docs/runner.md).
+	Incoming bool
 
 	Kernel      string // path of the kernel inside the pod; "" boots the root disk through Firmware
 	Firmware    string // bios or uefi, only without Kernel
@@ -216,6 +219,14 @@ func (c *Config) validateResize() []error {
 	if c.ControlSocket != "" && !filepath.IsAbs(c.ControlSocket) {
 		errs = append(errs, fmt.Errorf("--control-socket: %q must be an absolute path, or empty for none", c.ControlSocket))
 	}
+	if c.Incoming {
+		if c.ControlSocket == "" {
+			errs = append(errs, errors.New("--incoming: needs --control-socket (the stream arrives on migrate-in.sock in its directory)"))
+		}
+		if c.Provider != ProviderQEMU {
+			errs = append(errs, fmt.Errorf("--incoming: only provider %s can receive a live migration, not %q", ProviderQEMU, c.Provider))
+		}
+	}
 	return errs
 }
 
@@ -276,6 +287,9 @@ func (c Config) Args() []string {
 	}
 	if c.ControlSocket != DefaultControlSocket {
 		args = append(args, "--control-socket="+c.ControlSocket)
+	}
+	if c.Incoming {
+		args = append(args, "--incoming")
 	}
 	if c.Kernel != "" {
 		args = append(args, "--kernel="+c.Kernel)
@@ -354,6 +368,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Var(int32Value{&c.MaxCPUs}, "max-cpus", "most vCPUs the guest can be resized to at run time (0: --cpus, not resizable)")
 	fs.Int64Var(&c.MaxMemoryMiB, "max-memory-mib", 0, "most memory in MiB the guest can be resized to at run time, a multiple of 128 like --memory-mib (0: --memory-mib, not resizable)")
 	fs.StringVar(&c.ControlSocket, "control-socket", DefaultControlSocket, "unix socket of the control API (resize), created 0600; empty: none")
+	fs.BoolVar(&c.Incoming, "incoming", false, "be a live migration's target: QEMU receives the running guest on migrate-in.sock next to --control-socket instead of booting it (provider qemu)")
 	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel; without it the root disk boots through --firmware")
 	fs.StringVar(&c.Firmware, "firmware", "", "without --kernel: "+FirmwareBIOS+" (SeaBIOS, the default) or "+FirmwareUEFI+" (OVMF, secure boot off)")
 	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")

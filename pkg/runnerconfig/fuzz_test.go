@@ -30,6 +30,10 @@ func FuzzArgsRoundTrip(f *testing.F) {
 	// Resizable: 1 of 4 CPUs, 256 of 1024 MiB; no control socket; the default one.
 	f.Add("vm max=4/1024", "qemu", "tcg", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "/s", "none", "none", int64(30), "", "", "", "", "")
 	f.Add("vm max=8/4096", "cloud-hypervisor", "kvm", int32(2), int64(1024), "/k", "", "", "/d", int64(0), "", "/s", "default", "pod", int64(30), "", "", "", "", "")
+	// A migration target; one without the control socket it needs; one under cloud-hypervisor.
+	f.Add("vm incoming", "qemu", "tcg", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "/s", "", "none", int64(30), "", "", "", "", "")
+	f.Add("vm incoming", "qemu", "tcg", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "/s", "none", "none", int64(30), "", "", "", "", "")
+	f.Add("vm incoming", "cloud-hypervisor", "kvm", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "/s", "", "pod", int64(30), "", "", "", "", "")
 	f.Add("both", "qemu", "kvm", int32(1), int64(512), "/k", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "uefi", "")
 	f.Fuzz(func(t *testing.T, name, provider, accel string, cpus int32, memMiB int64, kernel, initrd, kernelArgs, rootDisk string,
 		diskMiB int64, ports, stateDir, httpAddr, network string, grace int64, instanceID, userData, networkData, firmware, probe string) {
@@ -41,6 +45,8 @@ func FuzzArgsRoundTrip(f *testing.F) {
 			StateDir: stateDir, HTTPAddr: httpAddr, Network: network, GracePeriodSeconds: grace,
 			InstanceID: instanceID, CloudInitUserData: userData, CloudInitNetworkData: networkData, Firmware: firmware,
 			MaxCPUs: maxCPUs, MaxMemoryMiB: maxMemMiB, ControlSocket: control,
+			// A migration target: from the name too, so the stored corpus still fits.
+			Incoming: strings.Contains(name, "incoming"),
 		}
 		var err error
 		if c.ReadinessProbe, err = runnerconfig.ParseProbe(probe); err != nil {

@@ -13,7 +13,7 @@ RUNNER_TEST_PKGS := ./runner/ ./runner/kvm/... ./runner/binaries/... ./runner/cm
 	./pkg/qemu/... ./pkg/cloudhypervisor/... \
 	./pkg/guestnet/... ./pkg/podnat/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
 
-.PHONY: runner-deps guest-fixture debian-guest test-runner bench-boot bench-resize build-runner
+.PHONY: runner-deps guest-fixture debian-guest test-runner bench-boot bench-resize bench-migrate build-runner
 
 runner-deps: ## Install the Debian packages the runner tests need (no-op when present; root to install).
 	bash tools/dev/ci/install-deps.sh
@@ -36,3 +36,6 @@ bench-resize: guest-fixture ## Live resize of the test guest under TCG: PUT to t
 
 build-runner: ## Build the runner binary into $(RUNNER_BIN).
 	CGO_ENABLED=0 go build -trimpath -o $(RUNNER_BIN) ./runner/cmd/virtpod-runner
+
+bench-migrate: guest-fixture ## Live migration of the test guest under TCG (256Mi and 1Gi, three hops each): QEMU's total time and downtime, the guest's heartbeat gap (root).
+	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -run '^$$' -bench BenchmarkMigrate -benchtime=1x -timeout 20m ./runner/

@@ -1,0 +1,48 @@
+package runnerconfig_test
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
+)
+
+// TestIncomingFlag: a migration target's --incoming reads back unchanged; a runner that is no
+// target gets no flag; a target without a control socket or under cloud-hypervisor is refused
+// naming the flag.
+func TestIncomingFlag(t *testing.T) {
+	target := runnerconfig.Config{Name: "web", CPUs: 1, MemoryMiB: 256, RootDisk: "/d", Incoming: true,
+		ControlSocket: runnerconfig.DefaultControlSocket}
+	target.Defaults()
+	args := target.Args()
+	if !slices.Contains(args, "--incoming") {
+		t.Fatalf("Args %q lack --incoming", args)
+	}
+	got, err := runnerconfigtest.Parse(args)
+	if err != nil || !reflect.DeepEqual(got, target) {
+		t.Fatalf("read back %+v, %v; want %+v", got, err, target)
+	}
+	source := target
+	source.Incoming = false
+	if a := source.Args(); slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--incoming") }) {
+		t.Errorf("a runner that is no target: %q", a)
+	}
+	base := []string{"--name=web", "--cpus=1", "--memory-mib=256", "--root-disk=/d", "--incoming"}
+	for flags, want := range map[string]string{
+		"--control-socket=":                   "--incoming: needs --control-socket",
+		"--provider=cloud-hypervisor":         `--incoming: only provider qemu can receive a live migration, not "cloud-hypervisor"`,
+		"--control-socket=/run/x/runner.sock": "",
+		"--incoming=false":                    "",
+	} {
+		c, err := runnerconfigtest.Parse(append(slices.Clone(base), flags))
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v, want %q", flags, err, want)
+		}
+		if flags == "--incoming=false" && c.Incoming {
+			t.Errorf("--incoming=false read as a target")
+		}
+	}
+}

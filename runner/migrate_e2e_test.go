@@ -1,0 +1,528 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/runner"
+)
+
+// TestLiveMigration boots one guest, printing a numbered heartbeat every 50 ms, and drives the
+// runner's side of live migration against it with a relay in the node agents' place (its
+// migrate-out.sock to the target's migrate-in.sock). One boot serves every case, in this order:
+//   - cancel: DELETE while active; the guest keeps running at the source, the target exits
+//     non-zero naming the cause;
+//   - the target killed mid-stream: the source reports failed and its guest keeps running;
+//   - resume after completed: the guest moved, its target died, DELETE runs it at the source;
+//   - the move: the heartbeat goes on at the target from where the source stopped (no reboot),
+//     what the guest wrote to its disk is there, GET reports bytes and downtime, the source
+//     reports migrated and exits 0 on SIGTERM without the guest seeing a power button, the
+//     target runs; then the guest moves on from that target to a third runner.
+func TestLiveMigration(t *testing.T) {
+	for _, network := range []string{"none"} {
+		t.Run("network="+network, func(t *testing.T) { testLiveMigration(t, network) })
+	}
+}
+
+func testLiveMigration(t *testing.T, network string) {
+	guest := needResizeGuest(t)
+	mt := newMigrationTest(t, guest, "vm-migrate", network, 256)
+	src := mt.boot(t)
+	srcCtl := migrationClient(src.r.control)
+
+	// Refusals: nothing listening on migrate-out.sock; a PUT to a target.
+	if code, s := srcCtl.do(t, http.MethodPut, `{"autoConverge":true}`); code != http.StatusConflict || !strings.Contains(s.Error, "nothing listens on") {
+		t.Fatalf("PUT without a listener: %d %+v", code, s)
+	}
+	if code, s := srcCtl.do(t, http.MethodGet, ""); code != http.StatusOK || s.Role != "" || s.State != controlapi.MigrationNone {
+		t.Fatalf("GET before any migration: %d %+v", code, s)
+	}
+	// A file the guest writes to its root disk, out of its page cache: the target must read it
+	// from the overlay block migration copied.
+	consoleRun(t, src.r, "echo moved-$((6*7)) >/migrated; sync; echo 3 >/proc/sys/vm/drop_caches")
+	var activeTotal int64 // RAM and disks while active; QEMU reports disks only then
+
+	t.Run("cancel", func(t *testing.T) {
+		dst := mt.target(t)
+		dstCtl := migrationClient(dst.r.control)
+		if code, s := dstCtl.do(t, http.MethodPut, `{}`); code != http.StatusConflict || !strings.Contains(s.Error, "migration target") || s.Role != controlapi.RoleTarget || s.State != controlapi.MigrationWaiting {
+			t.Fatalf("PUT on the target: %d %+v", code, s)
+		}
+		if code, body := runnerGet(t, dst.r.stateDir, "/startedz"); code != http.StatusServiceUnavailable || !strings.Contains(body, runner.StateIncoming) {
+			t.Fatalf("target /startedz while waiting: %d %q", code, body)
+		}
+		newMigrationRelay(t, src.r, dst.r)
+		srcCtl.put(t, MigrationRequestBody(1, 0), http.StatusAccepted)
+		activeTotal = waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.TransferredBytes > 0 }).TotalBytes
+		if code, s := srcCtl.do(t, http.MethodPut, `{}`); code != http.StatusConflict || !strings.Contains(s.Error, "already active") {
+			t.Fatalf("a second PUT while active: %d %+v", code, s)
+		}
+		if got := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.State == controlapi.MigrationActive }); got.Role != controlapi.RoleTarget {
+			t.Fatalf("target GET %+v", got)
+		}
+		code, s := srcCtl.do(t, http.MethodDelete, "")
+		if code != http.StatusOK || s.State != controlapi.MigrationCancelled || s.Role != controlapi.RoleSource {
+			t.Fatalf("DELETE while active: %d %+v", code, s)
+		}
+		src.heartbeatGoesOn(t)
+		if code, msg := dst.r.waitExit(t, 30*time.Second); code != runner.ExitIncomingFailed || !strings.Contains(msg, "incoming migration failed: the guest never arrived") {
+			t.Fatalf("target after the cancel: exit %d %q", code, msg)
+		}
+		t.Logf("target's message: %s", readFile(dst.r.termLog))
+	})
+
+	t.Run("target killed mid-stream", func(t *testing.T) {
+		dst := mt.target(t)
+		newMigrationRelay(t, src.r, dst.r)
+		srcCtl.put(t, MigrationRequestBody(1, 0), http.StatusAccepted)
+		waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.TransferredBytes > 0 })
+		dst.r.signal(t, syscall.SIGKILL) // QEMU dies with its runner (Pdeathsig)
+		s := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.Terminal() })
+		if s.State != controlapi.MigrationFailed || s.Error == "" {
+			t.Fatalf("source after its target died: %+v, want failed with QEMU's reason", s)
+		}
+		t.Logf("source's status: %+v", s)
+		src.heartbeatGoesOn(t)
+		src.wantState(t, runner.StateRunning)
+	})
+
+	t.Run("resume after completed", func(t *testing.T) {
+		dst := mt.target(t)
+		newMigrationRelay(t, src.r, dst.r)
+		srcCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted)
+		s := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.Terminal() })
+		if s.State != controlapi.MigrationCompleted {
+			t.Fatalf("migration ended %+v", s)
+		}
+		src.wantState(t, runner.StateMigrated)
+		dst.waitRunning(t)
+		// The target dies; only then may the source run the guest again.
+		dst.r.signal(t, syscall.SIGKILL)
+		dst.r.waitExit(t, 30*time.Second)
+		if code, s := srcCtl.do(t, http.MethodPut, `{}`); code != http.StatusConflict || !strings.Contains(s.Error, "already migrated away") {
+			t.Fatalf("PUT after completed: %d %+v", code, s)
+		}
+		code, s := srcCtl.do(t, http.MethodDelete, "")
+		if code != http.StatusOK || s.State != controlapi.MigrationCancelled || !strings.Contains(s.Error, "resumed here") {
+			t.Fatalf("DELETE after completed: %d %+v", code, s)
+		}
+		src.heartbeatGoesOn(t)
+		src.wantState(t, runner.StateRunning)
+	})
+
+	t.Run("move", func(t *testing.T) {
+		dst := mt.target(t)
+		dstCtl := migrationClient(dst.r.control)
+		newMigrationRelay(t, src.r, dst.r)
+		srcCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted)
+		s := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.Terminal() })
+		if s.State != controlapi.MigrationCompleted || s.TransferredBytes <= 0 || s.TotalBytes <= 0 || s.DowntimeMs <= 0 || s.TotalTimeMs <= 0 {
+			t.Fatalf("source GET after the move: %+v", s)
+		}
+		t.Logf("moved: %+v", s)
+		dst.waitRunning(t)
+		if g := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); g.State != controlapi.MigrationCompleted || g.Role != controlapi.RoleTarget {
+			t.Fatalf("target GET after the move: %+v", g)
+		} else {
+			t.Logf("target GET after the move: %+v", g)
+		}
+		if code, _ := runnerGet(t, dst.r.stateDir, "/startedz"); code != http.StatusOK {
+			t.Fatalf("target /startedz after the move: %d", code)
+		}
+		// The counter goes on at the target from where it stopped at the source: no reboot.
+		last := src.lastHeartbeat()
+		first := dst.waitHeartbeat(t)
+		if first <= last || first > last+3 {
+			t.Fatalf("heartbeat %d last at the source, %d first at the target: want the next one", last, first)
+		}
+		if out := dst.r.stdout.String(); strings.Contains(out, "Linux version") || strings.Contains(out, "VIRTPOD-GUEST-READY") {
+			t.Fatalf("the guest booted again at the target:\n%s", tail(out, 20))
+		}
+		dst.heartbeatGoesOn(t)
+		t.Logf("heartbeat %d at the source, %d at the target; QEMU's downtime %d ms", last, first, s.DowntimeMs)
+		// Block migration copied the root overlay (--disk-size-mib=128) and not the read-only
+		// cloud-init seed: the disk total while active was the overlay's size alone (the RAM
+		// total is the completed one's).
+		if disk := activeTotal - s.TotalBytes; disk != 128<<20 {
+			t.Errorf("disks in the migration: %d bytes, want the 128 MiB overlay alone (%d)", disk, 128<<20)
+		}
+		// What the guest wrote before the move is on the target's disk.
+		consoleRun(t, dst.r, "echo 3 >/proc/sys/vm/drop_caches; cat /migrated", "moved-42")
+
+		src.wantState(t, runner.StateMigrated)
+		src.r.signal(t, syscall.SIGTERM)
+		// At once (QMP quit), not after the grace period (20 s) of a power button nobody sees.
+		if code, msg := src.r.waitExit(t, 5*time.Second); code != runner.ExitOK || msg != runner.MessageMigrated {
+			t.Fatalf("source after SIGTERM: exit %d %q", code, msg)
+		}
+		if log := src.r.stderr.String(); strings.Contains(log, "powering the guest down") {
+			t.Fatalf("the source pressed the power button of a guest that lives elsewhere:\n%s", grepLines(log, "power"))
+		}
+		// The guest saw no power button: it keeps running at the target.
+		dst.heartbeatGoesOn(t)
+		for _, r := range []*runnerProc{src.r, dst.r} {
+			if strings.Contains(r.stdout.String(), "reboot: Power down") {
+				t.Fatalf("the guest powered down:\n%s", tail(r.stdout.String(), 10))
+			}
+		}
+		dst.wantState(t, runner.StateRunning)
+
+		// The guest moves on from the pod it arrived in (a drain of that node): a target whose
+		// guest arrived is a source like any other.
+		consoleRun(t, dst.r, "echo again-$((7*6)) >/migrated2; sync")
+		next := mt.target(t)
+		newMigrationRelay(t, dst.r, next.r)
+		// Its arrival's "completed" is not this send's: right after the PUT QEMU is still connecting.
+		if s := dstCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted); s.Terminal() || s.Role != controlapi.RoleSource {
+			t.Fatalf("PUT on the former target answered %+v", s)
+		}
+		if s := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); s.State != controlapi.MigrationCompleted || s.Role != controlapi.RoleSource {
+			t.Fatalf("moving on: %+v", s)
+		}
+		next.waitRunning(t)
+		if last, first := dst.lastHeartbeat(), next.waitHeartbeat(t); first <= last || first > last+3 {
+			t.Fatalf("heartbeat %d last at the first target, %d first at the next", last, first)
+		}
+		next.heartbeatGoesOn(t)
+		consoleRun(t, next.r, "echo 3 >/proc/sys/vm/drop_caches; cat /migrated /migrated2", "moved-42", "again-42")
+		dst.r.signal(t, syscall.SIGTERM)
+		if code, msg := dst.r.waitExit(t, 5*time.Second); code != runner.ExitOK || msg != runner.MessageMigrated {
+			t.Fatalf("first target after SIGTERM: exit %d %q", code, msg)
+		}
+		next.r.signal(t, syscall.SIGTERM)
+		if code, msg := next.r.waitExit(t, 30*time.Second); code != runner.ExitOK || msg != "stopped on SIGTERM: guest powered off" {
+			t.Fatalf("last target after SIGTERM: exit %d %q", code, msg)
+		}
+	})
+}
+
+// migrationTest starts runners for one guest: the source boots it, each target receives it.
+type migrationTest struct {
+	args []string
+}
+
+func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *migrationTest {
+	args := baseArgs(t, guest, name)
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--kernel-args="):
+			args[i] = "--kernel-args=rw virtpod.heartbeat"
+		case strings.HasPrefix(a, "--memory-mib="):
+			args[i] = "--memory-mib=" + strconv.Itoa(memMiB)
+		}
+	}
+	// A cloud-init seed: a read-only drive, which block migration must leave alone.
+	userData := filepath.Join(t.TempDir(), "user-data")
+	if err := os.WriteFile(userData, []byte("#cloud-config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "--network="+network, "--cloud-init-user-data="+userData, "--instance-id=0b5f6a43-migrate")
+	return &migrationTest{args: args}
+}
+
+func (mt *migrationTest) boot(t testing.TB) *migrationRunner {
+	t.Helper()
+	m := startMigrationRunner(t, mt.args)
+	select {
+	case <-m.r.markerSeen:
+	case <-m.r.exited:
+		t.Fatalf("runner exited before the guest marker: %s", readFile(m.r.termLog))
+	case <-time.After(bootTimeout):
+		t.Fatalf("no %s within %v", marker, bootTimeout)
+	}
+	m.heartbeatGoesOn(t)
+	return m
+}
+
+// target starts a runner with --incoming and waits for it to wait for its guest.
+func (mt *migrationTest) target(t testing.TB) *migrationRunner {
+	t.Helper()
+	m := startMigrationRunner(t, append(append([]string{}, mt.args...), "--incoming"))
+	m.wantState(t, runner.StateIncoming)
+	return m
+}
+
+// migrationRunner is a runner whose console's heartbeats are counted.
+type migrationRunner struct {
+	r    *runnerProc
+	mu   sync.Mutex
+	hb   []int
+	hbAt []time.Time   // when each heartbeat was read
+	seen chan struct{} // gets a value at each heartbeat
+}
+
+var heartbeatLine = regexp.MustCompile(`VIRTPOD-HB (\d+)$`)
+
+func startMigrationRunner(t testing.TB, args []string) *migrationRunner {
+	m := &migrationRunner{seen: make(chan struct{}, 1)}
+	m.r = startRunner(t, "", args...)
+	on := func(line string) {
+		if g := heartbeatLine.FindStringSubmatch(strings.TrimSpace(line)); g != nil && strings.HasPrefix(strings.TrimSpace(line), "VIRTPOD-HB") {
+			n, _ := strconv.Atoi(g[1])
+			m.mu.Lock()
+			m.hb, m.hbAt = append(m.hb, n), append(m.hbAt, time.Now())
+			m.mu.Unlock()
+			select {
+			case m.seen <- struct{}{}:
+			default:
+			}
+		}
+	}
+	m.r.onLine.Store(&on)
+	return m
+}
+
+func (m *migrationRunner) lastHeartbeat() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.hb) == 0 {
+		return 0
+	}
+	return m.hb[len(m.hb)-1]
+}
+
+// waitHeartbeat returns the first heartbeat this runner's console showed, waiting for one.
+func (m *migrationRunner) waitHeartbeat(t testing.TB) int {
+	t.Helper()
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+		m.mu.Lock()
+		n := len(m.hb)
+		first := 0
+		if n > 0 {
+			first = m.hb[0]
+		}
+		m.mu.Unlock()
+		if n > 0 {
+			return first
+		}
+		select {
+		case <-m.seen:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no heartbeat on the console:\n%s", tail(m.r.stdout.String(), 10))
+	return 0
+}
+
+// heartbeatGoesOn waits for ten more heartbeats, each following the last: the guest runs here,
+// without restarting.
+func (m *migrationRunner) heartbeatGoesOn(t testing.TB) {
+	t.Helper()
+	start := m.lastHeartbeat()
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+		m.mu.Lock()
+		hb := append([]int(nil), m.hb...)
+		m.mu.Unlock()
+		for i := 1; i < len(hb); i++ {
+			// Another console line may swallow one (the guest's shell writes too), never more,
+			// and the count never starts again.
+			if (hb[i] <= hb[i-1] || hb[i] > hb[i-1]+3) && hb[i-1] >= start {
+				t.Fatalf("heartbeat %d followed by %d", hb[i-1], hb[i])
+			}
+		}
+		if len(hb) > 0 && hb[len(hb)-1] >= start+10 {
+			return
+		}
+		select {
+		case <-m.seen:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("the heartbeat stopped at %d (was %d):\n%s", m.lastHeartbeat(), start, tail(m.r.stdout.String(), 10))
+}
+
+func (m *migrationRunner) status(t testing.TB) runner.Status {
+	t.Helper()
+	code, body := runnerGet(t, m.r.stateDir, "/status")
+	var st runner.Status
+	if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil {
+		t.Fatalf("/status: %d %q %v", code, body, err)
+	}
+	return st
+}
+
+// wantState waits briefly for the runner's /status to report state.
+func (m *migrationRunner) wantState(t testing.TB, state string) {
+	t.Helper()
+	var st runner.Status
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-m.r.exited:
+			t.Fatalf("runner exited (%d) waiting for state %s: %s", m.r.exitCode, state, readFile(m.r.termLog))
+		default:
+		}
+		if _, err := os.Stat(filepath.Join(m.r.stateDir, "runner.sock")); err != nil {
+			continue
+		}
+		if st = m.status(t); st.State == state {
+			return
+		}
+	}
+	t.Fatalf("runner state %+v, want %s", st, state)
+}
+
+func (m *migrationRunner) waitRunning(t testing.TB) { t.Helper(); m.wantState(t, runner.StateRunning) }
+
+// runnerGet GETs path from the runner's HTTP endpoint (the default unix socket).
+func runnerGet(t testing.TB, stateDir, path string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(stateDir, "runner.sock"))
+	}}}
+	resp, err := c.Get("http://runner" + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+type migClient struct{ c *http.Client }
+
+func migrationClient(sock string) migClient { return migClient{controlClient(sock).c} }
+
+// MigrationRequestBody is a PUT body with a bandwidth and downtime limit (0: the defaults).
+func MigrationRequestBody(bandwidthMiBps, downtimeMs int64) string {
+	b, _ := json.Marshal(runner.MigrationRequest{BandwidthMiBps: bandwidthMiBps, DowntimeLimitMs: downtimeMs, AutoConverge: true})
+	return string(b)
+}
+
+func (c migClient) do(t testing.TB, method, body string) (int, runner.MigrationStatus) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequestWithContext(ctx, method, "http://runner"+controlapi.MigrationPath, rd)
+	resp, err := c.c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, controlapi.MigrationPath, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var s runner.MigrationStatus
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("%s %s: %d %q: %v", method, controlapi.MigrationPath, resp.StatusCode, b, err)
+	}
+	return resp.StatusCode, s
+}
+
+func (c migClient) put(t testing.TB, body string, want int) runner.MigrationStatus {
+	t.Helper()
+	code, s := c.do(t, http.MethodPut, body)
+	if code != want {
+		t.Fatalf("PUT %s: %d %+v, want %d", body, code, s, want)
+	}
+	return s
+}
+
+// waitMigration polls GET, as the node agent does, until done accepts the status.
+func waitMigration(t testing.TB, c migClient, done func(runner.MigrationStatus) bool) runner.MigrationStatus {
+	t.Helper()
+	var s runner.MigrationStatus
+	for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		var code int
+		if code, s = c.do(t, http.MethodGet, ""); code == http.StatusOK && done(s) {
+			return s
+		}
+	}
+	t.Fatalf("migration status %+v after 3 minutes", s)
+	return s
+}
+
+// newMigrationRelay plays both node agents: it listens on the source's migrate-out.sock and, on
+// QEMU's connection, dials the target's migrate-in.sock and copies both ways until either ends.
+func newMigrationRelay(t testing.TB, src, dst *runnerProc) {
+	t.Helper()
+	out := filepath.Join(filepath.Dir(src.control), controlapi.MigrateOutSocket)
+	in := filepath.Join(filepath.Dir(dst.control), controlapi.MigrateInSocket)
+	_ = os.Remove(out)
+	l, err := net.Listen("unix", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	closeAll := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	t.Cleanup(func() { _ = l.Close(); closeAll() })
+	go func() {
+		a, err := l.Accept()
+		_ = l.Close()
+		if err != nil {
+			return
+		}
+		b, err := net.Dial("unix", in)
+		mu.Lock()
+		conns = append(conns, a)
+		if err == nil {
+			conns = append(conns, b)
+		}
+		mu.Unlock()
+		if err != nil {
+			_ = a.Close()
+			return
+		}
+		go func() { _, _ = io.Copy(a, b); closeAll() }()
+		_, _ = io.Copy(b, a)
+		closeAll()
+	}()
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// consoleRun types cmd on the guest's serial console and waits for it to finish; each of want
+// must be in what it printed (heartbeat lines may come between them). The end marker is computed by the shell, so the echo of the
+// typed line cannot match it.
+func consoleRun(t *testing.T, r *runnerProc, cmd string, want ...string) {
+	t.Helper()
+	con := attachLocalConsole(t, runnerBinary(t), r.stateDir)
+	n := time.Now().UnixNano() % 100000
+	if _, err := fmt.Fprintf(con.in, "%s; echo DONE-$((%d+1))\n", cmd, n); err != nil {
+		t.Fatal(err)
+	}
+	end := fmt.Sprintf("DONE-%d", n+1)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		out := con.out.String()
+		if i := strings.Index(out, end); i >= 0 {
+			for _, w := range want {
+				if !strings.Contains(out[:i], w) {
+					t.Fatalf("%q printed %q, want %q", cmd, out[:i], w)
+				}
+			}
+			return
+		}
+	}
+	t.Fatalf("%q did not finish on the console:\n%s", cmd, tail(con.out.String(), 10))
+}

@@ -1,0 +1,345 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+// Live migration's control API (docs/runner.md): PUT /v1/migration on the source starts sending
+// the guest to migrate-out.sock, where the node agent listens; GET reports either side's
+// progress; DELETE on the source cancels, or after a completed send resumes the guest here.
+
+// MigrationRequest and MigrationStatus are the control API's wire types (pkg/controlapi).
+type (
+	MigrationRequest = controlapi.MigrationRequest
+	MigrationStatus  = controlapi.MigrationStatus
+)
+
+// migrator is a hypervisor that can send its guest to another runner, or receive one.
+type migrator interface {
+	queryMigrate() (migrationInfo, error)
+	migrationEvents() error
+	sendGuest(req MigrationRequest, sock string) error
+	cancelMigration(timeout time.Duration) (migrationInfo, error)
+	resumeGuest() error
+}
+
+var _ migrator = (*qemuVM)(nil)
+
+// resumedNote is the error a source reports after it resumed its guest from a completed send.
+const resumedNote = "the guest was resumed here after the migration completed"
+
+// migration is the runner's side of a live migration, shared by the control API and the
+// supervisor.
+type migration struct {
+	m      migrator // nil: the provider cannot migrate
+	target bool     // --incoming
+	ctlDir string
+	refuse string // why this guest cannot be sent ("" when it can)
+	board  *statusBoard
+	log    *zap.Logger
+
+	mu      sync.Mutex // held for a whole request
+	arrived bool       // a target's guest arrived: it runs here and may be sent on
+	sent    bool       // a PUT started a migration: this runner is a source
+	resumed bool       // the source resumed its guest after a completed send
+}
+
+// waiting reports whether this runner is a target still waiting for its guest.
+func (mig *migration) waiting() bool { return mig.target && !mig.arrived }
+
+// setArrived records that a target's guest arrived; from then on it is this runner's guest,
+// which a later migration may send on.
+func (mig *migration) setArrived() {
+	mig.mu.Lock()
+	mig.arrived = true
+	mig.mu.Unlock()
+}
+
+// sending reports whether a PUT started a migration from here.
+func (mig *migration) sending() bool {
+	if mig == nil {
+		return false
+	}
+	mig.mu.Lock()
+	defer mig.mu.Unlock()
+	return mig.sent
+}
+
+func newMigration(cfg runnerconfig.Config, hv hypervisor, board *statusBoard, log *zap.Logger) *migration {
+	mig := &migration{target: cfg.Incoming, board: board, log: log}
+	if cfg.ControlSocket != "" {
+		mig.ctlDir = filepath.Dir(cfg.ControlSocket)
+	}
+	if m, ok := hv.(migrator); ok {
+		mig.m = m
+	}
+	// Block migration copies every writable drive: a disk on a claim would be copied onto
+	// itself, under the source's feet, when the claim is shared.
+	writable := cfg.RootVolume != nil
+	for _, d := range cfg.Disks {
+		writable = writable || !d.ReadOnly
+	}
+	if writable {
+		mig.refuse = "live migration copies only the root disk's overlay; this guest has writable data disks or a root disk on a claim, which it cannot move"
+	}
+	return mig
+}
+
+// inSocket and outSocket are the stream's ends in the control directory.
+func (mig *migration) inSocket() string { return filepath.Join(mig.ctlDir, controlapi.MigrateInSocket) }
+func (mig *migration) outSocket() string {
+	return filepath.Join(mig.ctlDir, controlapi.MigrateOutSocket)
+}
+
+// notMigratable answers for a provider that cannot migrate: 501, as the API exists but this
+// hypervisor does not implement it (the controller marks such VMs not migratable).
+func notMigratable(w http.ResponseWriter) {
+	writeJSON(w, http.StatusNotImplemented, MigrationStatus{State: controlapi.MigrationNone,
+		Error: "live migration: provider " + runnerconfig.ProviderCloudHypervisor + " cannot migrate a guest; only provider " + runnerconfig.ProviderQEMU + " can"})
+}
+
+func (mig *migration) routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET "+controlapi.MigrationPath, mig.get)
+	mux.HandleFunc("PUT "+controlapi.MigrationPath, mig.put)
+	mux.HandleFunc("DELETE "+controlapi.MigrationPath, mig.del)
+}
+
+// status is the current MigrationStatus; the caller holds mu.
+func (mig *migration) status() (MigrationStatus, error) {
+	info, err := mig.m.queryMigrate()
+	if err != nil {
+		return MigrationStatus{}, err
+	}
+	role := ""
+	switch {
+	case mig.sent:
+		role = controlapi.RoleSource
+	case mig.target:
+		role = controlapi.RoleTarget
+	}
+	s := info.status(role)
+	if mig.sent && s.State == controlapi.MigrationCompleted && s.TotalTimeMs == 0 {
+		// QEMU 7.2 sets "completed" a moment before it computes the total time and downtime
+		// (migration_iteration_finish): not done until the figures are in.
+		s.State = controlapi.MigrationActive
+	}
+	if mig.resumed && s.State == controlapi.MigrationCompleted {
+		s.State, s.Error = controlapi.MigrationCancelled, resumedNote
+	}
+	return s, nil
+}
+
+func (mig *migration) get(w http.ResponseWriter, _ *http.Request) {
+	if mig.m == nil {
+		notMigratable(w)
+		return
+	}
+	mig.mu.Lock()
+	defer mig.mu.Unlock()
+	s, err := mig.status()
+	if err != nil {
+		writeJSON(w, migrationCode(err), MigrationStatus{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+func (mig *migration) put(w http.ResponseWriter, r *http.Request) {
+	if mig.m == nil {
+		notMigratable(w)
+		return
+	}
+	var req MigrationRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, MigrationStatus{Error: "body: " + err.Error() + `; want {"bandwidthMiBps":256,"downtimeLimitMs":300,"autoConverge":true}`})
+		return
+	}
+	var bad []error
+	if req.BandwidthMiBps < 0 {
+		bad = append(bad, fmt.Errorf("bandwidthMiBps: %d is negative; 0 is the default (%d)", req.BandwidthMiBps, DefaultMigrationBandwidthMiBps))
+	}
+	if req.DowntimeLimitMs < 0 {
+		bad = append(bad, fmt.Errorf("downtimeLimitMs: %d is negative; 0 is QEMU's default (300)", req.DowntimeLimitMs))
+	}
+	if len(bad) > 0 {
+		writeJSON(w, http.StatusUnprocessableEntity, MigrationStatus{Error: oneLine(errors.Join(bad...))})
+		return
+	}
+	mig.mu.Lock()
+	defer mig.mu.Unlock()
+	refuse := func(code int, msg string) {
+		s, _ := mig.status()
+		s.Error = msg
+		writeJSON(w, code, s)
+	}
+	if mig.waiting() {
+		refuse(http.StatusConflict, "this runner is a migration target (--incoming) waiting for its guest; it has none to send")
+		return
+	}
+	if mig.refuse != "" {
+		refuse(http.StatusConflict, mig.refuse)
+		return
+	}
+	cur, err := mig.status()
+	if err != nil {
+		writeJSON(w, migrationCode(err), MigrationStatus{Error: err.Error()})
+		return
+	}
+	switch st := mig.board.get().State; {
+	case cur.State == controlapi.MigrationActive:
+		refuse(http.StatusConflict, "a migration is already active; DELETE cancels it")
+		return
+	case st == StateMigrated:
+		refuse(http.StatusConflict, "the guest already migrated away and is paused here; DELETE resumes it")
+		return
+	case st != StateRunning:
+		refuse(http.StatusServiceUnavailable, "the guest is "+st+", not running")
+		return
+	}
+	out := mig.outSocket()
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Type() != os.ModeSocket {
+		refuse(http.StatusConflict, "nothing listens on "+out+": the node agent listens there before it asks for a migration")
+		return
+	}
+	if err := mig.m.sendGuest(req, out); err != nil {
+		mig.log.Warn("migration not started", zap.Error(err))
+		refuse(migrationCode(err), err.Error())
+		return
+	}
+	mig.sent, mig.resumed = true, false
+	// QEMU connects to migrate-out.sock asynchronously; until then query-migrate shows the state
+	// before the PUT (on a former target its arrival's "completed", which is not this send's).
+	// Answer once the send has begun, so no GET ever reports an old state as this one's.
+	if err := mig.awaitBegin(10 * time.Second); err != nil {
+		mig.log.Warn("migration did not begin", zap.Error(err))
+		refuse(migrationCode(err), err.Error())
+		return
+	}
+	s, err := mig.status()
+	if err != nil {
+		writeJSON(w, migrationCode(err), MigrationStatus{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, s)
+}
+
+func (mig *migration) del(w http.ResponseWriter, _ *http.Request) {
+	if mig.m == nil {
+		notMigratable(w)
+		return
+	}
+	mig.mu.Lock()
+	defer mig.mu.Unlock()
+	if mig.waiting() {
+		s, _ := mig.status()
+		s.Error = "this runner is a migration target waiting for its guest; a target is stopped by deleting its pod"
+		writeJSON(w, http.StatusConflict, s)
+		return
+	}
+	s, err := mig.status()
+	if err != nil {
+		writeJSON(w, migrationCode(err), MigrationStatus{Error: err.Error()})
+		return
+	}
+	switch {
+	case s.State == controlapi.MigrationActive:
+		if _, err := mig.m.cancelMigration(10 * time.Second); err != nil {
+			writeJSON(w, migrationCode(err), MigrationStatus{Role: s.Role, State: s.State, Error: err.Error()})
+			return
+		}
+		mig.log.Info("migration cancelled; the guest runs here")
+	case s.State == controlapi.MigrationCompleted:
+		// The caller knows the target is dead: the guest lives on here again.
+		if err := mig.m.resumeGuest(); err != nil {
+			writeJSON(w, migrationCode(err), MigrationStatus{Role: s.Role, State: s.State, Error: err.Error()})
+			return
+		}
+		mig.resumed = true
+		mig.log.Info("guest resumed here after a completed migration")
+	}
+	if s, err = mig.status(); err != nil {
+		writeJSON(w, migrationCode(err), MigrationStatus{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+// cancelActive cancels a migration in flight, so a guest powered down here is not also sent.
+func (mig *migration) cancelActive() {
+	if mig == nil || mig.m == nil {
+		return
+	}
+	mig.mu.Lock()
+	defer mig.mu.Unlock()
+	if !mig.sent {
+		return
+	}
+	if s, err := mig.status(); err == nil && s.State == controlapi.MigrationActive {
+		_, err := mig.m.cancelMigration(5 * time.Second)
+		mig.log.Info("migration cancelled: the runner is stopping", zap.Error(err))
+	}
+}
+
+func migrationCode(err error) int {
+	if errors.Is(err, errNotRunning) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// logResult logs how a migration ended, with QEMU's figures: RAM and disk apart, so the log shows
+// which drives travelled.
+func (mig *migration) logResult(state string) {
+	if mig == nil || mig.m == nil {
+		return
+	}
+	info, err := mig.m.queryMigrate()
+	if err != nil {
+		mig.log.Info("migration ended", zap.String("state", state), zap.Error(err))
+		return
+	}
+	fields := []zap.Field{zap.String("state", state), zap.Bool("target", mig.target), zap.Int64("downtimeMs", info.Downtime),
+		zap.Int64("totalTimeMs", info.TotalTime), zap.String("error", info.ErrorDesc)}
+	if info.RAM != nil {
+		fields = append(fields, zap.Int64("ramTransferredBytes", info.RAM.Transferred), zap.Int64("ramTotalBytes", info.RAM.Total))
+	}
+	if info.Disk != nil {
+		fields = append(fields, zap.Int64("diskTransferredBytes", info.Disk.Transferred), zap.Int64("diskTotalBytes", info.Disk.Total))
+	}
+	mig.log.Info("migration ended", fields...)
+}
+
+// awaitBegin waits for QEMU to leave the states a send starts from (none, or an earlier
+// migration's completed) for setup, active or a failure.
+func (mig *migration) awaitBegin(timeout time.Duration) error {
+	for end := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
+		info, err := mig.m.queryMigrate()
+		if err != nil {
+			return err
+		}
+		switch info.Status {
+		case "", "none", "completed":
+		default:
+			return nil
+		}
+		if time.Now().After(end) {
+			_, _ = mig.m.cancelMigration(time.Second)
+			return fmt.Errorf("QEMU did not begin sending to %s within %s (status %q)", mig.outSocket(), timeout, info.Status)
+		}
+	}
+}
