@@ -33,7 +33,9 @@ import (
 //     reports migrated and exits 0 on SIGTERM without the guest seeing a power button, the
 //     target runs; then the guest moves on from that target to a third runner.
 func TestLiveMigration(t *testing.T) {
-	for _, network := range []string{"none"} {
+	// Each runner in a network namespace of its own, as in its own pod: the guest keeps
+	// 10.0.2.2 behind a different pod IP after each move.
+	for _, network := range []string{"masquerade"} {
 		t.Run("network="+network, func(t *testing.T) { testLiveMigration(t, network) })
 	}
 }
@@ -160,6 +162,19 @@ func testLiveMigration(t *testing.T, network string) {
 		if disk := activeTotal - s.TotalBytes; disk != 128<<20 {
 			t.Errorf("disks in the migration: %d bytes, want the 128 MiB overlay alone (%d)", disk, 128<<20)
 		}
+		if mt.network == "masquerade" {
+			// The guest kept its address (10.0.2.2, from its boot) and answers at the new
+			// pod's IP, from outside that pod.
+			if !strings.Contains(src.r.stdout.String(), "ip=10.0.2.2 ") {
+				t.Fatalf("the guest did not boot at 10.0.2.2:\n%s", tail(src.r.stdout.String(), 5))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			body, err := httpGet(ctx, "http://"+dst.podIP+"/")
+			cancel()
+			if err != nil || !strings.Contains(body, "virtpod guest vm-migrate") {
+				t.Fatalf("the moved guest at the target's pod IP %s: %q, %v", dst.podIP, body, err)
+			}
+		}
 		// What the guest wrote before the move is on the target's disk.
 		consoleRun(t, dst.r, "echo 3 >/proc/sys/vm/drop_caches; cat /migrated", "moved-42")
 
@@ -212,7 +227,9 @@ func testLiveMigration(t *testing.T, network string) {
 
 // migrationTest starts runners for one guest: the source boots it, each target receives it.
 type migrationTest struct {
-	args []string
+	args    []string
+	network string
+	pods    int // network namespaces made so far
 }
 
 func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *migrationTest {
@@ -231,12 +248,15 @@ func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *mi
 		t.Fatal(err)
 	}
 	args = append(args, "--network="+network, "--cloud-init-user-data="+userData, "--instance-id=0b5f6a43-migrate")
-	return &migrationTest{args: args}
+	if network == "masquerade" {
+		args = append(args, "--port=http:80/TCP")
+	}
+	return &migrationTest{args: args, network: network}
 }
 
 func (mt *migrationTest) boot(t testing.TB) *migrationRunner {
 	t.Helper()
-	m := startMigrationRunner(t, mt.args)
+	m := mt.start(t, mt.args)
 	select {
 	case <-m.r.markerSeen:
 	case <-m.r.exited:
@@ -251,14 +271,33 @@ func (mt *migrationTest) boot(t testing.TB) *migrationRunner {
 // target starts a runner with --incoming and waits for it to wait for its guest.
 func (mt *migrationTest) target(t testing.TB) *migrationRunner {
 	t.Helper()
-	m := startMigrationRunner(t, append(append([]string{}, mt.args...), "--incoming"))
+	m := mt.start(t, append(append([]string{}, mt.args...), "--incoming"))
 	m.wantState(t, runner.StateIncoming)
+	return m
+}
+
+// start starts a runner; with the masquerade network, in a pod-like network namespace of its own
+// (10.213.40+n.2).
+func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
+	t.Helper()
+	if mt.network != "masquerade" {
+		return startMigrationRunner(t, "", args)
+	}
+	tt, ok := t.(*testing.T)
+	if !ok {
+		t.Fatal("network namespaces are made for tests only")
+	}
+	mt.pods++
+	ns := newPodNetns(tt, 40+mt.pods)
+	m := startMigrationRunner(t, ns.name, append(args, "--resolv-conf="+ns.resolvConf))
+	m.podIP = ns.podIP
 	return m
 }
 
 // migrationRunner is a runner whose console's heartbeats are counted.
 type migrationRunner struct {
-	r    *runnerProc
+	podIP string // its network namespace's pod IP, with the masquerade network
+	r     *runnerProc
 	mu   sync.Mutex
 	hb   []int
 	hbAt []time.Time   // when each heartbeat was read
@@ -267,9 +306,9 @@ type migrationRunner struct {
 
 var heartbeatLine = regexp.MustCompile(`VIRTPOD-HB (\d+)$`)
 
-func startMigrationRunner(t testing.TB, args []string) *migrationRunner {
+func startMigrationRunner(t testing.TB, netns string, args []string) *migrationRunner {
 	m := &migrationRunner{seen: make(chan struct{}, 1)}
-	m.r = startRunner(t, "", args...)
+	m.r = startRunner(t, netns, args...)
 	on := func(line string) {
 		if g := heartbeatLine.FindStringSubmatch(strings.TrimSpace(line)); g != nil && strings.HasPrefix(strings.TrimSpace(line), "VIRTPOD-HB") {
 			n, _ := strconv.Atoi(g[1])
