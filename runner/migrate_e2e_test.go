@@ -298,10 +298,10 @@ func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 type migrationRunner struct {
 	podIP string // its network namespace's pod IP, with the masquerade network
 	r     *runnerProc
-	mu   sync.Mutex
-	hb   []int
-	hbAt []time.Time   // when each heartbeat was read
-	seen chan struct{} // gets a value at each heartbeat
+	mu    sync.Mutex
+	hb    []int
+	hbAt  []time.Time   // when each heartbeat was read
+	seen  chan struct{} // gets a value at each heartbeat
 }
 
 var heartbeatLine = regexp.MustCompile(`VIRTPOD-HB (\d+)$`)
