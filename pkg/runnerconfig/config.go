@@ -27,6 +27,9 @@ const (
 	// NetworkPod: the guest takes over the pod's interface and IP. NetworkNone: no network.
 	NetworkPod  = "pod"
 	NetworkNone = "none"
+	// NetworkMasquerade: the guest keeps a fixed address inside the pod behind the runner's NAT
+	// of the pod IP, so it survives a live migration.
+	NetworkMasquerade = "masquerade"
 
 	// Firmware a guest without --kernel boots through, from its root disk's bootloader.
 	FirmwareBIOS = "bios" // SeaBIOS
@@ -171,7 +174,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--disk-size-mib: must not be negative, got %d (0 keeps the image size)", c.DiskSizeMiB))
 	}
 	switch c.Network {
-	case NetworkPod, NetworkNone:
+	case NetworkPod, NetworkNone, NetworkMasquerade:
 	default:
 		errs = append(errs, fmt.Errorf("--network: %q is not a network mode; use pod or none", c.Network))
 	}
