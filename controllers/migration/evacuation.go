@@ -129,4 +129,3 @@ func owner(vm *vmv1.VirtualMachine) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: vmv1.GroupVersion.String(), Kind: "VirtualMachine", Name: vm.Name, UID: vm.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
 }
-

@@ -405,4 +405,3 @@ func (r *Reconciler) now() time.Time {
 }
 
 func ptrTime(t time.Time) *metav1.Time { m := metav1.NewTime(t); return &m }
-

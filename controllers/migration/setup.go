@@ -59,8 +59,10 @@ func (r *Reconciler) select_(ctx context.Context, namespace string, keep func(*v
 // cordoned or uncordoned (nothing else of a node: heartbeats never reach it).
 func (e *Evacuator) SetupWithManager(mgr ctrl.Manager, skipNameValidation bool) error {
 	cordon := predicate.Funcs{
-		CreateFunc:  func(ev event.CreateEvent) bool { return ev.Object.(*corev1.Node).Spec.Unschedulable },
-		UpdateFunc:  func(ev event.UpdateEvent) bool { return ev.ObjectOld.(*corev1.Node).Spec.Unschedulable != ev.ObjectNew.(*corev1.Node).Spec.Unschedulable },
+		CreateFunc: func(ev event.CreateEvent) bool { return ev.Object.(*corev1.Node).Spec.Unschedulable },
+		UpdateFunc: func(ev event.UpdateEvent) bool {
+			return ev.ObjectOld.(*corev1.Node).Spec.Unschedulable != ev.ObjectNew.(*corev1.Node).Spec.Unschedulable
+		},
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
