@@ -138,8 +138,14 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("budget %+v", pdb)
 	}
 
-	// A VM that is not LiveMigrate on the same node is left alone.
+	// Left alone: a VM that is not LiveMigrate on the same node, and a LiveMigrate one on a
+	// node that is not cordoned (its budget shows the evacuator has seen it).
 	other, _ := runningVM(t, ns, "other", n1, nil)
+	n2 := node(t, "b")
+	stay, _ := runningVM(t, ns, "stay", n2, func(v *vmv1.VirtualMachine) { v.Spec.EvictionStrategy = vmv1.EvictionLiveMigrate })
+	eventually(t, "budget of the VM that stays", func() error {
+		return env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: migration.PDBName(stay.Name)}, &policyv1.PodDisruptionBudget{})
+	})
 
 	cordon(t, n1, true)
 	evac := &vmv1.VirtualMachineMigration{}
@@ -150,9 +156,11 @@ func TestDrain(t *testing.T) {
 		t.Errorf("evacuation %+v", evac)
 	}
 	target(t, evac)
-	err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: migration.EvacuationName(other.Name)}, &vmv1.VirtualMachineMigration{})
-	if !apierrors.IsNotFound(err) {
-		t.Errorf("an evacuation for a VM with evictionStrategy None (%v)", err)
+	for _, v := range []*vmv1.VirtualMachine{other, stay} {
+		err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: migration.EvacuationName(v.Name)}, &vmv1.VirtualMachineMigration{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("an evacuation of %s, which is not LiveMigrate on a cordoned node (%v)", v.Name, err)
+		}
 	}
 
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
