@@ -31,7 +31,7 @@ func TestMigrationSucceeds(t *testing.T) {
 	succeeded := counter(t, "virtpod_migrations_total", map[string]string{"result": vmv1.ReasonSucceeded})
 	downtimes := counter(t, "virtpod_migration_downtime_seconds", nil)
 
-	mig := migrate(t, vm, "move", nil)
+	mig := migrate(t, vm, "move", func(m *vmv1.VirtualMachineMigration) { m.Spec.BandwidthMiBps = 64 })
 	tgt := target(t, mig)
 	mig = getMig(t, mig)
 	if !metav1.IsControlledBy(tgt, vm) || tgt.Labels[vmv1.LabelMigrationRole] != vmv1.MigrationRoleTarget || tgt.Labels["app"] != "web" ||
@@ -55,6 +55,9 @@ func TestMigrationSucceeds(t *testing.T) {
 	env.Bind(t, tgt, n2)
 	env.Kubelet(t, tgt, waiting("10.244.1.9"))
 	sending(t, source, tgt)
+	if p, _ := getPod(ns, source.Name); p.Annotations[vmv1.AnnotationMigrationBandwidth] != "64" {
+		t.Errorf("bandwidth annotation %q, want the spec's 64", p.Annotations[vmv1.AnnotationMigrationBandwidth])
+	}
 	state(t, source, vmv1.MigrationStateActive, 100<<20, 300<<20, 0, "")
 	eventually(t, "progress in status", func() error {
 		if st := getMig(t, mig).Status; st.Phase != vmv1.MigrationRunning || st.TransferredBytes != 100<<20 || st.TargetNode != n2 {

@@ -8,6 +8,7 @@ package migration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -124,7 +125,7 @@ func (r *Reconciler) start(ctx context.Context, mig *vmv1.VirtualMachineMigratio
 		marked.Annotations = map[string]string{}
 	}
 	marked.Annotations[vmv1.AnnotationMigration] = uid
-	for _, k := range []string{vmv1.AnnotationMigrateTo, vmv1.AnnotationMigrationState, vmv1.AnnotationMigrationResume} {
+	for _, k := range []string{vmv1.AnnotationMigrateTo, vmv1.AnnotationMigrationState, vmv1.AnnotationMigrationResume, vmv1.AnnotationMigrationBandwidth} {
 		delete(marked.Annotations, k)
 	}
 	if err := r.Client.Patch(ctx, marked, client.MergeFromWithOptions(source, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -204,6 +205,9 @@ func (r *Reconciler) follow(ctx context.Context, mig *vmv1.VirtualMachineMigrati
 		if p.source.Annotations[vmv1.AnnotationMigrateTo] == "" {
 			sending := p.source.DeepCopy()
 			sending.Annotations[vmv1.AnnotationMigrateTo] = receiver + "/" + string(p.target.UID)
+			if bw := mig.Spec.BandwidthMiBps; bw > 0 {
+				sending.Annotations[vmv1.AnnotationMigrationBandwidth] = strconv.FormatInt(bw, 10)
+			}
 			if err := r.Client.Patch(ctx, sending, client.MergeFrom(p.source)); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -294,7 +298,7 @@ func (r *Reconciler) cleanUp(ctx context.Context, mig *vmv1.VirtualMachineMigrat
 	}
 	unmarked := keep.DeepCopy()
 	resume := keep.Annotations[vmv1.AnnotationMigrateTo] != "" && sourceState(keep).State == vmv1.MigrationStateCompleted && mig.Status.Phase == vmv1.MigrationFailed
-	for _, k := range []string{vmv1.AnnotationMigration, vmv1.AnnotationMigrateTo, vmv1.AnnotationMigrationState, vmv1.AnnotationMigrationReceiver} {
+	for _, k := range []string{vmv1.AnnotationMigration, vmv1.AnnotationMigrateTo, vmv1.AnnotationMigrationState, vmv1.AnnotationMigrationReceiver, vmv1.AnnotationMigrationBandwidth} {
 		delete(unmarked.Annotations, k)
 	}
 	delete(unmarked.Labels, vmv1.LabelMigrationRole)

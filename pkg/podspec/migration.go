@@ -29,7 +29,7 @@ var sourceOnly = map[string]bool{
 	vmv1.AnnotationDesiredCPUs: true, vmv1.AnnotationDesiredMemory: true,
 	vmv1.AnnotationGuestCPUs: true, vmv1.AnnotationGuestMemory: true, vmv1.AnnotationResizeError: true,
 	vmv1.AnnotationMigrationReceiver: true, vmv1.AnnotationMigrateTo: true,
-	vmv1.AnnotationMigrationState: true, vmv1.AnnotationMigrationResume: true,
+	vmv1.AnnotationMigrationState: true, vmv1.AnnotationMigrationResume: true, vmv1.AnnotationMigrationBandwidth: true,
 }
 
 // TargetPod renders the target runner pod of migration mig from the source runner pod src: the

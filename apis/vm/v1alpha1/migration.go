@@ -18,6 +18,9 @@ const (
 	// AnnotationMigrateTo is <ip>:<port>/<target pod UID> on the source pod, written by the
 	// controller: the source agent starts sending. Removing it while active cancels.
 	AnnotationMigrateTo = "vm.virtpod.io/migrate-to"
+	// AnnotationMigrationBandwidth is the migration's spec.bandwidthMiBps on the source pod,
+	// written with migrate-to when set: the source agent passes it in its MigrationRequest.
+	AnnotationMigrationBandwidth = "vm.virtpod.io/migration-bandwidth-mibps"
 	// AnnotationMigrationState is the source runner's migration status (JSON
 	// controlapi.MigrationStatus), written by the source agent.
 	AnnotationMigrationState = "vm.virtpod.io/migration-state"
