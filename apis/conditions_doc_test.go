@@ -21,10 +21,11 @@ type constants struct{ types, reasons map[string]string }
 
 // kinds are the kinds whose conditions docs/api.md lists, and the package defining them.
 var kinds = map[string]string{
-	"VirtualMachine": "vm/v1alpha1",
-	"ProviderClass":  "vm/v1alpha1",
-	"VirtPodCluster": "infrastructure/v1alpha1",
-	"VirtPodMachine": "infrastructure/v1alpha1",
+	"VirtualMachine":          "vm/v1alpha1",
+	"ProviderClass":           "vm/v1alpha1",
+	"VirtualMachineMigration": "vm/v1alpha1",
+	"VirtPodCluster":          "infrastructure/v1alpha1",
+	"VirtPodMachine":          "infrastructure/v1alpha1",
 }
 
 func TestConditionsDocumented(t *testing.T) {

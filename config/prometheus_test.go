@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virtpod/virtpod/controllers/fleetmetrics"
+	"github.com/virtpod/virtpod/controllers/migration"
 	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 )
 
@@ -50,6 +51,7 @@ func exported(t *testing.T) []string {
 	t.Helper()
 	rec := &recorder{}
 	vmctrl.NewMetrics(rec)
+	migration.NewMetrics(rec)
 	rec.MustRegister(fleetmetrics.Collector{})
 	ch := make(chan *prometheus.Desc, 100)
 	for _, c := range rec.collectors {

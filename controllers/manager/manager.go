@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,6 +26,7 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/fleetmetrics"
 	"github.com/virtpod/virtpod/controllers/imagemapwatch"
+	"github.com/virtpod/virtpod/controllers/migration"
 	"github.com/virtpod/virtpod/controllers/providerclass"
 	"github.com/virtpod/virtpod/controllers/virtpodcluster"
 	"github.com/virtpod/virtpod/controllers/virtpodmachine"
@@ -73,6 +75,8 @@ func cacheOptions(imageMap types.NamespacedName) cache.Options {
 		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
 		// Only the control-plane Services virtpod made.
 		&corev1.Service{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
+		// Only the budgets of LiveMigrate VMs.
+		&policyv1.PodDisruptionBudget{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
 	}
 	if imageMap.Name != "" {
 		byObject[&corev1.ConfigMap{}] = cache.ByObject{
@@ -131,6 +135,15 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := r.SetupWithManager(mgr, o.Workers, o.SecondInstance); err != nil {
 		return nil, fmt.Errorf("setting up the VirtualMachine controller: %w", err)
+	}
+	migrations := &migration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("virtpod-controller"), Metrics: migration.NewMetrics(reg), Now: o.Now}
+	if err := migrations.SetupWithManager(mgr, o.SecondInstance); err != nil {
+		return nil, fmt.Errorf("setting up the VirtualMachineMigration controller: %w", err)
+	}
+	evacuator := &migration.Evacuator{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("virtpod-controller")}
+	if err := evacuator.SetupWithManager(mgr, o.SecondInstance); err != nil {
+		return nil, fmt.Errorf("setting up the evacuation controller: %w", err)
 	}
 	classes := &providerclass.Reconciler{Client: mgr.GetClient(), Now: o.Now}
 	if err := classes.SetupWithManager(mgr, o.SecondInstance); err != nil {

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,6 +24,7 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/imagemapwatch"
 	"github.com/virtpod/virtpod/controllers/statuspatch"
+	"github.com/virtpod/virtpod/pkg/migratable"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -88,12 +90,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	next := vm.DeepCopy()
 	var result reconcile.Result
 	var held *cause // why no runner pod is started, shown on Scheduled and Ready
+	var moving bool // a migration target may hold the guest: no restart until it is switched to or gone
+	if pod == nil || podEnded(pod) {
+		if moving, err = r.migrationTarget(ctx, vm); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	switch {
 	case pod != nil && pod.DeletionTimestamp != nil:
 		// Stopping: the pod's delete event brings us back.
 		if halted(vm) && runnerEnded(pod) {
 			next.Status.LastTermination = termination(pod, r.now()) // how the guest took the power-down
 		}
+	case moving && (pod != nil || vm.Status.PodUID != ""):
+		// The source of a migration ended or vanished: the migration controller switches the
+		// VM to the target (whose guest runs) or deletes it, whose events bring us back.
 	case pod != nil && podEnded(pod):
 		if err := r.podEnded(ctx, vm, next, pod); err != nil {
 			return reconcile.Result{}, err
@@ -138,6 +149,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		switch have := podspec.PodImages(pod); {
 		case halted(vm):
 			err = r.stop(ctx, vm, next, pod)
+		case migrating(pod):
+			// A live migration moves this guest (controllers/migration): no restart or
+			// replacement until it ends, which brings this pod's update event.
 		case replaceRequested(vm, pod):
 			err = r.rerun(ctx, vm, next, pod)
 		case have != images && vm.Spec.ImageUpdatePolicy == vmv1.ImageUpdateRecreate:
@@ -149,13 +163,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	// A running guest's live resize (resize.go): only the pod this status runs, kept running.
+	// Not while the guest migrates: the target is a copy of this pod at its size now.
 	var resized *resizePlan
-	if pod != nil && pod.DeletionTimestamp == nil && !podEnded(pod) && !halted(vm) && guestStarted(pod) && next.Status.PodUID == string(pod.UID) {
+	var movable *migratable.Verdict
+	if running := pod != nil && pod.DeletionTimestamp == nil && !podEnded(pod) && !halted(vm) && guestStarted(pod) && next.Status.PodUID == string(pod.UID); running && !migrating(pod) {
 		p, err := r.resize(ctx, vm, pod, opts)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		resized = &p
+		v := migratable.Check(vm, pod)
+		movable = &v
+	} else if running {
+		resized = &resizePlan{guest: guestSize(pod)} // as it was: the size is frozen while it moves
+		if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionResized); c != nil {
+			resized.show, resized.done, resized.condition = true, c.Status == metav1.ConditionTrue, cause{c.Reason, c.Message}
+		}
+		v := migratable.Check(vm, pod)
+		movable = &v
 	}
 
 	// What the conditions are decided from, read before any is set.
@@ -174,6 +199,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setSoftwareEmulation(&next.Status, vm)
 	setDisksReady(&next.Status, vm.Generation, disks)
 	setResized(&next.Status, vm.Generation, resized)
+	setMigratable(&next.Status, vm.Generation, movable)
 	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
 	} else if err != nil {
@@ -188,7 +214,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 func (r *Reconciler) runnerPod(ctx context.Context, vm *vmv1.VirtualMachine) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: podspec.PodName(vm.Name)}, pod)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: runnerPodName(vm)}, pod)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -354,7 +380,7 @@ func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine
 // podGone asks the server whether the pod recorded in status still exists.
 func (r *Reconciler) podGone(ctx context.Context, vm *vmv1.VirtualMachine) (bool, error) {
 	live := &corev1.Pod{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: podspec.PodName(vm.Name)}, live)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: runnerPodName(vm)}, live)
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	}
@@ -387,7 +413,7 @@ func (r *Reconciler) podVanished(ctx context.Context, vm, next *vmv1.VirtualMach
 	}
 	next.Status.LastTermination = &vmv1.Termination{
 		ExitCode: -1, Reason: "RunnerPodDeleted",
-		Message:    fmt.Sprintf("runner pod %s was deleted while the guest ran", podspec.PodName(vm.Name)),
+		Message:    fmt.Sprintf("runner pod %s was deleted while the guest ran", runnerPodName(vm)),
 		FinishedAt: nowTime(r.now()),
 	}
 	if !restarts(vm.Spec.RunStrategy, true) {

@@ -117,6 +117,9 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		c.Acceleration = runnerconfig.AccelEmulated
 	}
+	if g.NetworkMode == vmv1.NetworkMasquerade {
+		c.Network = runnerconfig.NetworkMasquerade
+	}
 	if g.KernelImage != "" {
 		c.Kernel, c.Initrd, c.KernelArgs = kernelMount+vmimage.KernelPath, kernelMount+vmimage.InitrdPath, g.KernelArgs
 	} else {

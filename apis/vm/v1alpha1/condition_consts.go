@@ -118,6 +118,56 @@ const (
 	ReasonGuestResizeFailed = "GuestResizeFailed"
 )
 
+// VirtualMachine condition Migratable: whether the running guest can be live-migrated, and if
+// not, what stands in the way (the message names the field and the fix). Only on running VMs.
+const (
+	ConditionMigratable = "Migratable"
+
+	// ReasonMigratable: the guest can move (qemu, Masquerade network, image-based root disk, no
+	// claims, at its boot size).
+	ReasonMigratable = "Migratable"
+	// ReasonNetworkNotMigratable: the guest owns the pod IP (networkMode Pod), which stays with
+	// the pod; set spec.guest.networkMode Masquerade (applies at the next start).
+	ReasonNetworkNotMigratable = "NetworkNotMigratable"
+	// ReasonProviderNotMigratable: only qemu guests migrate.
+	ReasonProviderNotMigratable = "ProviderNotMigratable"
+	// ReasonDiskNotMigratable: a disk cannot be carried to another node (a claim).
+	ReasonDiskNotMigratable = "DiskNotMigratable"
+	// ReasonGuestResized: the guest was resized live since it started; its hotplugged CPUs and
+	// memory are not rebuilt on a target. It can migrate after its next start.
+	ReasonGuestResized = "GuestResized"
+)
+
+// VirtualMachineMigration condition Completed: False while the migration runs (InProgress) or
+// after it failed (the cause), True once the guest runs on the target.
+const (
+	ConditionCompleted = "Completed"
+
+	ReasonInProgress = "InProgress"
+	// ReasonSucceeded: the guest runs on the target pod; the source pod is deleted.
+	ReasonSucceeded = "Succeeded"
+	// ReasonVMNotFound: no VirtualMachine of spec.vmName in the namespace.
+	ReasonVMNotFound = "VMNotFound"
+	// ReasonVMDeleted: the VM was deleted (or its guest stopped) during the migration.
+	ReasonVMDeleted = "VMDeleted"
+	// ReasonNotMigratable: the VM cannot migrate; the message is its Migratable condition's.
+	ReasonNotMigratable = "NotMigratable"
+	// ReasonAlreadyMigrating: another migration of the VM is in progress.
+	ReasonAlreadyMigrating = "AlreadyMigrating"
+	// ReasonTargetUnschedulable: the scheduler could not place the target pod (its words).
+	ReasonTargetUnschedulable = "TargetUnschedulable"
+	// ReasonTargetFailed: the target pod ended or was deleted before the guest ran there.
+	ReasonTargetFailed = "TargetFailed"
+	// ReasonSourceFailed: the source pod ended or was deleted during the migration.
+	ReasonSourceFailed = "SourceFailed"
+	// ReasonStreamBroken: QEMU's transfer failed (its words); the guest keeps running on the source.
+	ReasonStreamBroken = "StreamBroken"
+	// ReasonTimeout: spec.completionTimeoutSeconds passed; the transfer is cancelled.
+	ReasonTimeout = "Timeout"
+	// ReasonCancelled: the migration was deleted before it ended; the transfer is cancelled.
+	ReasonCancelled = "Cancelled"
+)
+
 // ProviderClass condition types.
 const (
 	// ConditionEnabled is True unless an admin disabled the class.

@@ -137,7 +137,39 @@ type VirtualMachineSpec struct {
 	// guest.cpus and guest.memory plus a fixed runner overhead.
 	// +optional
 	PodResources *corev1.ResourceRequirements `json:"podResources,omitempty"`
+
+	// evictionStrategy says what a node drain does to the running guest: None (the default)
+	// lets the drain stop it (it restarts elsewhere per runStrategy); LiveMigrate moves it to
+	// another node without a reboot: the controller keeps a PodDisruptionBudget that holds the
+	// drain's evictions and migrates the VM off a cordoned node. The VM must be migratable (its
+	// Migratable condition says so).
+	// +optional
+	EvictionStrategy EvictionStrategy `json:"evictionStrategy,omitempty"`
 }
+
+// EvictionStrategy is what a node drain does to a running guest.
+// +kubebuilder:validation:Enum=None;LiveMigrate
+type EvictionStrategy string
+
+// Eviction strategies.
+const (
+	EvictionNone        EvictionStrategy = "None"
+	EvictionLiveMigrate EvictionStrategy = "LiveMigrate"
+)
+
+// NetworkMode is how the guest is connected to its pod's network.
+// +kubebuilder:validation:Enum=Pod;Masquerade
+type NetworkMode string
+
+// Network modes.
+const (
+	// NetworkPod: the guest takes over the pod's interface and IP (the default). It cannot
+	// migrate: the pod IP changes with the pod.
+	NetworkPod NetworkMode = "Pod"
+	// NetworkMasquerade: the guest keeps a fixed address inside the pod (10.0.2.2/24) and the
+	// runner forwards the pod IP's traffic to it, so its configuration survives a migration.
+	NetworkMasquerade NetworkMode = "Masquerade"
+)
 
 // GuestSpec is the guest's virtual hardware and boot images.
 // +kubebuilder:validation:XValidation:rule="has(self.kernelImage) || !has(self.kernelArgs) || size(self.kernelArgs) == 0",message="spec.guest.kernelArgs needs spec.guest.kernelImage: a guest that boots through firmware takes its kernel command line from its own bootloader; set kernelImage or remove kernelArgs",fieldPath=".kernelArgs"
@@ -215,6 +247,13 @@ type GuestSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Ports []Port `json:"ports,omitempty"`
+
+	// networkMode is how the guest reaches the pod's network: Pod (the default) gives it the
+	// pod's own interface and IP; Masquerade gives it a fixed address inside the pod behind the
+	// runner's NAT of the pod IP (the spec's ports forwarded), which survives a live migration.
+	// A change applies at the guest's next start.
+	// +optional
+	NetworkMode NetworkMode `json:"networkMode,omitempty"`
 
 	// disks are the guest's data disks, attached after the root disk (and the cloud-init seed)
 	// in this order, each found in the guest at /dev/disk/by-id/virtio-<name> (docs/storage.md).
@@ -465,7 +504,7 @@ type VirtualMachineStatus struct {
 	// +optional
 	Guest *GuestStatus `json:"guest,omitempty"`
 	// conditions: ProviderAvailable, Scheduled, Ready, ImagesCurrent, SoftwareEmulation, and
-	// DisksReady and Resized on the VMs they concern.
+	// DisksReady, Resized and Migratable on the VMs they concern.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

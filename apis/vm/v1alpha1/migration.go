@@ -1,0 +1,47 @@
+package v1alpha1
+
+// Live migration (docs/api.md#live-migration): the contract between the migration controller
+// and the node agents, written on the runner pods. The controller owns the role label and the
+// migration, migrate-to and migration-resume annotations; the target node's agent writes
+// migration-receiver and the source node's agent migration-state (a ValidatingAdmissionPolicy
+// lets it change nothing else, and only on pods of its own node).
+const (
+	// LabelMigrationRole is "target" on a pod made to receive a migrating guest.
+	LabelMigrationRole  = "vm.virtpod.io/migration-role"
+	MigrationRoleTarget = "target"
+
+	// AnnotationMigration is the VirtualMachineMigration's UID, on the target and source pods.
+	AnnotationMigration = "vm.virtpod.io/migration"
+	// AnnotationMigrationReceiver is <ip>:<port> on the target pod, written by its node's agent
+	// once the target runner listens for the stream: where to send it.
+	AnnotationMigrationReceiver = "vm.virtpod.io/migration-receiver"
+	// AnnotationMigrateTo is <ip>:<port>/<target pod UID> on the source pod, written by the
+	// controller: the source agent starts sending. Removing it while active cancels.
+	AnnotationMigrateTo = "vm.virtpod.io/migrate-to"
+	// AnnotationMigrationBandwidth is the migration's spec.bandwidthMiBps on the source pod,
+	// written with migrate-to when set: the source agent passes it in its MigrationRequest.
+	AnnotationMigrationBandwidth = "vm.virtpod.io/migration-bandwidth-mibps"
+	// AnnotationMigrationState is the source runner's migration status (JSON
+	// controlapi.MigrationStatus), written by the source agent.
+	AnnotationMigrationState = "vm.virtpod.io/migration-state"
+	// AnnotationMigrationResume is "true" on a source pod whose completed send went to a target
+	// that died: the agent has the runner resume the guest here.
+	AnnotationMigrationResume = "vm.virtpod.io/migration-resume"
+)
+
+// Migration states of the source runner (controlapi.MigrationStatus.State).
+const (
+	MigrationStateNone      = "none"
+	MigrationStateWaiting   = "waiting"
+	MigrationStateActive    = "active"
+	MigrationStateCompleted = "completed"
+	MigrationStateFailed    = "failed"
+	MigrationStateCancelled = "cancelled"
+)
+
+// MigrationFinalizer holds a VirtualMachineMigration until its target pod is cleaned up.
+const MigrationFinalizer = "vm.virtpod.io/migration"
+
+// EvacuationSuffix names the migration the controller makes for a LiveMigrate VM on a cordoned
+// node: <vm>-evacuation.
+const EvacuationSuffix = "-evacuation"

@@ -1,0 +1,94 @@
+package migration
+
+import (
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// What the controller reads off the two runner pods: the kubelet's and the scheduler's word on
+// them, and the node agents' annotations (apis/vm/v1alpha1/migration.go).
+
+// streamState is the source agent's migration-state annotation: the source runner's
+// controlapi.MigrationStatus, of which the controller reads these fields.
+type streamState struct {
+	Role             string `json:"role"`
+	State            string `json:"state"`
+	TransferredBytes int64  `json:"transferredBytes"`
+	RemainingBytes   int64  `json:"remainingBytes"`
+	TotalBytes       int64  `json:"totalBytes"`
+	DowntimeMs       int64  `json:"downtimeMs"`
+	TotalTimeMs      int64  `json:"totalTimeMs"`
+	Error            string `json:"error,omitempty"`
+}
+
+// sourceState is what the source agent reported; zero when nothing (or nothing readable) yet.
+func sourceState(pod *corev1.Pod) streamState {
+	var s streamState
+	if pod == nil || pod.Annotations[vmv1.AnnotationMigrateTo] == "" {
+		return s // a report from before this send is not about it
+	}
+	_ = json.Unmarshal([]byte(pod.Annotations[vmv1.AnnotationMigrationState]), &s)
+	return s
+}
+
+// ours says pod is marked as part of the migration of this UID.
+func ours(pod *corev1.Pod, uid string) bool {
+	return pod != nil && pod.Annotations[vmv1.AnnotationMigration] == uid
+}
+
+// alive is a pod that may still run its guest: not ended, not being deleted.
+func alive(pod *corev1.Pod) bool {
+	return pod != nil && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// started says the runner's startup probe passed: on a target, the guest runs there, which the
+// runner allows only once the incoming stream completed (the source is paused then).
+func started(pod *corev1.Pod) bool {
+	if pod == nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name == podspec.RunnerContainer {
+			return c.Started != nil && *c.Started && c.State.Running != nil
+		}
+	}
+	return false
+}
+
+// unschedulable is the scheduler's refusal of a pod, in its words.
+func unschedulable(pod *corev1.Pod) (string, bool) {
+	if pod.Spec.NodeName != "" {
+		return "", false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message, true
+		}
+	}
+	return "", false
+}
+
+// ended describes how a pod that will not run the guest ended (its runner's words when it has).
+func ended(pod *corev1.Pod) string {
+	switch {
+	case pod == nil:
+		return "deleted"
+	case pod.DeletionTimestamp != nil:
+		return "being deleted"
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name == podspec.RunnerContainer && c.State.Terminated != nil {
+			t := c.State.Terminated
+			msg := "ended (" + t.Reason
+			if t.Message != "" {
+				msg += ": " + t.Message
+			}
+			return msg + ")"
+		}
+	}
+	return "ended (phase " + string(pod.Status.Phase) + ")"
+}

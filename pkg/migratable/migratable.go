@@ -1,0 +1,107 @@
+// Package migratable decides whether a running VM's guest can be live-migrated to another node,
+// and if not, why, in words that name the field and the fix. Pure: the VM and its runner pod in,
+// a verdict out; the VM controller shows it as the Migratable condition and the migration
+// controller refuses with it.
+package migratable
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+)
+
+// Verdict is whether the guest can move: Reason is vmv1.ReasonMigratable when it can.
+type Verdict struct {
+	Reason, Message string
+}
+
+// OK says the guest can move.
+func (v Verdict) OK() bool { return v.Reason == vmv1.ReasonMigratable }
+
+// Check decides for the VM's guest running in pod (its runner pod). What runs is what moves, so
+// the pod's own arguments and volumes count beside the spec, whose changes wait for a restart.
+func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
+	args := runnerArgs(pod)
+	if vm.Spec.Provider != vmv1.ProviderQEMU {
+		return Verdict{vmv1.ReasonProviderNotMigratable, fmt.Sprintf("spec.provider is %s: only qemu guests migrate; "+
+			"create the VM with provider qemu to migrate it", vm.Spec.Provider)}
+	}
+	if vm.Spec.Guest.NetworkMode != vmv1.NetworkMasquerade {
+		return Verdict{vmv1.ReasonNetworkNotMigratable, "spec.guest.networkMode is Pod: the guest owns the pod's IP, which stays with the pod; " +
+			"set spec.guest.networkMode: Masquerade (the guest keeps a fixed address behind the pod IP), which applies at the next start"}
+	}
+	if args["network"] != runnerconfig.NetworkMasquerade {
+		return Verdict{vmv1.ReasonNetworkNotMigratable, fmt.Sprintf("spec.guest.networkMode is Masquerade, but the running guest started with the pod network "+
+			"(runner pod %s); it applies at the next start: restart the VM (vmctl restart %s)", pod.Name, vm.Name)}
+	}
+	if c := vm.Spec.Guest.RootDisk.PersistentVolumeClaim; c != nil {
+		return Verdict{vmv1.ReasonDiskNotMigratable, fmt.Sprintf("spec.guest.rootDisk.persistentVolumeClaim (%s): a root disk on a claim does not migrate "+
+			"(a ReadWriteOnce filesystem claim is never on two nodes at once, and shared claims are not supported yet); "+
+			"use a root disk from spec.guest.rootDisk.image alone, whose overlay is copied with the guest", c.ClaimName)}
+	}
+	for i, d := range vm.Spec.Guest.Disks {
+		if d.PersistentVolumeClaim != nil {
+			return Verdict{vmv1.ReasonDiskNotMigratable, fmt.Sprintf("spec.guest.disks[%d] (%s) is on claim %s: disks on claims do not migrate "+
+				"(a ReadWriteOnce filesystem claim is never on two nodes at once; ReadWriteMany and block claims are not supported yet); "+
+				"remove the disk, or keep spec.evictionStrategy None", i, d.Name, d.PersistentVolumeClaim.ClaimName)}
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			return Verdict{vmv1.ReasonDiskNotMigratable, fmt.Sprintf("the running guest uses claim %s (runner pod %s), removed from the spec since it started: "+
+				"disks on claims do not migrate; restart the VM (vmctl restart %s) to run it without", v.PersistentVolumeClaim.ClaimName, pod.Name, vm.Name)}
+		}
+	}
+	if why := resized(vm, pod, args); why != "" {
+		return Verdict{vmv1.ReasonGuestResized, why + "; a target is built at the boot size, so hotplugged CPUs and memory would not be there: " +
+			"restart the VM (vmctl restart " + vm.Name + ") to migrate it at its new size"}
+	}
+	return Verdict{vmv1.ReasonMigratable, fmt.Sprintf("the guest can move to another node (runner pod %s)", pod.Name)}
+}
+
+// resized says how the guest's size differs from the one it booted with ("" when it does not):
+// asked for (the spec or the desired-* annotations) or reported (the guest-* annotations).
+func resized(vm *vmv1.VirtualMachine, pod *corev1.Pod, args map[string]string) string {
+	cpus, mib := args["cpus"], args["memory-mib"]
+	boot := fmt.Sprintf("%s CPUs and %s MiB", cpus, mib)
+	if strconv.Itoa(int(vm.Spec.Guest.CPUs)) != cpus || strconv.FormatInt(ceilMiB(vm.Spec.Guest.Memory.Value()), 10) != mib {
+		return fmt.Sprintf("spec.guest asks for %d CPUs and %s, the guest booted with %s", vm.Spec.Guest.CPUs, vm.Spec.Guest.Memory.String(), boot)
+	}
+	for _, k := range []string{vmv1.AnnotationDesiredCPUs, vmv1.AnnotationGuestCPUs} {
+		if v, ok := pod.Annotations[k]; ok && v != cpus {
+			return fmt.Sprintf("the guest was resized since it started (%s %s; it booted with %s)", k, v, boot)
+		}
+	}
+	for _, k := range []string{vmv1.AnnotationDesiredMemory, vmv1.AnnotationGuestMemory} {
+		v, ok := pod.Annotations[k]
+		if q, err := resource.ParseQuantity(v); ok && (err != nil || strconv.FormatInt(ceilMiB(q.Value()), 10) != mib) {
+			return fmt.Sprintf("the guest was resized since it started (%s %s; it booted with %s)", k, v, boot)
+		}
+	}
+	return ""
+}
+
+func ceilMiB(b int64) int64 { return (b + 1<<20 - 1) >> 20 }
+
+// runnerArgs are the runner container's --name=value arguments.
+func runnerArgs(pod *corev1.Pod) map[string]string {
+	out := map[string]string{}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != podspec.RunnerContainer {
+			continue
+		}
+		for _, a := range c.Args {
+			if k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); ok {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,94 @@
+package migratable_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/migratable"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+func vm() *vmv1.VirtualMachine {
+	return &vmv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec: vmv1.VirtualMachineSpec{Provider: vmv1.ProviderQEMU, Acceleration: vmv1.AccelerationEmulated, Guest: vmv1.GuestSpec{
+			CPUs: 1, Memory: resource.MustParse("256Mi"), MaxCPUs: ptr(int32(2)), KernelImage: "k/kernel:1",
+			RootDisk: vmv1.RootDisk{Image: "k/disk:1"}, NetworkMode: vmv1.NetworkMasquerade,
+		}},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestCheck: each refusal has its reason and a message naming the field and the fix; what is
+// checked is what runs (the pod) as well as the spec.
+func TestCheck(t *testing.T) {
+	cases := []struct {
+		name       string
+		vm         func(*vmv1.VirtualMachine)
+		pod        func(*corev1.Pod)
+		reason     string
+		field, fix string
+	}{
+		{"migratable", nil, nil, vmv1.ReasonMigratable, "", ""},
+		{"cloud-hypervisor", func(v *vmv1.VirtualMachine) { v.Spec.Provider = vmv1.ProviderCloudHypervisor }, nil,
+			vmv1.ReasonProviderNotMigratable, "spec.provider", "provider qemu"},
+		{"pod network", func(v *vmv1.VirtualMachine) { v.Spec.Guest.NetworkMode = "" }, nil,
+			vmv1.ReasonNetworkNotMigratable, "spec.guest.networkMode", "Masquerade"},
+		{"masquerade not yet applied", nil, func(p *corev1.Pod) { setArg(p, "--network=", "pod") },
+			vmv1.ReasonNetworkNotMigratable, "spec.guest.networkMode", "vmctl restart web"},
+		{"root disk on a claim", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "web-root"}
+		}, nil, vmv1.ReasonDiskNotMigratable, "spec.guest.rootDisk.persistentVolumeClaim", "spec.guest.rootDisk.image alone"},
+		{"data disk on a claim", func(v *vmv1.VirtualMachine) {
+			v.Spec.Guest.Disks = []vmv1.Disk{{Name: "scratch", EmptyDisk: &vmv1.EmptyDiskSource{Size: resource.MustParse("1Gi")}},
+				{Name: "data", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "data-1"}}}
+		}, nil, vmv1.ReasonDiskNotMigratable, "spec.guest.disks[1] (data)", "ReadWriteOnce filesystem claim"},
+		{"claim still in the running pod", nil, func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "x", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "old"}}})
+		}, vmv1.ReasonDiskNotMigratable, "claim old", "vmctl restart web"},
+		{"resize asked in the spec", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 2 }, nil,
+			vmv1.ReasonGuestResized, "spec.guest asks for 2 CPUs", "vmctl restart web"},
+		{"guest grew and was asked back", nil, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{vmv1.AnnotationGuestCPUs: "2", vmv1.AnnotationDesiredCPUs: "1"}
+		}, vmv1.ReasonGuestResized, vmv1.AnnotationGuestCPUs + " 2", "vmctl restart web"},
+		{"memory reported larger", nil, func(p *corev1.Pod) { p.Annotations = map[string]string{vmv1.AnnotationGuestMemory: "384Mi"} },
+			vmv1.ReasonGuestResized, vmv1.AnnotationGuestMemory, "restart"},
+		{"reported at boot size", nil, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{vmv1.AnnotationGuestCPUs: "1", vmv1.AnnotationGuestMemory: "256Mi", vmv1.AnnotationDesiredMemory: "268435456"}
+		}, vmv1.ReasonMigratable, "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			base := vm()
+			pod := podspec.Build(base, podspec.DefaultOptions())
+			v := base.DeepCopy()
+			if tc.vm != nil {
+				tc.vm(v)
+			}
+			if tc.pod != nil {
+				tc.pod(pod)
+			}
+			got := migratable.Check(v, pod)
+			if got.Reason != tc.reason || got.OK() != (tc.reason == vmv1.ReasonMigratable) {
+				t.Fatalf("reason %s (%s), want %s", got.Reason, got.Message, tc.reason)
+			}
+			if !strings.Contains(got.Message, tc.field) || !strings.Contains(got.Message, tc.fix) {
+				t.Errorf("message %q does not name %q and the fix %q", got.Message, tc.field, tc.fix)
+			}
+		})
+	}
+}
+
+func setArg(p *corev1.Pod, prefix, value string) {
+	for i, a := range p.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, prefix) {
+			p.Spec.Containers[0].Args[i] = prefix + value
+		}
+	}
+}
