@@ -1,0 +1,357 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+)
+
+// heartbeat is the guest fixture's counter on its console (kernel argument virtpod.heartbeat):
+// a guest that rebooted starts it again at 1.
+var heartbeat = regexp.MustCompile(`VIRTPOD-HB (\d+)`)
+
+// lastBeat is the highest heartbeat in a console log, and the lowest.
+func beats(log string) (first, last int) {
+	for _, m := range heartbeat.FindAllStringSubmatch(log, -1) {
+		n, _ := strconv.Atoi(m[1])
+		if first == 0 || n < first {
+			first = n
+		}
+		if n > last {
+			last = n
+		}
+	}
+	return first, last
+}
+
+// mover drives one migratable VM through the migration tests.
+type mover struct {
+	t    *testing.T
+	ctx  context.Context
+	ns   string
+	name string
+	n    int
+}
+
+func (m *mover) vm() *vmv1.VirtualMachine { return getVM(m.t, m.ns, m.name) }
+
+// start creates a migration of the VM; targetNode may be "". bandwidth 0 is the default.
+func (m *mover) start(targetNode string, bandwidthMiBps int64) *vmv1.VirtualMachineMigration {
+	m.t.Helper()
+	m.n++
+	mig := &vmv1.VirtualMachineMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: fmt.Sprintf("%s-%d", m.name, m.n)},
+		Spec:       vmv1.VirtualMachineMigrationSpec{VMName: m.name, TargetNode: targetNode, BandwidthMiBps: bandwidthMiBps},
+	}
+	if err := kube.Create(m.ctx, mig); err != nil {
+		m.t.Fatal(err)
+	}
+	return mig
+}
+
+func (m *mover) get(mig *vmv1.VirtualMachineMigration) *vmv1.VirtualMachineMigration {
+	m.t.Helper()
+	got := &vmv1.VirtualMachineMigration{}
+	if err := kube.Get(m.ctx, client.ObjectKeyFromObject(mig), got); err != nil {
+		m.t.Fatal(err)
+	}
+	return got
+}
+
+// ended waits for the migration to end in phase, with the Completed condition's reason.
+func (m *mover) ended(mig *vmv1.VirtualMachineMigration, phase vmv1.MigrationPhase, reason string, timeout time.Duration) *vmv1.VirtualMachineMigration {
+	m.t.Helper()
+	var got *vmv1.VirtualMachineMigration
+	eventually(m.t, fmt.Sprintf("migration %s %s (%s)", mig.Name, phase, reason), timeout, func() error {
+		got = m.get(mig)
+		c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionCompleted)
+		if got.Status.Phase == vmv1.MigrationSucceeded || got.Status.Phase == vmv1.MigrationFailed {
+			if got.Status.Phase != phase || c == nil || c.Reason != reason {
+				m.t.Fatalf("migration %s ended %s, want %s (%s): %+v", mig.Name, got.Status.Phase, phase, reason, got.Status)
+			}
+			return nil
+		}
+		return fmt.Errorf("phase %s", got.Status.Phase)
+	})
+	return got
+}
+
+// running waits until the migration streams (phase Running, bytes moving).
+func (m *mover) running(mig *vmv1.VirtualMachineMigration) *vmv1.VirtualMachineMigration {
+	m.t.Helper()
+	var got *vmv1.VirtualMachineMigration
+	eventually(m.t, "migration "+mig.Name+" streaming", 3*time.Minute, func() error {
+		got = m.get(mig)
+		if got.Status.Phase != vmv1.MigrationRunning || got.Status.TransferredBytes == 0 {
+			return fmt.Errorf("phase %s, %d bytes", got.Status.Phase, got.Status.TransferredBytes)
+		}
+		return nil
+	})
+	return got
+}
+
+// runnerPods are the VM's runner pods that are not being deleted.
+func (m *mover) runnerPods() []corev1.Pod {
+	pods := &corev1.PodList{}
+	if err := kube.List(m.ctx, pods, client.InNamespace(m.ns), client.MatchingLabels{"app": m.name}); err != nil {
+		m.t.Fatal(err)
+	}
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+// oneGuest waits until exactly one runner pod of the VM is left, the one the VM's status names,
+// Running on node, with the same guest (its heartbeat beyond beat, never restarted at 1).
+func (m *mover) oneGuest(node string, beat int) *vmv1.VirtualMachine {
+	m.t.Helper()
+	var vm *vmv1.VirtualMachine
+	eventually(m.t, "one guest, on "+node, 3*time.Minute, func() error {
+		vm = m.vm()
+		pods := m.runnerPods()
+		if len(pods) != 1 || pods[0].Name != vm.Status.PodName {
+			names := []string{}
+			for _, p := range pods {
+				names = append(names, p.Name+"@"+p.Spec.NodeName)
+			}
+			return fmt.Errorf("runner pods %v, status names %s", names, vm.Status.PodName)
+		}
+		if vm.Status.Phase != vmv1.PhaseRunning || vm.Status.Node != node || pods[0].Spec.NodeName != node {
+			return fmt.Errorf("VM %s on %q, pod on %q", vm.Status.Phase, vm.Status.Node, pods[0].Spec.NodeName)
+		}
+		first, last := beats(podLogs(m.ns, vm.Status.PodName))
+		if last <= beat {
+			return fmt.Errorf("heartbeat %d on %s, not beyond %d", last, vm.Status.PodName, beat)
+		}
+		if first == 1 && beat > 0 {
+			m.t.Fatalf("the guest on %s counts from 1 again: it rebooted", vm.Status.PodName)
+		}
+		return nil
+	})
+	return vm
+}
+
+// beat is the guest's current heartbeat, read from its runner's console.
+func (m *mover) beat() int {
+	m.t.Helper()
+	_, last := beats(podLogs(m.ns, m.vm().Status.PodName))
+	if last == 0 {
+		m.t.Fatalf("no heartbeat on %s's console", m.name)
+	}
+	return last
+}
+
+// killQEMU kills the hypervisor in a pod (either node's: both run on this machine).
+func (m *mover) killQEMU(pod string) {
+	m.t.Helper()
+	p := &corev1.Pod{}
+	if err := kube.Get(m.ctx, types.NamespacedName{Namespace: m.ns, Name: pod}, p); err != nil {
+		m.t.Fatal(err)
+	}
+	pid := findProcess(podProcesses(p.UID), "qemu-system")
+	if pid == 0 {
+		m.t.Fatalf("no QEMU in pod %s", pod)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// poller is a pod on node that fetches the VM's Service every 200 ms, logging ok or fail.
+func (m *mover) poller(node, svcIP string) string {
+	m.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: "poller"},
+		Spec: corev1.PodSpec{NodeSelector: onNode(node), Containers: []corev1.Container{{Name: "poll", Image: "localhost/virtpod/toolbox:dev",
+			Command: []string{"sh", "-c", fmt.Sprintf(`i=0; while :; do i=$((i+1))
+if printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 1 %s 80 | grep -q "virtpod guest"; then echo "ok $i"; else echo "fail $i"; fi; usleep 200000; done`, svcIP)}}}},
+	}
+	if err := kube.Create(m.ctx, p); err != nil {
+		m.t.Fatal(err)
+	}
+	eventually(m.t, "poller reaching the guest", 2*time.Minute, func() error {
+		return contains(podLogs(m.ns, "poller"), "ok ")
+	})
+	return p.Name
+}
+
+// pollFailures counts the poller's failed fetches after its line from.
+func pollFailures(log string, from int) (fails, oks int) {
+	for _, l := range strings.Split(log, "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		if n, _ := strconv.Atoi(f[1]); n <= from {
+			continue
+		}
+		switch f[0] {
+		case "ok":
+			oks++
+		case "fail":
+			fails++
+		}
+	}
+	return fails, oks
+}
+
+func lastPoll(log string) int {
+	f := strings.Fields(tail(log, 1))
+	if len(f) != 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// TestLiveMigration: one guest with a Masquerade network, booted once on the first node, moves
+// to a second node while a pod on the first fetches its page through a Service; its heartbeat
+// goes on without restarting (no reboot) and the VM's status names the new node. Then each
+// failure a migration can meet — deleted mid-way, no node for the target, the target's QEMU
+// killed, the source's QEMU killed — ends the migration Failed with its reason and exactly one
+// guest running; `kubectl drain` moves the VM instead of killing it; deleting the VM mid-way ends
+// the migration Failed with nothing left.
+func TestLiveMigration(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	vm := newVM(ns, "mover")
+	vm.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
+	vm.Spec.EvictionStrategy = vmv1.EvictionLiveMigrate
+	vm.Spec.Guest.KernelArgs = "virtpod.heartbeat"
+	if err := kube.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	node1 := waitRunning(t, ns, "mover", 0).Status.Node
+	node2 := secondNode(t)
+	m := &mover{t: t, ctx: ctx, ns: ns, name: "mover"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := run("-n", ns, "get", "vm,vmmig,pods,pdb", "-o", "wide")
+			agents, _ := run("-n", "virtpod-system", "logs", "-l", "app.kubernetes.io/name=virtpod-agent", "--tail=40", "--prefix")
+			ctrl, _ := run("-n", "virtpod-system", "logs", "deploy/virtpod-controller", "--tail=60")
+			t.Logf("at failure:\n%s\nagents:\n%s\ncontroller:\n%s", out, agents, ctrl)
+		}
+	})
+	eventually(t, "guest heartbeat", 2*time.Minute, func() error { return contains(podLogs(ns, m.vm().Status.PodName), "VIRTPOD-HB ") })
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mover"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "mover"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+	}
+	if err := kube.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	poller := m.poller(node1, svc.Spec.ClusterIP)
+
+	// 1. node 1 → node 2, while the poller fetches.
+	from, beat := lastPoll(podLogs(ns, poller)), m.beat()
+	mig := m.ended(m.start("", 0), vmv1.MigrationSucceeded, vmv1.ReasonSucceeded, 5*time.Minute)
+	if mig.Status.SourceNode != node1 || mig.Status.TargetNode != node2 || mig.Status.TransferredBytes <= 0 || mig.Status.StartTime == nil || mig.Status.CompletionTime == nil {
+		t.Errorf("migration status: %+v", mig.Status)
+	}
+	moved := m.oneGuest(node2, beat)
+	if moved.Status.PodName != mig.Status.TargetPod || moved.Status.RestartCount != 0 {
+		t.Errorf("VM status after the move: %+v", moved.Status)
+	}
+	if strings.Contains(podLogs(ns, moved.Status.PodName), marker) {
+		t.Errorf("the target's console shows the guest's boot marker: it booted again")
+	}
+	eventually(t, "poller fetching from the moved guest", time.Minute, func() error {
+		if _, oks := pollFailures(podLogs(ns, poller), from); oks < 5 {
+			return fmt.Errorf("%d fetches since the move began", oks)
+		}
+		return nil
+	})
+	fails, oks := pollFailures(podLogs(ns, poller), from)
+	t.Logf("moved %s → %s: %d bytes, downtime %d ms; poller %d ok, %d failed", node1, node2, mig.Status.TransferredBytes, mig.Status.DowntimeMs, oks, fails)
+	if fails > 5 {
+		t.Errorf("the poller failed %d times (of %d) across the move", fails, fails+oks)
+	}
+
+	// 2. Deleted mid-way: the target goes, the guest stays where it was.
+	beat = m.beat()
+	mig = m.running(m.start("", 1))
+	if err := kube.Delete(ctx, mig); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "migration "+mig.Name+" gone", 2*time.Minute, func() error {
+		err := kube.Get(ctx, client.ObjectKeyFromObject(mig), mig)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v %s", err, mig.Status.Phase)
+	})
+	m.oneGuest(node2, beat)
+
+	// 3. No node for the target: node 1 cordoned, node 2 is the source's.
+	if out, err := run("cordon", node1); err != nil {
+		t.Fatalf("cordon: %v\n%s", err, out)
+	}
+	mig = m.ended(m.start("", 0), vmv1.MigrationFailed, vmv1.ReasonTargetUnschedulable, 3*time.Minute)
+	if out, err := run("uncordon", node1); err != nil {
+		t.Fatalf("uncordon: %v\n%s", err, out)
+	}
+	t.Logf("unschedulable: %s", meta.FindStatusCondition(mig.Status.Conditions, vmv1.ConditionCompleted).Message)
+	m.oneGuest(node2, beat)
+
+	// 4. The target's QEMU killed mid-stream: the guest goes on at the source.
+	beat = m.beat()
+	mig = m.running(m.start("", 1))
+	m.killQEMU(mig.Status.TargetPod)
+	mig = m.ended(mig, vmv1.MigrationFailed, vmv1.ReasonTargetFailed, 3*time.Minute)
+	t.Logf("target killed: %s", meta.FindStatusCondition(mig.Status.Conditions, vmv1.ConditionCompleted).Message)
+	m.oneGuest(node2, beat)
+
+	// 5. kubectl drain of node 2 moves the guest back to node 1 (its budget holds the
+	// eviction until the move is done).
+	beat = m.beat()
+	if out, err := run("drain", node2, "--ignore-daemonsets", "--delete-emptydir-data", "--pod-selector=app=mover", "--timeout=4m"); err != nil {
+		t.Fatalf("drain: %v\n%s", err, out)
+	}
+	if out, err := run("uncordon", node2); err != nil {
+		t.Fatalf("uncordon: %v\n%s", err, out)
+	}
+	m.oneGuest(node1, beat)
+
+	// 6. The source's QEMU killed mid-stream: the migration fails, and runStrategy (Always)
+	// restarts the guest: one guest, booted again.
+	mig = m.running(m.start("", 1))
+	src := m.vm().Status.PodName
+	m.killQEMU(src)
+	mig = m.ended(mig, vmv1.MigrationFailed, vmv1.ReasonSourceFailed, 3*time.Minute)
+	t.Logf("source killed: %s", meta.FindStatusCondition(mig.Status.Conditions, vmv1.ConditionCompleted).Message)
+	restarted := waitRunning(t, ns, "mover", 1)
+	m.oneGuest(restarted.Status.Node, 0)
+
+	// 7. The VM deleted mid-way: the migration fails, no runner pod is left.
+	mig = m.running(m.start("", 1))
+	if err := kube.Delete(ctx, m.vm()); err != nil {
+		t.Fatal(err)
+	}
+	m.ended(mig, vmv1.MigrationFailed, vmv1.ReasonVMDeleted, 3*time.Minute)
+	eventually(t, "no runner pod left", 2*time.Minute, func() error {
+		if n := len(m.runnerPods()); n > 0 {
+			return fmt.Errorf("%d runner pods", n)
+		}
+		return nil
+	})
+}
