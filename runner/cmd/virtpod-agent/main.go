@@ -94,7 +94,7 @@ func newCommand() *cobra.Command {
 	root.Flags().DurationVar(&o.interval, "interval", 30*time.Second, "how often to probe and write the heartbeat")
 	root.Flags().BoolVar(&o.resize, "resize", true, "carry out live resizes of the runner pods on this node (the controller's desired sizes) through their control sockets")
 	root.Flags().StringVar(&o.controlDir, "control-dir", vmv1.HostControlDir, "where this container sees the node's runner control directories (devices.virtpod.io/control)")
-	root.Flags().StringVar(&o.podResources, "pod-resources-socket", resizeagent.DefaultPodResourcesSocket, "the kubelet's pod-resources socket: which control device is which pod's")
+	root.Flags().StringVar(&o.podResources, "pod-resources-socket", podcontrol.DefaultPodResourcesSocket, "the kubelet's pod-resources socket: which control device is which pod's")
 
 	var po pluginOptions
 	dp := &cobra.Command{
