@@ -58,16 +58,16 @@ type Executor struct {
 	Poll   time.Duration
 	Report time.Duration
 
-	cred      *Credentials
-	receiver  string // PodIP:port, as written on target pods
-	pods      listerscorev1.PodLister
-	byUID     cache.Indexer
-	q         workqueue.TypedRateLimitingInterface[string]
-	mu        sync.Mutex
-	sessions  map[types.UID]*session // source pods whose migration this agent carries out
-	finished  map[types.UID]string   // source pod → the migrate-to of its last session here
-	resumed   map[types.UID]bool     // source pods whose resume was handled
-	receiving map[types.UID]bool     // target pods taking a stream now
+	cred     *Credentials
+	receiver string // PodIP:port, as written on target pods
+	pods     listerscorev1.PodLister
+	byUID    cache.Indexer
+	q        workqueue.TypedRateLimitingInterface[string]
+	mu       sync.Mutex
+	sessions map[types.UID]*session // source pods whose migration this agent carries out
+	finished map[types.UID]string   // source pod → the migrate-to of its last session here
+	resumed  map[types.UID]bool     // source pods whose resume was handled
+	received map[types.UID]bool     // target pods that took a stream
 }
 
 const uidIndex = "uid"
@@ -89,7 +89,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	if e.Report <= 0 {
 		e.Report = 2 * time.Second
 	}
-	e.sessions, e.finished, e.resumed, e.receiving = map[types.UID]*session{}, map[types.UID]string{}, map[types.UID]bool{}, map[types.UID]bool{}
+	e.sessions, e.finished, e.resumed, e.received = map[types.UID]*session{}, map[types.UID]string{}, map[types.UID]bool{}, map[types.UID]bool{}
 	cred, err := EnsureSecret(ctx, e.Client, e.Namespace)
 	if err != nil {
 		return err

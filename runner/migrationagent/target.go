@@ -82,11 +82,6 @@ func (e *Executor) receive(ctx context.Context, conn *tls.Conn) {
 		conn.Close()
 		return
 	}
-	defer func() {
-		e.mu.Lock()
-		delete(e.receiving, pod.UID)
-		e.mu.Unlock()
-	}()
 	if _, err := io.WriteString(conn, answerOK+"\n"); err != nil {
 		in.Close()
 		conn.Close()
@@ -127,12 +122,13 @@ func (e *Executor) accept(ctx context.Context, r *bufio.Reader) (header, *corev1
 	case pod.DeletionTimestamp != nil:
 		return h, nil, nil, fmt.Errorf("pod %s is being deleted", name)
 	}
+	// One stream per target, ever: its QEMU takes one incoming migration.
 	e.mu.Lock()
-	busy := e.receiving[pod.UID]
-	e.receiving[pod.UID] = true
+	taken := e.received[pod.UID]
+	e.received[pod.UID] = true
 	e.mu.Unlock()
-	if busy {
-		return h, nil, nil, fmt.Errorf("pod %s already takes a stream", name)
+	if taken {
+		return h, nil, nil, fmt.Errorf("pod %s already took a stream", name)
 	}
 	in, err := func() (net.Conn, error) {
 		dir, err := podcontrol.Dir(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
@@ -143,7 +139,7 @@ func (e *Executor) accept(ctx context.Context, r *bufio.Reader) (header, *corev1
 	}()
 	if err != nil {
 		e.mu.Lock()
-		delete(e.receiving, pod.UID)
+		delete(e.received, pod.UID)
 		e.mu.Unlock()
 		return h, nil, nil, fmt.Errorf("the target runner of pod %s does not listen: %w", name, err)
 	}
