@@ -17,6 +17,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
 // reportEvery is the agents' Report in these tests; they poll every 50 ms.
@@ -140,32 +141,47 @@ func TestMigrationStream(t *testing.T) {
 }
 
 // TestAgentRestartMidMigration: a source agent stopped mid-stream breaks it; the next agent
-// asks the runner before anything, does not start the send again, and reports its failure.
+// asks the runner before anything, does not start the send again, and reports its failure,
+// whether it finds the runner still sending or already failed.
 func TestAgentRestartMidMigration(t *testing.T) {
-	a, b := newNode(t, "mig-c"), newNode(t, "mig-d")
-	b.start(t)
-	source, target, runner, q, receiver := migrationPair(t, a, b, 256<<20, 50*time.Millisecond)
-	_, stop := a.start(t)
-	annotate(t, source, map[string]any{vmv1.AnnotationMigrateTo: receiver + "/" + string(target.UID)})
-	annotation(t, source, vmv1.AnnotationMigrationState, 20*time.Second, func(v string) error {
-		var st controlapi.MigrationStatus
-		if json.Unmarshal([]byte(v), &st) != nil || st.State != controlapi.MigrationActive || st.TransferredBytes == 0 {
-			return fmt.Errorf("state %q", v)
-		}
-		return nil
-	})
-	stop()
-	a.start(t)
-	st := stateIs(t, source, controlapi.MigrationFailed, 30*time.Second)
-	if !strings.Contains(st.Error, "Unable to write to socket") {
-		t.Errorf("failure %q, want the runner's", st.Error)
-	}
-	if puts, _ := runner.counts(); puts != 1 {
-		t.Errorf("runner got %d PUTs, want 1 (the restarted agent must not start over)", puts)
-	}
-	<-q.done
-	if q.n >= 256<<20 {
-		t.Errorf("the target got the whole stream (%d bytes) from an agent that stopped", q.n)
+	for i, afterFailure := range []bool{false, true} {
+		t.Run(fmt.Sprintf("runner failed first: %v", afterFailure), func(t *testing.T) {
+			a, b := newNode(t, fmt.Sprintf("mig-c%d", i)), newNode(t, fmt.Sprintf("mig-d%d", i))
+			b.start(t)
+			source, target, runner, q, receiver := migrationPair(t, a, b, 256<<20, 50*time.Millisecond)
+			_, stop := a.start(t)
+			annotate(t, source, map[string]any{vmv1.AnnotationMigrateTo: receiver + "/" + string(target.UID)})
+			annotation(t, source, vmv1.AnnotationMigrationState, 20*time.Second, func(v string) error {
+				var st controlapi.MigrationStatus
+				if json.Unmarshal([]byte(v), &st) != nil || st.State != controlapi.MigrationActive || st.TransferredBytes == 0 {
+					return fmt.Errorf("state %q", v)
+				}
+				return nil
+			})
+			stop()
+			if afterFailure {
+				kubeapi.Eventually(t, "the runner's send failed", 10*time.Second, func() error {
+					runner.mu.Lock()
+					defer runner.mu.Unlock()
+					if runner.st.State != controlapi.MigrationFailed {
+						return fmt.Errorf("runner state %s", runner.st.State)
+					}
+					return nil
+				})
+			}
+			a.start(t)
+			st := stateIs(t, source, controlapi.MigrationFailed, 30*time.Second)
+			if !strings.Contains(st.Error, "Unable to write to socket") {
+				t.Errorf("failure %q, want the runner's", st.Error)
+			}
+			if puts, _ := runner.counts(); puts != 1 {
+				t.Errorf("runner got %d PUTs, want 1 (the restarted agent must not start over)", puts)
+			}
+			<-q.done
+			if q.n >= 256<<20 {
+				t.Errorf("the target got the whole stream (%d bytes) from an agent that stopped", q.n)
+			}
+		})
 	}
 }
 
