@@ -39,8 +39,8 @@ vet: ## gofmt, go vet and a go.mod tidiness check.
 ENVTEST_ENV := KUBEBUILDER_ASSETS= TEST_ASSET_KUBE_APISERVER=$(K8S_BIN)/kube-apiserver TEST_ASSET_ETCD=$(ETCD_BIN)/etcd
 
 .PHONY: test-controller
-test-controller: control-plane ## Controller, API and node-agent resize tests against a real kube-apiserver and etcd.
-	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/podspec/... ./pkg/runnerconfig/... ./runner/resizeagent/...
+test-controller: control-plane ## Controller, API and node-agent resize and migration tests against a real kube-apiserver and etcd.
+	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/podspec/... ./pkg/runnerconfig/... ./runner/resizeagent/... ./runner/migrationagent/...
 
 .PHONY: test
 test: verify-generated vet control-plane k8s-binaries capi guest-fixture debian-guest test-images ## Everything CI runs: every package, a real API server, real guests, the local cluster.

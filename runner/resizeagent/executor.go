@@ -29,6 +29,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
 // Executor carries out the resizes of the runner pods on one node.
@@ -125,12 +126,12 @@ func (e *Executor) converge(ctx context.Context, pod *corev1.Pod) error {
 	if grows(have, want, reported) && !kubeletDone(pod) {
 		return nil // the kubelet's status update brings the pod back
 	}
-	id, err := controlDevice(ctx, e.PodResources, pod.Namespace, pod.Name)
+	dir, err := podcontrol.Dir(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
 	if err != nil {
 		return e.report(ctx, pod, Size{}, false, err)
 	}
-	socket := filepath.Join(e.ControlDir, id, vmv1.ControlSocketName)
-	e.Log.Info("resizing guest", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Any("want", want), zap.String("device", id))
+	socket := filepath.Join(dir, vmv1.ControlSocketName)
+	e.Log.Info("resizing guest", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Any("want", want), zap.String("control", dir))
 	got, known, err := putSize(ctx, socket, want, e.Timeout)
 	return e.report(ctx, pod, got, known, err)
 }

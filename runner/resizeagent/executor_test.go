@@ -14,15 +14,14 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -30,40 +29,9 @@ var env *kubeapi.Env
 
 func TestMain(m *testing.M) { kubeapi.Main(m, &env) }
 
-// fakeKubelet serves the kubelet's pod-resources List from a map of pod → control device, on
-// a real gRPC unix socket.
-type fakeKubelet struct {
-	podresourcesv1.UnimplementedPodResourcesListerServer
-	mu      sync.Mutex
-	devices map[string]string // namespace/name → device id
-}
-
-func (k *fakeKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	resp := &podresourcesv1.ListPodResourcesResponse{}
-	for key, id := range k.devices {
-		ns, name, _ := strings.Cut(key, "/")
-		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{Namespace: ns, Name: name,
-			Containers: []*podresourcesv1.ContainerResources{{Name: podspec.RunnerContainer, Devices: []*podresourcesv1.ContainerDevices{
-				{ResourceName: string(vmv1.ResourceKVM), DeviceIds: []string{"kvm3"}},
-				{ResourceName: string(vmv1.ResourceControl), DeviceIds: []string{id}},
-			}}}})
-	}
-	return resp, nil
-}
-
 func startKubelet(t *testing.T, devices map[string]string) string {
 	t.Helper()
-	sock := filepath.Join(shortDir(t), "kubelet.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(srv, &fakeKubelet{devices: devices})
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
+	_, sock := podcontroltest.Start(t, devices)
 	return sock
 }
 

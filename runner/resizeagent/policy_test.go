@@ -93,16 +93,18 @@ func agentClient(t *testing.T, node string) (kubernetes.Interface, *authenticati
 	return agent, &review.Status.UserInfo
 }
 
-// TestAgentPolicy: the agent's own token carries its node, and with config/agent's role and
-// config/admission's policy it may report on the pods of its node and do nothing else.
+// TestAgentPolicy: the agent's own token carries its node, and with config/agent's roles and
+// config/admission's policy it may report on the pods of its node, take part in their
+// migrations (receiver on targets, state on sources), keep the agents' one Secret, and do
+// nothing else.
 func TestAgentPolicy(t *testing.T) {
 	ctx := context.Background()
 	agent, who := agentClient(t, "node-p")
 	if got := who.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != "node-p" {
 		t.Fatalf("the agent's pod-bound token carries node %v (user %+v); the policy needs it", got, who)
 	}
-	installYAML(t, &rbacv1.ClusterRole{})("config/agent/role.yaml")
-	installYAML(t, &rbacv1.ClusterRoleBinding{})("config/agent/role_binding.yaml")
+	installYAML(t, &rbacv1.ClusterRole{}, &rbacv1.Role{})("config/agent/role.yaml")
+	installYAML(t, &rbacv1.ClusterRoleBinding{}, &rbacv1.RoleBinding{})("config/agent/role_binding.yaml")
 	installYAML(t, &admissionv1.ValidatingAdmissionPolicy{}, &admissionv1.ValidatingAdmissionPolicyBinding{})("config/admission/agent-pods-policy.yaml")
 
 	ns := namespace(t)
@@ -146,9 +148,62 @@ func TestAgentPolicy(t *testing.T) {
 			t.Errorf("the agent changed %s: %v", what, err)
 		}
 	}
+
+	// Live migration: the receiver on its node's targets, the state on its node's other pods.
+	target := runnerPodOn(t, ns, "mine-m1", "node-p")
+	farTarget := runnerPodOn(t, ns, "theirs-m1", "node-q")
+	for _, p := range []*corev1.Pod{target, farTarget} {
+		if err := env.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+vmv1.LabelMigrationRole+`":"target"}}}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := patch(target, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440")); err != nil {
+		t.Errorf("the agent could not write the receiver of its node's target: %v", err)
+	}
+	if err := patch(mine, annotations(vmv1.AnnotationMigrationState, `{"role":"source","state":"active"}`)); err != nil {
+		t.Errorf("the agent could not write the migration state of its node's source: %v", err)
+	}
+	for what, c := range map[string]struct {
+		pod  *corev1.Pod
+		body map[string]any
+		want string
+	}{
+		"the receiver of a source":     {mine, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440"), "migration-state (on a pod that is not a migration target)"},
+		"the state of a target":        {target, annotations(vmv1.AnnotationMigrationState, `{"state":"completed"}`), "migration-receiver (on a migration target)"},
+		"migrate-to":                   {mine, annotations(vmv1.AnnotationMigrateTo, "10.1.0.7:9440/x"), "may change only the annotations"},
+		"the migration":                {target, annotations(vmv1.AnnotationMigration, "other"), "may change only the annotations"},
+		"resume":                       {mine, annotations(vmv1.AnnotationMigrationResume, "true"), "may change only the annotations"},
+		"the role label":               {target, map[string]any{"metadata": map[string]any{"labels": map[string]any{vmv1.LabelMigrationRole: nil}}}, "not their spec, labels"},
+		"the receiver on another node": {farTarget, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440"), "only pods on its own node"},
+	} {
+		if err := patch(c.pod, c.body); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("the agent changed %s: %v", what, err)
+		}
+	}
+
+	// Its Secret, and no other.
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "virtpod-migration-tls"}, StringData: map[string]string{"ca.crt": "x"}}
+	if _, err := agent.CoreV1().Secrets("virtpod-system").Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Errorf("the agent could not create its Secret: %v", err)
+	}
+	if _, err := agent.CoreV1().Secrets("virtpod-system").Get(ctx, "virtpod-migration-tls", metav1.GetOptions{}); err != nil {
+		t.Errorf("the agent could not read its Secret: %v", err)
+	}
+	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "virtpod-system", Name: "someone-else"}}
+	if err := env.Client.Create(ctx, other); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	_, getOther := agent.CoreV1().Secrets("virtpod-system").Get(ctx, "someone-else", metav1.GetOptions{})
+	_, list := agent.CoreV1().Secrets("virtpod-system").List(ctx, metav1.ListOptions{})
+	_, elsewhere := agent.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{})
+	_, getElsewhere := agent.CoreV1().Secrets(ns).Get(ctx, "virtpod-migration-tls", metav1.GetOptions{})
 	for verb, err := range map[string]error{
-		"delete": agent.CoreV1().Pods(ns).Delete(ctx, mine.Name, metav1.DeleteOptions{}),
-		"exec":   agent.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(mine.Name).SubResource("exec").Do(ctx).Error(),
+		"get another Secret":              getOther,
+		"list Secrets":                    list,
+		"create a Secret elsewhere":       elsewhere,
+		"get its Secret's name elsewhere": getElsewhere,
+		"delete":                          agent.CoreV1().Pods(ns).Delete(ctx, mine.Name, metav1.DeleteOptions{}),
+		"exec":                            agent.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(mine.Name).SubResource("exec").Do(ctx).Error(),
 	} {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("the agent's %s was not forbidden: %v", verb, err)

@@ -2,7 +2,8 @@
 // probes exactly the binaries the runner will use. Every --interval it probes the node and
 // keeps the node's virtpod labels and its HypervisorNode up to date (runner/agent). It opens
 // /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe. It also carries out live
-// resizes of the node's runner pods (runner/resizeagent).
+// resizes of the node's runner pods (runner/resizeagent) and carries their live migrations'
+// streams to and from other nodes' agents (runner/migrationagent).
 // `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe,
 // devices.virtpod.io/kvm and devices.virtpod.io/control to the kubelet (runner/deviceplugin),
 // kvm healthy while runner/kvm reads KVM as usable from the node's HypervisorNode.
@@ -33,6 +34,8 @@ import (
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/deviceplugin"
 	"github.com/virtpod/virtpod/runner/kvm"
+	"github.com/virtpod/virtpod/runner/migrationagent"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/resizeagent"
 )
 
@@ -49,6 +52,12 @@ type options struct {
 	resize       bool
 	controlDir   string
 	podResources string
+	// Live migration (runner/migrationagent): the receiver's address, this pod's IP and
+	// namespace (its Secret's); migrate false turns it off.
+	migrate         bool
+	migrationListen string
+	podIP           string
+	namespace       string
 }
 
 type pluginOptions struct {
@@ -94,7 +103,11 @@ func newCommand() *cobra.Command {
 	root.Flags().DurationVar(&o.interval, "interval", 30*time.Second, "how often to probe and write the heartbeat")
 	root.Flags().BoolVar(&o.resize, "resize", true, "carry out live resizes of the runner pods on this node (the controller's desired sizes) through their control sockets")
 	root.Flags().StringVar(&o.controlDir, "control-dir", vmv1.HostControlDir, "where this container sees the node's runner control directories (devices.virtpod.io/control)")
-	root.Flags().StringVar(&o.podResources, "pod-resources-socket", resizeagent.DefaultPodResourcesSocket, "the kubelet's pod-resources socket: which control device is which pod's")
+	root.Flags().StringVar(&o.podResources, "pod-resources-socket", podcontrol.DefaultPodResourcesSocket, "the kubelet's pod-resources socket: which control device is which pod's")
+	root.Flags().BoolVar(&o.migrate, "migration", true, "carry live migrations' streams between this node's runner pods and other nodes' agents (mutual TLS)")
+	root.Flags().StringVar(&o.migrationListen, "migration-listen", fmt.Sprintf(":%d", migrationagent.DefaultPort), "where to take migration streams from other nodes' agents")
+	root.Flags().StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this agent pod's IP, where other agents send streams (env POD_IP, from the downward API's status.podIP)")
+	root.Flags().StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "virtpod-system"), "the agents' namespace, which holds Secret "+migrationagent.SecretName+" (env POD_NAMESPACE)")
 
 	var po pluginOptions
 	dp := &cobra.Command{
@@ -143,7 +156,8 @@ func run(o options) error {
 
 	o.probe.AgentVersion = version
 	log.Info("virtpod-agent started", zap.String("version", version), zap.Duration("interval", o.interval))
-	if o.resize {
+	fatal := make(chan error, 1)
+	if o.resize || o.migrate {
 		cfg, err := restConfig(o.kubeconfig)
 		if err != nil {
 			return err
@@ -152,16 +166,35 @@ func run(o options) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		ex := &resizeagent.Executor{Client: cs, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
-		go func() {
-			if err := ex.Run(ctx); err != nil {
-				log.Error("resize executor stopped", zap.Error(err))
-			}
-		}()
+		if o.resize {
+			ex := &resizeagent.Executor{Client: cs, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
+			go func() {
+				if err := ex.Run(ctx); err != nil {
+					log.Error("resize executor stopped", zap.Error(err))
+				}
+			}()
+		}
+		if o.migrate {
+			mx := &migrationagent.Executor{Client: cs, Node: o.nodeName, Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen,
+				ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("migration")}
+			// Without it no VM can leave or reach this node: the agent stops, and its pod
+			// restarts, rather than run on half-able.
+			go func() {
+				if err := mx.Run(ctx); err != nil {
+					fatal <- fmt.Errorf("live migration: %w", err)
+					stop()
+				}
+			}()
+		}
 	}
 	// The device plugin runs apart (virtpod-agent device-plugin) and follows the HypervisorNode.
 	agent.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return agent.Probe(ctx, o.probe) },
 		&agent.Publisher{Client: kube, Node: o.nodeName}, log)
+	select {
+	case err := <-fatal:
+		return err
+	default:
+	}
 	log.Info("virtpod-agent stopped")
 	return nil
 }
@@ -250,6 +283,13 @@ func setup(o options) (*zap.Logger, client.Client, error) {
 	}
 
 	return log, kube, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

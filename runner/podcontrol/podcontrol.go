@@ -1,8 +1,13 @@
-package resizeagent
+// Package podcontrol finds a runner pod's control directory on the node: which
+// devices.virtpod.io/control device the kubelet gave the pod's runner container, and so where its
+// control socket (and, for live migration, its migration sockets) are. The node agent's live
+// resize and live migration both use it.
+package podcontrol
 
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -16,10 +21,10 @@ import (
 // DefaultPodResourcesSocket is the kubelet's pod-resources socket.
 const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
-// controlDevice asks the kubelet which devices.virtpod.io/control device it gave the runner
-// container of pod namespace/name: the kubelet, not the pod, says which socket is whose, so a
-// pod cannot point the agent at another VM's runner.
-func controlDevice(ctx context.Context, socket, namespace, name string) (string, error) {
+// Device asks the kubelet which devices.virtpod.io/control device it gave the runner container
+// of pod namespace/name: the kubelet, not the pod, says which socket is whose, so a pod cannot
+// point the agent at another VM's runner.
+func Device(ctx context.Context, socket, namespace, name string) (string, error) {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return "", err
@@ -45,7 +50,17 @@ func controlDevice(ctx context.Context, socket, namespace, name string) (string,
 				}
 			}
 		}
-		return "", fmt.Errorf("the kubelet gave pod %s/%s no %s device (a runner pod made before live resize: it resizes after its next start)", namespace, name, vmv1.ResourceControl)
+		return "", fmt.Errorf("the kubelet gave pod %s/%s no %s device (a runner pod made before the control channel: it has one after its next start)", namespace, name, vmv1.ResourceControl)
 	}
 	return "", fmt.Errorf("the kubelet does not list pod %s/%s", namespace, name)
+}
+
+// Dir is the control directory of pod namespace/name's runner as the agent sees it: the
+// device's directory under controlDir (where the agent mounts vmv1.HostControlDir).
+func Dir(ctx context.Context, podResources, controlDir, namespace, name string) (string, error) {
+	id, err := Device(ctx, podResources, namespace, name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(controlDir, id), nil
 }

@@ -1,0 +1,191 @@
+// Package migrationagent is the node agent's part of a live migration (docs/api.md, Live
+// migration): it carries QEMU's migration stream from the source runner's unix socket on one
+// node to the target runner's on another, between the two nodes' agents over mutual TLS, so
+// neither QMP nor the stream is ever on an open port of a VM's pod. On the target's node it says
+// where to send the stream (the pod's migration-receiver annotation) once the target QEMU
+// listens, and takes the stream in; on the source's node it asks the runner to send, relays the
+// stream and writes the runner's progress into the pod's migration-state annotation. The
+// migration controller decides everything; the agent keeps no state that a restart could lose
+// except which streams it relays, and those break with it anyway.
+package migrationagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// DefaultPort is where agents take migration streams.
+const DefaultPort = 9440
+
+// Executor carries out the migrations of the runner pods on one node, both ways.
+type Executor struct {
+	Client kubernetes.Interface
+	Node   string
+	// Namespace is the agents' own, where their Secret is.
+	Namespace string
+	// PodIP is the agent pod's address (the downward API's status.podIP): other nodes' agents
+	// send streams there. Listen is the receiver's address (default ":9440").
+	PodIP  string
+	Listen string
+	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
+	// kubelet's pod-resources socket.
+	ControlDir   string
+	PodResources string
+	Log          *zap.Logger
+
+	// Poll is how often an active migration's progress is read (default 500 ms); Report the
+	// longest gap between two writes of it to the pod while active (default 2 s).
+	Poll   time.Duration
+	Report time.Duration
+
+	cred     *Credentials
+	receiver string // PodIP:port, as written on target pods
+	pods     listerscorev1.PodLister
+	byUID    cache.Indexer
+	q        workqueue.TypedRateLimitingInterface[string]
+	mu       sync.Mutex
+	sessions map[types.UID]*session // source pods whose migration this agent carries out
+	finished map[types.UID]string   // source pod → the migrate-to of its last session here
+	resumed  map[types.UID]bool     // source pods whose resume was handled
+	received map[types.UID]bool     // target pods that took a stream
+}
+
+const uidIndex = "uid"
+
+// Run takes streams and follows the node's runner pods until ctx ends.
+func (e *Executor) Run(ctx context.Context) error {
+	if e.Node == "" || e.PodIP == "" || e.Namespace == "" {
+		return errors.New("migration executor: node name, pod IP and namespace are needed (env NODE_NAME, POD_IP, POD_NAMESPACE from the downward API)")
+	}
+	if e.Listen == "" {
+		e.Listen = ":" + strconv.Itoa(DefaultPort)
+	}
+	if e.Log == nil {
+		e.Log = zap.NewNop()
+	}
+	if e.Poll <= 0 {
+		e.Poll = 500 * time.Millisecond
+	}
+	if e.Report <= 0 {
+		e.Report = 2 * time.Second
+	}
+	e.sessions, e.finished, e.resumed, e.received = map[types.UID]*session{}, map[types.UID]string{}, map[types.UID]bool{}, map[types.UID]bool{}
+	cred, err := EnsureSecret(ctx, e.Client, e.Namespace)
+	if err != nil {
+		return err
+	}
+	e.cred = cred
+	l, err := net.Listen("tcp", e.Listen)
+	if err != nil {
+		return fmt.Errorf("migration receiver on %s: %w", e.Listen, err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	e.receiver = net.JoinHostPort(e.PodIP, port)
+
+	f := informers.NewSharedInformerFactoryWithOptions(e.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.Node).String()
+		o.LabelSelector = podspec.LabelManagedBy + "=" + podspec.ManagedBy
+	}))
+	pods := f.Core().V1().Pods()
+	if err := pods.Informer().AddIndexers(cache.Indexers{uidIndex: func(o any) ([]string, error) {
+		return []string{string(o.(*corev1.Pod).UID)}, nil
+	}}); err != nil {
+		return err
+	}
+	e.pods, e.byUID = pods.Lister(), pods.Informer().GetIndexer()
+	e.q = workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute))
+	enqueue := func(o any) {
+		if key, err := cache.MetaNamespaceKeyFunc(o); err == nil {
+			e.q.Add(key)
+		}
+	}
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) },
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+
+	var wg sync.WaitGroup
+	wg.Go(func() { e.serve(ctx, l) })
+	go func() { <-ctx.Done(); e.q.ShutDown(); l.Close() }()
+	e.Log.Info("migration executor started", zap.String("receiver", e.receiver))
+	for range workers {
+		wg.Go(func() {
+			for {
+				key, stop := e.q.Get()
+				if stop {
+					return
+				}
+				after, err := e.converge(ctx, key)
+				switch {
+				case err != nil && ctx.Err() == nil:
+					e.Log.Warn("migration step not done; retrying", zap.String("pod", key), zap.Error(err))
+					e.q.AddRateLimited(key)
+				case after > 0:
+					e.q.Forget(key)
+					e.q.AddAfter(key, after)
+				default:
+					e.q.Forget(key)
+				}
+				e.q.Done(key)
+			}
+		})
+	}
+	wg.Wait()
+	e.mu.Lock()
+	running := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		running = append(running, s)
+	}
+	e.mu.Unlock()
+	for _, s := range running {
+		<-s.done // their contexts ended with ctx
+	}
+	f.Shutdown()
+	return nil
+}
+
+// workers is how many pods of a node are looked at at once; streams run beside them.
+const workers = 2
+
+// converge does what the pod's labels and annotations ask of this node's agent now; after > 0
+// asks to look again then (a target QEMU not yet listening).
+func (e *Executor) converge(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	pod, err := e.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if pod.DeletionTimestamp != nil || pod.Spec.NodeName != e.Node {
+		return 0, nil
+	}
+	if pod.Labels[vmv1.LabelMigrationRole] == vmv1.MigrationRoleTarget {
+		return e.convergeTarget(ctx, pod)
+	}
+	return 0, e.convergeSource(ctx, pod)
+}

@@ -1,0 +1,117 @@
+package migrationagent
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// The stream between two agents: after the TLS handshake the sender writes one header line,
+// the receiver answers one line, "OK" or "ERROR <why>", and from then on the connection carries
+// QEMU's migration stream both ways unchanged.
+
+// header names the target pod and the migration the stream is for.
+type header struct {
+	PodUID    string `json:"podUID"`
+	Migration string `json:"migration"`
+}
+
+const (
+	maxLine          = 4 << 10
+	handshakeTimeout = 15 * time.Second
+	answerOK         = "OK"
+	answerError      = "ERROR "
+)
+
+// readLine reads one line of at most maxLine bytes, without its newline.
+func readLine(r *bufio.Reader) (string, error) {
+	b, err := r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return "", fmt.Errorf("a line longer than %d bytes", maxLine)
+	}
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// oneLine makes a message fit on the answer line.
+func oneLine(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "\n", " "), "\r", " ") }
+
+// dialReceiver opens a stream to the receiver at addr for target pod podUID and waits for its
+// OK. The returned reader holds what the receiver sent after it.
+func dialReceiver(ctx context.Context, cfg *tls.Config, addr string, h header) (net.Conn, *bufio.Reader, error) {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: handshakeTimeout}, Config: cfg}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to the target node's agent at %s: %w", addr, err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	line, _ := json.Marshal(h)
+	r := bufio.NewReaderSize(conn, maxLine)
+	answer, err := func() (string, error) {
+		if _, err := conn.Write(append(line, '\n')); err != nil {
+			return "", err
+		}
+		return readLine(r)
+	}()
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("the target node's agent at %s did not answer: %w", addr, err)
+	}
+	if answer != answerOK {
+		conn.Close()
+		return nil, nil, &refusedError{fmt.Sprintf("the target node's agent at %s refused the stream: %s", addr, strings.TrimPrefix(answer, answerError))}
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, r, nil
+}
+
+// pipe copies a's reads (ar: a, or a buffered reader over it) to b and b's (br) to a until
+// both directions end, passing each end on as a half-close, and closes both. A direction that
+// fails closes both at once, so the other end sees the break.
+func pipe(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) (sent int64, err error) {
+	type result struct {
+		n    int64
+		err  error
+		aToB bool
+	}
+	res := make(chan result, 2)
+	cp := func(dst net.Conn, src io.Reader, aToB bool) {
+		n, err := io.Copy(dst, src)
+		if err == nil {
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				err = cw.CloseWrite()
+			}
+		}
+		res <- result{n, err, aToB}
+	}
+	go cp(b, ar, true)
+	go cp(a, br, false)
+	for range 2 {
+		r := <-res
+		if r.aToB {
+			sent = r.n
+		}
+		if r.err != nil && err == nil {
+			err = r.err
+			a.Close()
+			b.Close()
+		}
+	}
+	a.Close()
+	b.Close()
+	return sent, err
+}
+
+// refusedError is the receiver's refusal: trying again gets the same answer.
+type refusedError struct{ msg string }
+
+func (r *refusedError) Error() string { return r.msg }

@@ -1,0 +1,147 @@
+package migrationagent
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/runner/podcontrol"
+)
+
+// waitListening is how often a target pod's control directory is looked at until its QEMU
+// listens: a file appearing makes no pod event. Only target pods still starting are looked at.
+const waitListening = time.Second
+
+// convergeTarget writes where to send the stream on a target pod once its QEMU listens.
+func (e *Executor) convergeTarget(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+	if pod.Annotations[vmv1.AnnotationMigration] == "" || pod.Annotations[vmv1.AnnotationMigrationReceiver] == e.receiver {
+		return 0, nil
+	}
+	if pod.Status.Phase != corev1.PodRunning {
+		return 0, nil // its status changing to Running is an event
+	}
+	dir, err := podcontrol.Dir(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+	if err != nil {
+		return 0, err
+	}
+	if fi, err := os.Stat(filepath.Join(dir, controlapi.MigrateInSocket)); err != nil || fi.Mode().Type() != os.ModeSocket {
+		return waitListening, nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{vmv1.AnnotationMigrationReceiver: e.receiver}}})
+	if _, err := e.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return 0, fmt.Errorf("writing the receiver on target pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	e.Log.Info("target listens", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("receiver", e.receiver))
+	return 0, nil
+}
+
+// serve takes streams until l is closed.
+func (e *Executor) serve(ctx context.Context, l net.Listener) {
+	cfg := e.cred.ServerConfig()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				e.Log.Error("migration receiver stopped", zap.Error(err))
+			}
+			return
+		}
+		go e.receive(ctx, tls.Server(c, cfg))
+	}
+}
+
+// receive checks one stream's TLS and header and relays it into the target pod's QEMU.
+func (e *Executor) receive(ctx context.Context, conn *tls.Conn) {
+	log := e.Log.With(zap.String("from", conn.RemoteAddr().String()))
+	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := conn.HandshakeContext(ctx); err != nil {
+		log.Warn("migration stream refused: TLS", zap.Error(err))
+		conn.Close()
+		return
+	}
+	r := bufio.NewReaderSize(conn, maxLine)
+	h, pod, in, err := e.accept(ctx, r)
+	if err != nil {
+		log.Warn("migration stream refused", zap.Error(err))
+		_, _ = io.WriteString(conn, answerError+oneLine(err.Error())+"\n")
+		conn.Close()
+		return
+	}
+	if _, err := io.WriteString(conn, answerOK+"\n"); err != nil {
+		in.Close()
+		conn.Close()
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	log = log.With(zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("migration", h.Migration))
+	log.Info("receiving migration stream")
+	start := time.Now()
+	n, err := pipe(conn, r, in, in)
+	log.Info("migration stream ended", zap.Int64("bytes", n), zap.Duration("took", time.Since(start)), zap.Error(err))
+}
+
+// accept reads the header and, when it names a target pod of this node waiting for that
+// migration, connects to the pod's QEMU.
+func (e *Executor) accept(ctx context.Context, r *bufio.Reader) (header, *corev1.Pod, net.Conn, error) {
+	var h header
+	line, err := readLine(r)
+	if err != nil {
+		return h, nil, nil, fmt.Errorf("reading the header: %w", err)
+	}
+	if err := json.Unmarshal([]byte(line), &h); err != nil || h.PodUID == "" || h.Migration == "" {
+		return h, nil, nil, fmt.Errorf("the header %q is not {\"podUID\":…,\"migration\":…}", truncate(line))
+	}
+	objs, err := e.byUID.ByIndex(uidIndex, h.PodUID)
+	if err != nil || len(objs) != 1 {
+		return h, nil, nil, fmt.Errorf("no runner pod with UID %s on node %s", h.PodUID, e.Node)
+	}
+	pod := objs[0].(*corev1.Pod)
+	name := pod.Namespace + "/" + pod.Name
+	switch {
+	case pod.Spec.NodeName != e.Node:
+		return h, nil, nil, fmt.Errorf("pod %s is not on node %s", name, e.Node)
+	case pod.Labels[vmv1.LabelMigrationRole] != vmv1.MigrationRoleTarget:
+		return h, nil, nil, fmt.Errorf("pod %s is not a migration target", name)
+	case pod.Annotations[vmv1.AnnotationMigration] != h.Migration:
+		return h, nil, nil, fmt.Errorf("pod %s is not the target of migration %s", name, h.Migration)
+	case pod.DeletionTimestamp != nil:
+		return h, nil, nil, fmt.Errorf("pod %s is being deleted", name)
+	}
+	// One stream per target, ever: its QEMU takes one incoming migration.
+	e.mu.Lock()
+	taken := e.received[pod.UID]
+	e.received[pod.UID] = true
+	e.mu.Unlock()
+	if taken {
+		return h, nil, nil, fmt.Errorf("pod %s already took a stream", name)
+	}
+	in, err := func() (net.Conn, error) {
+		dir, err := podcontrol.Dir(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+		if err != nil {
+			return nil, err
+		}
+		return (&net.Dialer{Timeout: handshakeTimeout}).DialContext(ctx, "unix", filepath.Join(dir, controlapi.MigrateInSocket))
+	}()
+	if err != nil {
+		e.mu.Lock()
+		delete(e.received, pod.UID)
+		e.mu.Unlock()
+		return h, nil, nil, fmt.Errorf("the target runner of pod %s does not listen: %w", name, err)
+	}
+	return h, pod, in, nil
+}
