@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -58,14 +59,14 @@ func TestMigrationSucceeds(t *testing.T) {
 	if p, _ := getPod(ns, source.Name); p.Annotations[vmv1.AnnotationMigrationBandwidth] != "64" {
 		t.Errorf("bandwidth annotation %q, want the spec's 64", p.Annotations[vmv1.AnnotationMigrationBandwidth])
 	}
-	state(t, source, vmv1.MigrationStateActive, 100<<20, 300<<20, 0, "")
+	state(t, source, controlapi.MigrationActive, 100<<20, 300<<20, 0, "")
 	eventually(t, "progress in status", func() error {
 		if st := getMig(t, mig).Status; st.Phase != vmv1.MigrationRunning || st.TransferredBytes != 100<<20 || st.TargetNode != n2 {
 			return fmt.Errorf("status %+v", st)
 		}
 		return nil
 	})
-	state(t, source, vmv1.MigrationStateCompleted, 300<<20, 300<<20, 42, "")
+	state(t, source, controlapi.MigrationCompleted, 300<<20, 300<<20, 42, "")
 	env.Kubelet(t, tgt, started("10.244.1.9"))
 
 	got := ended(t, mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded)
@@ -145,8 +146,8 @@ func TestMigrationFailures(t *testing.T) {
 				env.Bind(t, tgt, n2)
 				env.Kubelet(t, tgt, waiting("10.244.1.9"))
 				sending(t, source, tgt)
-				state(t, source, vmv1.MigrationStateActive, 1<<20, 300<<20, 0, "")
-				state(t, source, vmv1.MigrationStateFailed, 2<<20, 300<<20, 0, "Unable to write to socket: Broken pipe")
+				state(t, source, controlapi.MigrationActive, 1<<20, 300<<20, 0, "")
+				state(t, source, controlapi.MigrationFailed, 2<<20, 300<<20, 0, "Unable to write to socket: Broken pipe")
 			}},
 		{name: "timeout", reason: vmv1.ReasonTimeout, words: "completionTimeoutSeconds (30s)", target: true, keepSource: true,
 			mig: func(m *vmv1.VirtualMachineMigration) { m.Spec.CompletionTimeoutSeconds = 30 },
@@ -155,7 +156,7 @@ func TestMigrationFailures(t *testing.T) {
 				env.Kubelet(t, tgt, waiting("10.244.1.9"))
 				sending(t, source, tgt)
 				clock.Advance(31 * 1e9)
-				state(t, source, vmv1.MigrationStateActive, 1<<20, 300<<20, 0, "") // the agent's next report wakes the controller
+				state(t, source, controlapi.MigrationActive, 1<<20, 300<<20, 0, "") // the agent's next report wakes the controller
 			}},
 		{name: "VM deleted", reason: vmv1.ReasonVMDeleted, words: "was deleted", target: true,
 			inject: func(t *testing.T, vm *vmv1.VirtualMachine, _ *vmv1.VirtualMachineMigration, _, _ *corev1.Pod, _ string) {

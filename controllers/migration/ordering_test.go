@@ -16,6 +16,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/migration"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -30,7 +31,7 @@ func TestMigrationDeletedMidway(t *testing.T) {
 	env.Bind(t, tgt, n2)
 	env.Kubelet(t, tgt, waiting("10.244.1.9"))
 	sending(t, source, tgt)
-	state(t, source, vmv1.MigrationStateActive, 1<<20, 300<<20, 0, "")
+	state(t, source, controlapi.MigrationActive, 1<<20, 300<<20, 0, "")
 	if f := getMig(t, mig).Finalizers; len(f) != 1 || f[0] != vmv1.MigrationFinalizer {
 		t.Fatalf("finalizers %v", f)
 	}
@@ -62,7 +63,7 @@ func TestSentGuestIsNeverDropped(t *testing.T) {
 	env.Bind(t, tgt, n2)
 	env.Kubelet(t, tgt, waiting("10.244.1.9"))
 	sending(t, source, tgt)
-	state(t, source, vmv1.MigrationStateCompleted, 300<<20, 300<<20, 40, "")
+	state(t, source, controlapi.MigrationCompleted, 300<<20, 300<<20, 40, "")
 	eventually(t, "waiting for the target", func() error {
 		if st := getMig(t, mig).Status; st.TotalBytes != 300<<20 {
 			return fmt.Errorf("status %+v", st)

@@ -6,28 +6,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // What the controller reads off the two runner pods: the kubelet's and the scheduler's word on
 // them, and the node agents' annotations (apis/vm/v1alpha1/migration.go).
 
-// streamState is the source agent's migration-state annotation: the source runner's
-// controlapi.MigrationStatus, of which the controller reads these fields.
-type streamState struct {
-	Role             string `json:"role"`
-	State            string `json:"state"`
-	TransferredBytes int64  `json:"transferredBytes"`
-	RemainingBytes   int64  `json:"remainingBytes"`
-	TotalBytes       int64  `json:"totalBytes"`
-	DowntimeMs       int64  `json:"downtimeMs"`
-	TotalTimeMs      int64  `json:"totalTimeMs"`
-	Error            string `json:"error,omitempty"`
-}
-
-// sourceState is what the source agent reported; zero when nothing (or nothing readable) yet.
-func sourceState(pod *corev1.Pod) streamState {
-	var s streamState
+// sourceState is what the source agent reported (its migration-state annotation: the source
+// runner's control-API status); zero when nothing (or nothing readable) yet.
+func sourceState(pod *corev1.Pod) controlapi.MigrationStatus {
+	var s controlapi.MigrationStatus
 	if pod == nil || pod.Annotations[vmv1.AnnotationMigrateTo] == "" {
 		return s // a report from before this send is not about it
 	}

@@ -23,6 +23,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/statuspatch"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/migratable"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
@@ -171,9 +172,9 @@ func (r *Reconciler) follow(ctx context.Context, mig *vmv1.VirtualMachineMigrati
 	switch {
 	case targetUp && started(p.target):
 		return r.switchOver(ctx, mig, next, vm, p)
-	case st.State == vmv1.MigrationStateCompleted && !targetUp:
+	case st.State == controlapi.MigrationCompleted && !targetUp:
 		return r.fail(ctx, mig, next, p, vmv1.ReasonTargetFailed, fmt.Sprintf("target pod %s %s after the guest's state was sent: the guest resumes on the source pod %s", next.Status.TargetPod, ended(p.target), next.Status.SourcePod))
-	case st.State == vmv1.MigrationStateCompleted:
+	case st.State == controlapi.MigrationCompleted:
 		// The source is paused and the target is loading the guest: it starts (the switch) or
 		// dies (the source resumes). Cancelling now could leave two guests, or none.
 		return reconcile.Result{}, r.patchStatus(ctx, mig, next, "the guest's state is sent; waiting for it to run on target pod "+next.Status.TargetPod)
@@ -185,7 +186,7 @@ func (r *Reconciler) follow(ctx context.Context, mig *vmv1.VirtualMachineMigrati
 		return r.fail(ctx, mig, next, p, vmv1.ReasonSourceFailed, fmt.Sprintf("source pod %s %s during the migration: the VM restarts as its runStrategy says", next.Status.SourcePod, ended(p.source)))
 	case !targetUp:
 		return r.fail(ctx, mig, next, p, vmv1.ReasonTargetFailed, fmt.Sprintf("target pod %s %s before the guest ran there: the guest stays on the source", next.Status.TargetPod, ended(p.target)))
-	case st.State == vmv1.MigrationStateFailed || st.State == vmv1.MigrationStateCancelled:
+	case st.State == controlapi.MigrationFailed || st.State == controlapi.MigrationCancelled:
 		why := st.Error
 		if why == "" {
 			why = "the transfer was " + st.State
@@ -205,6 +206,8 @@ func (r *Reconciler) follow(ctx context.Context, mig *vmv1.VirtualMachineMigrati
 		if p.source.Annotations[vmv1.AnnotationMigrateTo] == "" {
 			sending := p.source.DeepCopy()
 			sending.Annotations[vmv1.AnnotationMigrateTo] = receiver + "/" + string(p.target.UID)
+			// An earlier send's report is not this one's (a restarted agent reads it as such).
+			delete(sending.Annotations, vmv1.AnnotationMigrationState)
 			if bw := mig.Spec.BandwidthMiBps; bw > 0 {
 				sending.Annotations[vmv1.AnnotationMigrationBandwidth] = strconv.FormatInt(bw, 10)
 			}
@@ -297,7 +300,7 @@ func (r *Reconciler) cleanUp(ctx context.Context, mig *vmv1.VirtualMachineMigrat
 		return nil
 	}
 	unmarked := keep.DeepCopy()
-	resume := keep.Annotations[vmv1.AnnotationMigrateTo] != "" && sourceState(keep).State == vmv1.MigrationStateCompleted && mig.Status.Phase == vmv1.MigrationFailed
+	resume := keep.Annotations[vmv1.AnnotationMigrateTo] != "" && sourceState(keep).State == controlapi.MigrationCompleted && mig.Status.Phase == vmv1.MigrationFailed
 	for _, k := range []string{vmv1.AnnotationMigration, vmv1.AnnotationMigrateTo, vmv1.AnnotationMigrationState, vmv1.AnnotationMigrationReceiver, vmv1.AnnotationMigrationBandwidth} {
 		delete(unmarked.Annotations, k)
 	}
@@ -366,7 +369,7 @@ func (r *Reconciler) active(ctx context.Context, namespace, uid string) (string,
 	return "", nil
 }
 
-func progress(st *vmv1.VirtualMachineMigrationStatus, s streamState) {
+func progress(st *vmv1.VirtualMachineMigrationStatus, s controlapi.MigrationStatus) {
 	if s.State == "" {
 		return
 	}

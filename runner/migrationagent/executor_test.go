@@ -99,10 +99,10 @@ func TestMigrationStream(t *testing.T) {
 	source, target, runner, q, receiver := migrationPair(t, a, b, size, 25*time.Millisecond)
 	seen := watchStates(t, source)
 	a.start(t)
-	annotate(t, source, map[string]any{vmv1.AnnotationMigrateTo: receiver + "/" + string(target.UID)})
+	annotate(t, source, map[string]any{vmv1.AnnotationMigrateTo: receiver + "/" + string(target.UID), vmv1.AnnotationMigrationBandwidth: "64"})
 
 	st := stateIs(t, source, controlapi.MigrationCompleted, 60*time.Second)
-	if st.Role != controlapi.MigrationRoleSource || st.TransferredBytes != size || st.DowntimeMs != 42 {
+	if st.Role != controlapi.RoleSource || st.TransferredBytes != size || st.DowntimeMs != 42 {
 		t.Errorf("final state %+v, want the runner's: source, %d bytes, 42 ms downtime", st, size)
 	}
 	select {
@@ -111,8 +111,11 @@ func TestMigrationStream(t *testing.T) {
 		t.Fatal("the target QEMU's stream did not end")
 	}
 	runner.mu.Lock()
-	sent, sockErr := runner.sum, runner.sockErr
+	sent, sockErr, asked := runner.sum, runner.sockErr, runner.asked
 	runner.mu.Unlock()
+	if asked.BandwidthMiBps != 64 || !asked.AutoConverge {
+		t.Errorf("the agent asked the runner for %+v, want the migration's 64 MiB/s and auto-converge", asked)
+	}
 	if q.n != size || q.sum != sent {
 		t.Errorf("the target QEMU got %d bytes (sha256 %x), the source sent %d (%x)", q.n, q.sum, size, sent)
 	}
@@ -223,7 +226,7 @@ func TestSourceRefused(t *testing.T) {
 func TestResume(t *testing.T) {
 	ns := namespace(t)
 	a := newNode(t, "mig-i")
-	done := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.MigrationRoleSource, State: controlapi.MigrationCompleted}}
+	done := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}}
 	idle := &sourceRunner{st: controlapi.MigrationStatus{State: controlapi.MigrationNone}}
 	p1 := runnerPod(t, ns, "one-runner", a.name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
 	p2 := runnerPod(t, ns, "two-runner", a.name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
@@ -231,12 +234,12 @@ func TestResume(t *testing.T) {
 	serveRunner(t, a.dir(p2, "control2"), idle)
 	_, stop := a.start(t)
 	st := stateIs(t, p1, controlapi.MigrationNone, 20*time.Second)
-	if st.Role != controlapi.MigrationRoleSource {
+	if st.Role != controlapi.RoleSource {
 		t.Errorf("state after resume %+v", st)
 	}
 	stop()
 	a.start(t)
-	later := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.MigrationRoleSource, State: controlapi.MigrationCompleted}}
+	later := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}}
 	p3 := runnerPod(t, ns, "three-runner", a.name, nil, nil)
 	serveRunner(t, a.dir(p3, "control3"), later)
 	annotate(t, p3, map[string]any{vmv1.AnnotationMigrationResume: "true"})

@@ -49,6 +49,7 @@ type sourceRunner struct {
 	st      controlapi.MigrationStatus
 	puts    int
 	deletes int
+	asked   controlapi.MigrationRequest // the last PUT's body
 	sum     [32]byte // of what QEMU sent
 	sockErr string   // what was wrong with migrate-out.sock at the PUT
 	cancel  chan struct{}
@@ -71,6 +72,7 @@ func (r *sourceRunner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			break
 		}
 		r.puts++
+		r.asked = body
 		if r.st.State == controlapi.MigrationActive {
 			code = http.StatusConflict
 			break
@@ -79,7 +81,7 @@ func (r *sourceRunner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if fi, err := os.Stat(sock); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
 			r.sockErr = fmt.Sprintf("%s at the PUT: %v %v", sock, fi, err)
 		}
-		r.st = controlapi.MigrationStatus{Role: controlapi.MigrationRoleSource, State: controlapi.MigrationActive, TotalBytes: int64(r.size), RemainingBytes: int64(r.size)}
+		r.st = controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationActive, TotalBytes: int64(r.size), RemainingBytes: int64(r.size)}
 		r.cancel = make(chan struct{})
 		go r.qemu(sock, r.cancel)
 		code = http.StatusAccepted
@@ -90,7 +92,7 @@ func (r *sourceRunner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			close(r.cancel)
 			r.st.State = controlapi.MigrationCancelled
 		case controlapi.MigrationCompleted:
-			r.st = controlapi.MigrationStatus{Role: controlapi.MigrationRoleSource, State: controlapi.MigrationNone}
+			r.st = controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationNone}
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

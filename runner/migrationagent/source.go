@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -115,7 +116,7 @@ func (e *Executor) send(ctx context.Context, pod *corev1.Pod, s *session, seen b
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("migration not started", zap.Error(err))
-			e.finalState(ctx, pod, controlapi.MigrationStatus{Role: controlapi.MigrationRoleSource, State: controlapi.MigrationFailed, Error: err.Error()}, log)
+			e.finalState(ctx, pod, controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationFailed, Error: err.Error()}, log)
 		}
 		return
 	}
@@ -222,7 +223,7 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, to string, seen b
 	}()
 	go func() { <-ctx.Done(); l.Close(); out.Close() }()
 
-	st, err = rc.put(ctx, controlapi.MigrationRequest{AutoConverge: true})
+	st, err = rc.put(ctx, request(pod))
 	var r *refusal
 	if errors.As(err, &r) && r.code == http.StatusConflict && st.State == controlapi.MigrationActive {
 		log.Info("the runner already sends: following it")
@@ -326,7 +327,7 @@ func statePart(js string) string {
 
 // finalState writes a migration's end, retrying for a while: the controller waits for it.
 func (e *Executor) finalState(ctx context.Context, pod *corev1.Pod, st controlapi.MigrationStatus, log *zap.Logger) {
-	st.Role = controlapi.MigrationRoleSource
+	st.Role = controlapi.RoleSource
 	log.Info("migration ended", zap.String("state", st.State), zap.String("error", st.Error), zap.Int64("bytes", st.TransferredBytes))
 	if err := retry(ctx, func() error {
 		err := e.writeState(ctx, pod, st)
@@ -396,4 +397,14 @@ func retry(ctx context.Context, f func() error) error {
 		return last
 	}
 	return err
+}
+
+// request is the PUT for the source pod's migration: auto-converge, and the migration's
+// spec.bandwidthMiBps when the controller wrote it (else the runner's default).
+func request(pod *corev1.Pod) controlapi.MigrationRequest {
+	req := controlapi.MigrationRequest{AutoConverge: true}
+	if bw, err := strconv.ParseInt(pod.Annotations[vmv1.AnnotationMigrationBandwidth], 10, 64); err == nil && bw > 0 {
+		req.BandwidthMiBps = bw
+	}
+	return req
 }

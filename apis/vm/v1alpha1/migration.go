@@ -29,16 +29,6 @@ const (
 	AnnotationMigrationResume = "vm.virtpod.io/migration-resume"
 )
 
-// Migration states of the source runner (controlapi.MigrationStatus.State).
-const (
-	MigrationStateNone      = "none"
-	MigrationStateWaiting   = "waiting"
-	MigrationStateActive    = "active"
-	MigrationStateCompleted = "completed"
-	MigrationStateFailed    = "failed"
-	MigrationStateCancelled = "cancelled"
-)
-
 // MigrationFinalizer holds a VirtualMachineMigration until its target pod is cleaned up.
 const MigrationFinalizer = "vm.virtpod.io/migration"
 
