@@ -50,8 +50,8 @@ type sourceRunner struct {
 	puts    int
 	deletes int
 	asked   controlapi.MigrationRequest // the last PUT's body
-	sum     [32]byte // of what QEMU sent
-	sockErr string   // what was wrong with migrate-out.sock at the PUT
+	sum     [32]byte                    // of what QEMU sent
+	sockErr string                      // what was wrong with migrate-out.sock at the PUT
 	cancel  chan struct{}
 }
 
