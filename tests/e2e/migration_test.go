@@ -242,6 +242,17 @@ func TestLiveMigration(t *testing.T) {
 	}
 	node1 := waitRunning(t, ns, "mover", 0).Status.Node
 	node2 := secondNode(t)
+	// The target needs a node its node agent has probed and labelled, as any runner pod does.
+	eventually(t, node2+" labelled by its node agent", 2*time.Minute, func() error {
+		n, err := kubeset.CoreV1().Nodes().Get(ctx, node2, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if n.Labels[vmv1.LabelProviderPrefix+"qemu"] != "true" || n.Labels[vmv1.LabelEmulation] != "true" {
+			return fmt.Errorf("labels %v", n.Labels)
+		}
+		return nil
+	})
 	m := &mover{t: t, ctx: ctx, ns: ns, name: "mover"}
 	t.Cleanup(func() {
 		if t.Failed() {
