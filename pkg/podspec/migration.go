@@ -67,9 +67,38 @@ func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration) *corev1.Pod {
 	if mig.Spec.TargetNode != "" {
 		field = corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{mig.Spec.TargetNode}}
 	}
+	if src.Annotations[annotationPlaced] == "true" {
+		// The source was itself a target: its placement was that migration's, not the VM's.
+		spec.Affinity = withoutNodeField(spec.Affinity)
+	}
 	spec.Affinity = withNodeField(spec.Affinity, field)
+	pod.Annotations[annotationPlaced] = "true"
 	pod.Spec = *spec
 	return pod
+}
+
+// annotationPlaced marks a pod whose required node terms each end in the node field a
+// migration added (withNodeField), so a later migration from it replaces that field rather
+// than adding its own beside it: a guest moved from node a to b must be able to go back to a.
+const annotationPlaced = "vm.virtpod.io/migration-placed"
+
+// withoutNodeField removes what withNodeField added: the last field requirement of each
+// required term, and the one term it made when there was none.
+func withoutNodeField(a *corev1.Affinity) *corev1.Affinity {
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return a
+	}
+	req := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(req.NodeSelectorTerms) == 1 && len(req.NodeSelectorTerms[0].MatchExpressions) == 0 && len(req.NodeSelectorTerms[0].MatchFields) == 1 {
+		a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = nil
+		return a
+	}
+	for i := range req.NodeSelectorTerms {
+		if f := req.NodeSelectorTerms[i].MatchFields; len(f) > 0 && f[len(f)-1].Key == "metadata.name" {
+			req.NodeSelectorTerms[i].MatchFields = f[:len(f)-1]
+		}
+	}
+	return a
 }
 
 // withNodeField adds req to every required node-selector term (an empty one, which matches

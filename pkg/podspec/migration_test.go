@@ -94,6 +94,20 @@ func TestMigrationTargetPlacement(t *testing.T) {
 	if src.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields != nil {
 		t.Error("TargetPod modified the source pod's affinity")
 	}
+
+	// Back again: the guest moved to node-2 leaves it for anywhere but node-2, node-1 included
+	// (the first move's placement is replaced, not kept beside the second's).
+	moved := podspec.TargetPod(src, migration(""))
+	moved.Spec.NodeName = "node-2"
+	back := podspec.TargetPod(moved, migration(""))
+	for i, term := range back.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		if len(term.MatchFields) != 1 || term.MatchFields[0].Operator != corev1.NodeSelectorOpNotIn || term.MatchFields[0].Values[0] != "node-2" {
+			t.Errorf("second move: term %d has fields %+v, want only NotIn [node-2]", i, term.MatchFields)
+		}
+		if len(term.MatchExpressions) == 0 || term.MatchExpressions[0].Key != "zone" {
+			t.Errorf("second move: term %d lost the user's expressions: %+v", i, term.MatchExpressions)
+		}
+	}
 }
 
 // TestTargetPodName: deterministic, different per migration, a DNS label for the longest VM name.
