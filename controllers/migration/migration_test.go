@@ -98,11 +98,26 @@ func TestMigrationSucceeds(t *testing.T) {
 		t.Errorf("downtime observations grew by %v, want 1", d)
 	}
 
-	// A restart now acts on the target pod: its end brings a new <vm>-runner.
+	// A restart now acts on the target pod: its end brings a new <vm>-runner. (The source's
+	// kubelet finishes its deletion first, as a real one does once the runner exited.)
+	if err := env.Client.Delete(context.Background(), source, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	env.Kubelet(t, tgt, failedPod)
 	eventually(t, "restart after the moved guest's crash", func() error {
 		if v := getVM(t, vm); v.Status.RestartCount != 1 {
 			return fmt.Errorf("status %+v", v.Status)
+		}
+		return nil
+	})
+	// ... in a new pod under the VM's own runner name, which the VM's status then names.
+	eventually(t, "the restarted guest's pod "+podspec.PodName(vm.Name), func() error {
+		p := &corev1.Pod{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: vm.Namespace, Name: podspec.PodName(vm.Name)}, p); err != nil {
+			return err
+		}
+		if v := getVM(t, vm); v.Status.PodName != p.Name || v.Status.PodUID != string(p.UID) {
+			return fmt.Errorf("status names %s (%s), the new pod is %s (%s)", v.Status.PodName, v.Status.PodUID, p.Name, p.UID)
 		}
 		return nil
 	})

@@ -17,9 +17,12 @@ import (
 // move the VM's runner pod is the target pod, named in status.podName, so restarts, resizes and
 // stops act on it; while one runs, this controller leaves the source pod's guest alone.
 
-// runnerPodName is the pod the VM's status describes, or the name a new runner pod gets.
+// runnerPodName is the pod of the run the VM's status describes, or, when no run is current
+// (none yet, or a restart counted), the name a new runner pod gets: a guest restarted after a
+// move starts again in <vm>-runner, not under its last target's name (else a lost status write
+// naming the new pod would never be found again).
 func runnerPodName(vm *vmv1.VirtualMachine) string {
-	if vm.Status.PodName != "" {
+	if vm.Status.PodName != "" && vm.Status.PodUID != "" {
 		return vm.Status.PodName
 	}
 	return podspec.PodName(vm.Name)
