@@ -70,6 +70,13 @@ func TestMigrationSucceeds(t *testing.T) {
 	env.Kubelet(t, tgt, started("10.244.1.9"))
 
 	got := ended(t, mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded)
+	// Ended and cleaned up, it holds nothing: no finalizer to wait for at a delete or uninstall.
+	eventually(t, "the ended migration's finalizer dropped", func() error {
+		if f := getMig(t, mig).Finalizers; len(f) > 0 {
+			return fmt.Errorf("finalizers %v", f)
+		}
+		return nil
+	})
 	if got.Status.TargetNode != n2 || got.Status.DowntimeMs != 42 || got.Status.TotalBytes != 300<<20 || got.Status.CompletionTime == nil {
 		t.Errorf("final status %+v", got.Status)
 	}

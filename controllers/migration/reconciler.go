@@ -59,7 +59,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, mig); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if mig.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(mig, vmv1.MigrationFinalizer) {
+	if mig.DeletionTimestamp == nil && !mig.Status.Terminal() && !controllerutil.ContainsFinalizer(mig, vmv1.MigrationFinalizer) {
 		patched := mig.DeepCopy()
 		controllerutil.AddFinalizer(patched, vmv1.MigrationFinalizer)
 		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, patched, client.MergeFrom(mig))) // its event brings us back
@@ -311,9 +311,11 @@ func (r *Reconciler) cleanUp(ctx context.Context, mig *vmv1.VirtualMachineMigrat
 	return client.IgnoreNotFound(r.Client.Patch(ctx, unmarked, client.MergeFrom(keep)))
 }
 
-// release drops the finalizer of a deleted migration once it has ended.
+// release drops the finalizer of a migration that has ended and been cleaned up, or was deleted
+// before it started: an ended migration is a record that holds nothing, so deleting it (or its
+// namespace, or virtpod's CRDs at an uninstall) never waits for the controller.
 func (r *Reconciler) release(ctx context.Context, mig *vmv1.VirtualMachineMigration) error {
-	if mig.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(mig, vmv1.MigrationFinalizer) {
+	if !controllerutil.ContainsFinalizer(mig, vmv1.MigrationFinalizer) {
 		return nil
 	}
 	patched := mig.DeepCopy()
