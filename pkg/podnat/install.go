@@ -7,6 +7,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/virtpod/virtpod/pkg/nftable"
 )
 
 // ipsDstNAT is IPS_DST_NAT of <linux/netfilter/nf_conntrack_common.h>: the connection's
@@ -26,7 +28,7 @@ func Install(c Config) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	if err := remove(conn); err != nil {
+	if err := nftable.Delete(conn, nftables.TableFamilyIPv4, Table); err != nil {
 		return err
 	}
 	t := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table})
@@ -55,29 +57,7 @@ func Install(c Config) error {
 }
 
 // Remove deletes the table; it is gone with the pod's namespace anyway.
-func Remove() error {
-	conn, err := nftables.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	if err := remove(conn); err != nil {
-		return err
-	}
-	return conn.Flush()
-}
-
-func remove(c *nftables.Conn) error {
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
-	if err != nil {
-		return fmt.Errorf("list nftables tables: %w", err)
-	}
-	for _, t := range tables {
-		if t.Name == Table {
-			c.DelTable(t)
-		}
-	}
-	return nil
-}
+func Remove() error { return nftable.Remove(nftables.TableFamilyIPv4, Table) }
 
 func exprs(r Rule) []expr.Any {
 	var out []expr.Any

@@ -7,6 +7,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/virtpod/virtpod/pkg/nftable"
 )
 
 // Table is the nftables table (netdev family) that holds the guard in the pod's namespace.
@@ -33,7 +35,7 @@ func Install(tap string, mac net.HardwareAddr, ip net.IP, relay *Relay) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	if err := remove(c); err != nil {
+	if err := nftable.Delete(c, nftables.TableFamilyNetdev, Table); err != nil {
 		return err
 	}
 	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyNetdev, Name: Table})
@@ -56,29 +58,7 @@ func Install(tap string, mac net.HardwareAddr, ip net.IP, relay *Relay) error {
 }
 
 // Remove deletes the guard; it is gone with the pod's namespace anyway.
-func Remove() error {
-	c, err := nftables.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	if err := remove(c); err != nil {
-		return err
-	}
-	return c.Flush()
-}
-
-func remove(c *nftables.Conn) error {
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyNetdev)
-	if err != nil {
-		return fmt.Errorf("list nftables tables: %w", err)
-	}
-	for _, t := range tables {
-		if t.Name == Table {
-			c.DelTable(t)
-		}
-	}
-	return nil
-}
+func Remove() error { return nftable.Remove(nftables.TableFamilyNetdev, Table) }
 
 // Dropped reads the drop counters: frames per counter name since Install.
 func Dropped() (map[string]uint64, error) {
