@@ -170,6 +170,12 @@ func (r *Reconciler) follow(ctx context.Context, mig *vmv1.VirtualMachineMigrati
 	}
 	targetUp := alive(p.target)
 	switch {
+	case targetUp && started(p.target) && st.State != controlapi.MigrationCompleted && alive(p.source) && r.now().Before(r.deadline(mig)):
+		// The guest runs on the target (QEMU starts it only once all of it arrived) before the
+		// source's agent reported the send's end: its figures (bytes, downtime) come in its next
+		// report, within a second; an agent that never reports holds the switch until the
+		// deadline at most.
+		return reconcile.Result{RequeueAfter: r.untilDeadline(mig)}, r.patchStatus(ctx, mig, next, "the guest runs on target pod "+next.Status.TargetPod+"; waiting for the source's final report")
 	case targetUp && started(p.target):
 		return r.switchOver(ctx, mig, next, vm, p)
 	case st.State == controlapi.MigrationCompleted && !targetUp:
