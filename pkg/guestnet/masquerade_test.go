@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/virtpod/virtpod/tests/netnstest"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // TestMasqueradeMACs: fixed per VM name (a migration target derives the same), unicast and
@@ -96,78 +95,67 @@ func TestPlumbMasqueradeInNetns(t *testing.T) {
 		fwd           map[string]string // /proc/sys forwarding per interface
 		offAgain      bool
 	}
-	done := make(chan result)
-	go func() {
-		runtime.LockOSThread() // the thread stays in the namespace and is never reused
-		var r result
-		defer func() { done <- r }()
-		ns, err := netns.New()
-		if err != nil {
-			r.err = err
-			return
-		}
-		defer ns.Close()
-		// A pod interface: a veth with an address and a default route, forwarding off as in a
-		// namespace that did not inherit it.
-		r.err = func() error {
-			d := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", MTU: 1450}, PeerName: "peer0"}
-			if err := netlink.LinkAdd(d); err != nil {
-				return err
-			}
-			l, _ := netlink.LinkByName("eth0")
-			if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 213, 40, 2), Mask: net.CIDRMask(24, 32)}}); err != nil {
-				return err
-			}
-			if err := netlink.LinkSetUp(l); err != nil {
-				return err
-			}
-			if err := netlink.RouteAdd(&netlink.Route{Gw: net.IPv4(10, 213, 40, 1), LinkIndex: l.Attrs().Index}); err != nil {
-				return err
-			}
-			if err := netlink.LinkSetMTU(l, 1450); err != nil {
-				return err
-			}
-			// Off everywhere, also for interfaces created later: the namespace copied the
-			// host's setting.
-			if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("0"), 0o644); err != nil {
-				return err
-			}
-			if on, err := Forwarding(l); err != nil || on {
-				return fmt.Errorf("forwarding on eth0 before the plumbing: %v, %v", on, err)
-			}
-			if r.pod, err = Discover("eth0", "/nonexistent"); err != nil {
-				return err
-			}
-			for range 2 {
-				if r.pl != nil && r.pl.TapFile != nil {
-					r.pl.TapFile.Close()
-				}
-				if r.pl, err = PlumbMasquerade(r.pod, "vm-1", DefaultBridge, DefaultTap, true); err != nil {
-					return err
-				}
-			}
-			r.eth0, _ = netlink.LinkByName("eth0")
-			r.br, _ = netlink.LinkByName(DefaultBridge)
-			r.tap, _ = netlink.LinkByName(DefaultTap)
-			r.brIPs, _ = netlink.AddrList(r.br, netlink.FAMILY_V4)
-			r.pod2, _ = Discover("eth0", "/nonexistent")
-			r.fwd = map[string]string{}
-			for _, n := range []string{"eth0", DefaultBridge, DefaultTap} {
-				b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + n + "/forwarding")
-				if err != nil {
-					return err
-				}
-				r.fwd[n] = strings.TrimSpace(string(b))
-			}
-			if err := SetForwarding(r.br, false); err != nil {
-				return err
-			}
-			on, err := Forwarding(r.br)
-			r.offAgain = err == nil && !on
+	var r result
+	// A pod interface: a veth with an address and a default route, forwarding off as in a
+	// namespace that did not inherit it.
+	r.err = netnstest.Run(func() error {
+		var err error
+		d := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", MTU: 1450}, PeerName: "peer0"}
+		if err := netlink.LinkAdd(d); err != nil {
 			return err
-		}()
-	}()
-	r := <-done
+		}
+		l, _ := netlink.LinkByName("eth0")
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 213, 40, 2), Mask: net.CIDRMask(24, 32)}}); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		if err := netlink.RouteAdd(&netlink.Route{Gw: net.IPv4(10, 213, 40, 1), LinkIndex: l.Attrs().Index}); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMTU(l, 1450); err != nil {
+			return err
+		}
+		// Off everywhere, also for interfaces created later: the namespace copied the
+		// host's setting.
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/forwarding", []byte("0"), 0o644); err != nil {
+			return err
+		}
+		if on, err := Forwarding(l); err != nil || on {
+			return fmt.Errorf("forwarding on eth0 before the plumbing: %v, %v", on, err)
+		}
+		if r.pod, err = Discover("eth0", "/nonexistent"); err != nil {
+			return err
+		}
+		for range 2 {
+			if r.pl != nil && r.pl.TapFile != nil {
+				r.pl.TapFile.Close()
+			}
+			if r.pl, err = PlumbMasquerade(r.pod, "vm-1", DefaultBridge, DefaultTap, true); err != nil {
+				return err
+			}
+		}
+		r.eth0, _ = netlink.LinkByName("eth0")
+		r.br, _ = netlink.LinkByName(DefaultBridge)
+		r.tap, _ = netlink.LinkByName(DefaultTap)
+		r.brIPs, _ = netlink.AddrList(r.br, netlink.FAMILY_V4)
+		r.pod2, _ = Discover("eth0", "/nonexistent")
+		r.fwd = map[string]string{}
+		for _, n := range []string{"eth0", DefaultBridge, DefaultTap} {
+			b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + n + "/forwarding")
+			if err != nil {
+				return err
+			}
+			r.fwd[n] = strings.TrimSpace(string(b))
+		}
+		if err := SetForwarding(r.br, false); err != nil {
+			return err
+		}
+		on, err := Forwarding(r.br)
+		r.offAgain = err == nil && !on
+		return err
+	})
 	if r.err != nil {
 		t.Fatal(r.err)
 	}

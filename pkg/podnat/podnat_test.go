@@ -5,13 +5,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netns"
 
+	"github.com/virtpod/virtpod/tests/netnstest"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 
@@ -90,31 +89,20 @@ func TestInstallInKernel(t *testing.T) {
 		rules  map[string]int
 		err    error
 	}
-	done := make(chan result)
-	go func() {
-		runtime.LockOSThread() // the thread stays in the namespace and is never reused
-		var r result
-		defer func() { done <- r }()
-		ns, err := netns.New()
-		if err != nil {
-			r.err = err
-			return
-		}
-		defer ns.Close()
+	var r result
+	r.err = netnstest.Run(func() error {
 		for range 2 {
-			if r.err = Install(cfg); r.err != nil {
-				return
+			if err := Install(cfg); err != nil {
+				return err
 			}
 		}
 		conn, err := nftables.New()
 		if err != nil {
-			r.err = err
-			return
+			return err
 		}
 		chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
 		if err != nil {
-			r.err = err
-			return
+			return err
 		}
 		r.rules = map[string]int{}
 		for _, ch := range chains {
@@ -124,13 +112,12 @@ func TestInstallInKernel(t *testing.T) {
 			r.chains = append(r.chains, ch)
 			rules, err := conn.GetRules(ch.Table, ch)
 			if err != nil {
-				r.err = err
-				return
+				return err
 			}
 			r.rules[ch.Name] = len(rules)
 		}
-	}()
-	r := <-done
+		return nil
+	})
 	if r.err != nil {
 		t.Fatal(r.err)
 	}

@@ -7,18 +7,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/virtpod/virtpod/pkg/inetsum"
 	"github.com/virtpod/virtpod/tests/netcapture"
+	"github.com/virtpod/virtpod/tests/netnstest"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 
@@ -139,91 +138,79 @@ func TestGuardInKernel(t *testing.T) {
 		dropped map[string]uint64
 		err     error
 	}
-	done := make(chan sent)
-	go func() {
-		runtime.LockOSThread() // the thread stays in the namespace and is never reused
-		var s sent
-		defer func() { done <- s }()
-		ns, err := netns.New()
-		if err != nil {
-			s.err = err
-			return
-		}
-		defer ns.Close()
-		s.err = func() error {
-			if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/disable_ipv6", []byte("1"), 0o644); err != nil {
-				return err
-			}
-			br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0", HardwareAddr: relay.BridgeMAC}}
-			if err := netlink.LinkAdd(br); err != nil {
-				return err
-			}
-			// tap0 stands in for the guest's tap: frames written into inj0 arrive on it.
-			for _, p := range [][2]string{{"tap0", "inj0"}, {"out0", "cap0"}} {
-				if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p[0]}, PeerName: p[1]}); err != nil {
-					return err
-				}
-				l, _ := netlink.LinkByName(p[0])
-				if err := netlink.LinkSetMaster(l, br); err != nil {
-					return err
-				}
-			}
-			for _, n := range []string{"br0", "tap0", "inj0", "out0", "cap0"} {
-				l, _ := netlink.LinkByName(n)
-				if err := netlink.LinkSetUp(l); err != nil {
-					return err
-				}
-			}
-			// The relay address on the bridge and the route back to the guest, as pkg/guestnet
-			// sets them up.
-			if err := netlink.AddrAdd(br, &netlink.Addr{IPNet: &net.IPNet{IP: relay.IP, Mask: net.CIDRMask(32, 32)}}); err != nil {
-				return err
-			}
-			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: br.Attrs().Index, Dst: &net.IPNet{IP: podIP, Mask: net.CIDRMask(32, 32)},
-				Src: relay.IP, Scope: netlink.SCOPE_LINK}); err != nil {
-				return err
-			}
-			if err := Install("tap0", guestMAC, podIP, &relay); err != nil {
-				return err
-			}
-			// Installing twice replaces the first guard (a runner restarted in its pod).
-			if err := Install("tap0", guestMAC, podIP, &relay); err != nil {
-				return err
-			}
-			udpfd, err := udpSocket(relay.IP, relayPort)
-			if err != nil {
-				return err
-			}
-			defer unix.Close(udpfd)
-			capfd, err := netcapture.Open("cap0")
-			if err != nil {
-				return err
-			}
-			defer unix.Close(capfd)
-			injfd, err := netcapture.Open("inj0")
-			if err != nil {
-				return err
-			}
-			defer unix.Close(injfd)
-			tapfd, err := netcapture.Open("tap0")
-			if err != nil {
-				return err
-			}
-			defer unix.Close(tapfd)
-			time.Sleep(100 * time.Millisecond) // bridge ports forwarding (no STP: immediate, but be safe)
-			for _, f := range frames {
-				if _, err := unix.Write(injfd, f.frame); err != nil {
-					return err
-				}
-			}
-			s.got = netcapture.Read(capfd, time.Second)
-			s.onTap = netcapture.Read(tapfd, 100*time.Millisecond)
-			s.local = netcapture.Read(udpfd, 200*time.Millisecond)
-			s.dropped, err = Dropped()
+	var s sent
+	s.err = netnstest.Run(func() error {
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/disable_ipv6", []byte("1"), 0o644); err != nil {
 			return err
-		}()
-	}()
-	s := <-done
+		}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0", HardwareAddr: relay.BridgeMAC}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return err
+		}
+		// tap0 stands in for the guest's tap: frames written into inj0 arrive on it.
+		for _, p := range [][2]string{{"tap0", "inj0"}, {"out0", "cap0"}} {
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p[0]}, PeerName: p[1]}); err != nil {
+				return err
+			}
+			l, _ := netlink.LinkByName(p[0])
+			if err := netlink.LinkSetMaster(l, br); err != nil {
+				return err
+			}
+		}
+		for _, n := range []string{"br0", "tap0", "inj0", "out0", "cap0"} {
+			l, _ := netlink.LinkByName(n)
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+		}
+		// The relay address on the bridge and the route back to the guest, as pkg/guestnet
+		// sets them up.
+		if err := netlink.AddrAdd(br, &netlink.Addr{IPNet: &net.IPNet{IP: relay.IP, Mask: net.CIDRMask(32, 32)}}); err != nil {
+			return err
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: br.Attrs().Index, Dst: &net.IPNet{IP: podIP, Mask: net.CIDRMask(32, 32)},
+			Src: relay.IP, Scope: netlink.SCOPE_LINK}); err != nil {
+			return err
+		}
+		if err := Install("tap0", guestMAC, podIP, &relay); err != nil {
+			return err
+		}
+		// Installing twice replaces the first guard (a runner restarted in its pod).
+		if err := Install("tap0", guestMAC, podIP, &relay); err != nil {
+			return err
+		}
+		udpfd, err := udpSocket(relay.IP, relayPort)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(udpfd)
+		capfd, err := netcapture.Open("cap0")
+		if err != nil {
+			return err
+		}
+		defer unix.Close(capfd)
+		injfd, err := netcapture.Open("inj0")
+		if err != nil {
+			return err
+		}
+		defer unix.Close(injfd)
+		tapfd, err := netcapture.Open("tap0")
+		if err != nil {
+			return err
+		}
+		defer unix.Close(tapfd)
+		time.Sleep(100 * time.Millisecond) // bridge ports forwarding (no STP: immediate, but be safe)
+		for _, f := range frames {
+			if _, err := unix.Write(injfd, f.frame); err != nil {
+				return err
+			}
+		}
+		s.got = netcapture.Read(capfd, time.Second)
+		s.onTap = netcapture.Read(tapfd, 100*time.Millisecond)
+		s.local = netcapture.Read(udpfd, 200*time.Millisecond)
+		s.dropped, err = Dropped()
+		return err
+	})
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
