@@ -42,15 +42,20 @@ ENVTEST_ENV := KUBEBUILDER_ASSETS= TEST_ASSET_KUBE_APISERVER=$(K8S_BIN)/kube-api
 test-controller: control-plane ## Controller, API and node-agent resize and migration tests against a real kube-apiserver and etcd.
 	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/podspec/... ./pkg/runnerconfig/... ./runner/resizeagent/... ./runner/migrationagent/...
 
+# Everything `go test ./...` needs to find: the API server, Cluster API, the releases, the guests
+# and the local cluster.
+TEST_ENV = $(ENVTEST_ENV) $(CAPI_ENV) $(E2E_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) \
+	VIRTPOD_IMAGES=$(IMAGES_DIR) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG)
+
+# The steps, their order and what runs beside what live in tools/dev/ci/test.sh, which ends with
+# the timing report (docs/ci.md).
 .PHONY: test
-test: verify-generated vet control-plane k8s-binaries capi guest-fixture debian-guest test-images ## Everything CI runs: every package, a real API server, real guests, the local cluster.
-	@was_up=no; $(LOCALCLUSTER) status --quiet 2>/dev/null && was_up=yes; \
-	$(MAKE) --no-print-directory cluster-up || exit 1; \
-	$(MAKE) --no-print-directory e2e-releases && \
-	$(ENVTEST_ENV) $(CAPI_ENV) $(E2E_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) VIRTPOD_IMAGES=$(IMAGES_DIR) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) \
-		go test -count=1 -timeout 45m ./...; rc=$$?; \
-	if [ $$was_up = no ]; then $(LOCALCLUSTER) down || rc=1; fi; \
-	exit $$rc
+test: ## Everything CI runs: every package, a real API server, real guests, the local cluster; a timing report.
+	@MAKE=$(MAKE) bash tools/dev/ci/test.sh
+
+# `make -s print-VAR` prints a variable's value, for the scripts that share this Makefile's paths.
+print-%:
+	@echo '$($*)'
 
 .PHONY: bench-controller
 bench-controller: control-plane ## 1,000 VMs against a real API server: time to pods and status, requests, CPU, RSS.

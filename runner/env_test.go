@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/tests/bootcount"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 
@@ -58,9 +59,13 @@ func needGuestHost(t testing.TB) string {
 	return guestFixture(t)
 }
 
-// TestMain removes the runner binary the tests built.
+// TestMain removes the runner binary the tests built and records the guests they booted.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if err := bootcount.Write("runner"); err != nil {
+		fmt.Fprintln(os.Stderr, "boot count:", err)
+		code = 1
+	}
 	if runnerBin != "" {
 		_ = os.RemoveAll(filepath.Dir(runnerBin))
 	}
@@ -184,6 +189,23 @@ type runnerProc struct {
 	markerOnce sync.Once
 }
 
+// bootCounter passes the runner's log on and counts, for make test's report, each guest the
+// runner started and each migration it waited for (zap writes one line per Write).
+type bootCounter struct {
+	w    io.Writer
+	test string
+}
+
+func (c bootCounter) Write(p []byte) (int, error) {
+	switch {
+	case bytes.Contains(p, []byte(`"guest started"`)):
+		bootcount.Add(c.test, "guests")
+	case bytes.Contains(p, []byte(`"waiting for the migrating guest"`)):
+		bootcount.Add(c.test, "incoming")
+	}
+	return c.w.Write(p)
+}
+
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -240,7 +262,7 @@ func startRunnerVia(t testing.TB, netns string, wrap []string, args ...string) *
 	r.cmd = exec.Command(argv[0], argv[1:]...)
 	pr, pw := io.Pipe()
 	r.cmd.Stdout = pw
-	r.cmd.Stderr = &r.stderr
+	r.cmd.Stderr = bootCounter{w: &r.stderr, test: t.Name()}
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/tests/bootcount"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -42,7 +43,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "SKIP: end-to-end tests need the local cluster (make test-e2e):", err)
 		os.Exit(0)
 	}
+	stop := make(chan struct{})
+	countBoots(stop)
 	code := m.Run()
+	close(stop)
+	if err := bootcount.Write("tests/e2e"); err != nil {
+		fmt.Fprintln(os.Stderr, "boot count:", err)
+		code = 1
+	}
 	// Last, once everything passed: remove virtpod as a user does, and find no orphan.
 	if code == 0 {
 		if err := uninstall(); err != nil {
@@ -103,6 +111,7 @@ func namespace(t testing.TB) string {
 	if err := kube.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
+	nsTests.Store(ns.Name, t.Name())
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := run("-n", ns.Name, "get", "vm,pods,events", "-o", "wide")

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# `make test`: every build step, then every package on a real API server, real guests and the
+# local cluster, then a timing report (docs/ci.md). Steps that only wait on the network (module
+# and Debian package downloads, the guest fixtures) run beside the first compiles; everything
+# CPU-bound runs one at a time, since the machine has two cores and each Go build uses both.
+#
+# The report goes to stdout at the end and to $VIRTPOD_CI_REPORT (default
+# $VIRTPOD_CACHE/ci-report.txt); the raw step timings and boot counts to $VIRTPOD_CI_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+
+MAKE=${MAKE:-make}
+m() { "$MAKE" --no-print-directory "$@"; }
+cache=$(m -s print-VIRTPOD_CACHE)
+export VIRTPOD_CI_DIR=${VIRTPOD_CI_DIR:-$cache/ci}
+report=${VIRTPOD_CI_REPORT:-$cache/ci-report.txt}
+rm -rf "$VIRTPOD_CI_DIR" && mkdir -p "$VIRTPOD_CI_DIR" || exit 1
+steps=$VIRTPOD_CI_DIR/steps.tsv
+start=$(date +%s)
+
+# state PATH...: "cached" when every path exists before the step runs, else "cold".
+state() {
+	local p
+	for p in "$@"; do [ -e "$p" ] || { echo cold; return; }; done
+	echo cached
+}
+
+# record NAME STATE T0 RC: one line of steps.tsv, the wall time in milliseconds since T0 (ns).
+record() {
+	printf '%s\t%s\t%d\t%s\n' "$1" "$2" $((($(date +%s%N) - $3) / 1000000)) "$4" >>"$steps"
+}
+
+# step NAME STATE CMD...: runs CMD and records its wall time; a failed step ends the run (in the
+# background group, it ends that group, and the wait below ends the run).
+step() {
+	local name=$1 st=$2 t0 rc
+	shift 2
+	echo "==> $name ($st)"
+	t0=$(date +%s%N)
+	"$@"
+	rc=$?
+	record "$name" "$st" "$t0" "$rc"
+	if [ $rc -ne 0 ]; then
+		echo "==> $name failed (exit $rc)"
+		[ "${BASH_SUBSHELL}" -gt 0 ] && exit $rc
+		finish $rc
+	fi
+}
+
+finish() {
+	local rc=$1
+	wait 2>/dev/null
+	go run ./tools/dev/ci/report -steps "$steps" -background "$VIRTPOD_CI_DIR/background.tsv" -tests "$VIRTPOD_CI_DIR/go-test.log" \
+		-boots "$VIRTPOD_CI_DIR" -total $(($(date +%s) - start)) -out "$report" || rc=1
+	exit "$rc"
+}
+
+v() { m -s "print-$1"; }
+K8S_BIN=$(v K8S_BIN) ETCD_BIN=$(v ETCD_BIN) CAPI_DIR=$(v CAPI_DIR)
+GUEST_FIXTURE=$(v GUEST_FIXTURE) DEBIAN_GUEST=$(v DEBIAN_GUEST) IMAGES_DIR=$(v IMAGES_DIR)
+
+# Beside the first compiles: every tool module's sources, the Debian packages, both guests.
+bg_log=$VIRTPOD_CI_DIR/background.log
+(
+	steps=$VIRTPOD_CI_DIR/background.tsv
+	step downloads - m download-modules
+	step runner-deps "$(state /usr/bin/qemu-system-x86_64 /usr/sbin/mmdebstrap)" m runner-deps
+	step guest-fixture "$(state "$GUEST_FIXTURE")" m guest-fixture
+	step debian-guest "$(state "$DEBIAN_GUEST")" m debian-guest
+) >"$bg_log" 2>&1 &
+bg=$!
+
+step verify-generated - m verify-generated
+step vet - m vet
+step k8s-binaries "$(state "$K8S_BIN/kubelet" "$ETCD_BIN/etcd")" m k8s-binaries
+step capi "$(state "$CAPI_DIR/cluster-api-manager" "$CAPI_DIR/clusterctl")" m capi
+# The rest of cluster-binaries; its runner-deps is the background group's.
+step containerd-registry "$(state "$(v CONTAINERD_BIN)/containerd" "$(v REGISTRY_BIN)/registry")" m containerd registry
+wait $bg
+bg_rc=$?
+echo "==> background steps (downloads, runner-deps, guest-fixture, debian-guest):"
+cat "$bg_log"
+[ $bg_rc -eq 0 ] || finish $bg_rc
+step test-images "$(state "$IMAGES_DIR/debian.tar")" m test-images
+step images - m images
+
+was_up=no
+go run ./tools/dev/localcluster status --quiet 2>/dev/null && was_up=yes
+step cluster-up - m cluster-start
+step e2e-releases - m e2e-releases
+
+t0=$(date +%s%N)
+echo "==> go test ./..."
+env $(m -s print-TEST_ENV) go test -count=1 -timeout 45m ./... 2>&1 | tee "$VIRTPOD_CI_DIR/go-test.log"
+rc=$?
+record go-test - "$t0" "$rc"
+if [ $was_up = no ]; then
+	t0=$(date +%s%N)
+	go run ./tools/dev/localcluster down
+	down=$?
+	record cluster-down - "$t0" "$down"
+	[ $down -eq 0 ] || rc=1
+fi
+finish $rc
