@@ -88,10 +88,15 @@ func DefaultOptions() Options {
 func PodName(vmName string) string { return vmName + "-runner" }
 
 // Labels are the runner pod's labels: the VM's own (so Services can select VMs by them) plus
-// virtpod's, which win.
+// virtpod's, which win. A VM's keys under vm.virtpod.io/ are never copied: the pod's are
+// virtpod's to set (config/admission refuses them on VMs; this holds for VMs stored before).
 func Labels(vm *vmv1.VirtualMachine) map[string]string {
 	l := make(map[string]string, len(vm.Labels)+3)
-	maps.Copy(l, vm.Labels)
+	for k, v := range vm.Labels {
+		if !strings.HasPrefix(k, vmv1.ReservedKeyPrefix) {
+			l[k] = v
+		}
+	}
 	l[LabelVMName] = vm.Name
 	l[LabelProvider] = string(vm.Spec.Provider)
 	l[LabelManagedBy] = ManagedBy
@@ -411,11 +416,29 @@ func resources(vm *vmv1.VirtualMachine, opts Options) corev1.ResourceRequirement
 	return Resources(vm, opts, vm.Spec.Guest.CPUs, vm.Spec.Guest.Memory)
 }
 
+func onlyCPUMemory(l corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if q, ok := l[k]; ok {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[k] = q.DeepCopy()
+		}
+	}
+	return out
+}
+
 // Resources are the runner container's resources for a guest of cpus and memory: what it uses
 // now, never its maximum, so a live resize changes them in place.
 func Resources(vm *vmv1.VirtualMachine, opts Options, cpus int32, memory resource.Quantity) corev1.ResourceRequirements {
 	if vm.Spec.PodResources != nil {
-		r := *vm.Spec.PodResources.DeepCopy()
+		// cpu and memory only, as the CRD says: a VM stored before that rule gets no device
+		// or extended resource from its spec either.
+		r := corev1.ResourceRequirements{
+			Requests: onlyCPUMemory(vm.Spec.PodResources.Requests),
+			Limits:   onlyCPUMemory(vm.Spec.PodResources.Limits),
+		}
 		addKVM(vm, &r)
 		return r
 	}

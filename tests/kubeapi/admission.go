@@ -26,27 +26,41 @@ func AdmissionObjects() ([]*unstructured.Unstructured, error) {
 	sort.Strings(files)
 	var objs []*unstructured.Unstructured
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		o, err := ReadObjects(f)
 		if err != nil {
 			return nil, err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			if len(u.Object) > 0 {
-				objs = append(objs, u)
-			}
-		}
+		objs = append(objs, o...)
 	}
 	if len(objs) == 0 {
 		return nil, errors.New("config/admission holds no policies")
 	}
 	return objs, nil
+}
+
+// ReadObjects reads every object of a YAML file, a path relative to the repository's top
+// folder or an absolute one.
+func ReadObjects(path string) ([]*unstructured.Unstructured, error) {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(Root(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return objs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
 }
 
 // InstallAdmission creates config/admission's policies and bindings as shipped, and returns a

@@ -11,13 +11,18 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -247,4 +252,51 @@ func contains(caps []corev1.Capability, want string) bool {
 		}
 	}
 	return false
+}
+
+// TestMigrationPortOnlyFromAgents: the release lets only the agents' own pods reach their
+// migration port, and nothing else reach them at all.
+func TestMigrationPortOnlyFromAgents(t *testing.T) {
+	var agentLabels map[string]string
+	for _, doc := range documents(t)["DaemonSet"] {
+		var ds appsv1.DaemonSet
+		if err := yaml.Unmarshal(doc, &ds); err != nil {
+			t.Fatal(err)
+		}
+		if ds.Name == "virtpod-agent" {
+			agentLabels = ds.Spec.Template.Labels
+		}
+	}
+	if len(agentLabels) == 0 {
+		t.Fatal("no virtpod-agent DaemonSet under config/")
+	}
+	var found bool
+	for _, doc := range documents(t)["NetworkPolicy"] {
+		var np networkingv1.NetworkPolicy
+		if err := yaml.Unmarshal(doc, &np); err != nil {
+			t.Fatal(err)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(labels.Set(agentLabels)) || np.Namespace != "virtpod-system" {
+			continue
+		}
+		found = true
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || len(np.Spec.Ingress) != 1 {
+			t.Fatalf("NetworkPolicy %s: want one ingress rule, Ingress enforced: %+v", np.Name, np.Spec)
+		}
+		rule := np.Spec.Ingress[0]
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.IntValue() != 9440 {
+			t.Errorf("NetworkPolicy %s lets in %+v, want port 9440 only", np.Name, rule.Ports)
+		}
+		if len(rule.From) != 1 || rule.From[0].PodSelector == nil || rule.From[0].NamespaceSelector != nil || rule.From[0].IPBlock != nil {
+			t.Fatalf("NetworkPolicy %s lets in %+v, want the agents' pods only", np.Name, rule.From)
+		}
+		from, err := metav1.LabelSelectorAsSelector(rule.From[0].PodSelector)
+		if err != nil || !from.Matches(labels.Set(agentLabels)) || from.Matches(labels.Set{"app": "web"}) {
+			t.Errorf("NetworkPolicy %s: from %v is not the agents' pods", np.Name, rule.From[0].PodSelector)
+		}
+	}
+	if !found {
+		t.Error("no NetworkPolicy selects the agents' pods in virtpod-system")
+	}
 }

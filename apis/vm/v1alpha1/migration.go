@@ -35,3 +35,9 @@ const MigrationFinalizer = "vm.virtpod.io/migration"
 // EvacuationSuffix names the migration the controller makes for a LiveMigrate VM on a cordoned
 // node: <vm>-evacuation.
 const EvacuationSuffix = "-evacuation"
+
+// ReservedKeyPrefix begins every label and annotation key virtpod sets on runner pods. Only the
+// controller (and, for its reports, the node agent) may set, change or remove such keys on a
+// pod, and no VirtualMachine may carry such a label, since a VM's labels are copied to its pod
+// (config/admission/runner-pods-policy.yaml).
+const ReservedKeyPrefix = "vm.virtpod.io/"

@@ -33,6 +33,17 @@ func TestRejectsBadSpecs(t *testing.T) {
 		hint   string // a fragment of the fix the error must state
 	}{
 		{"zero cpus", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 0 }, "spec.guest.cpus", "greater than or equal to 1"},
+		// A VM that could request the agent's own device would starve it after a restart; one
+		// that could request GPUs would take them without the admin's say.
+		{"podResources with the agent's device", func(v *vmv1.VirtualMachine) {
+			v.Spec.PodResources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{"devices.virtpod.io/kvm-probe": resource.MustParse("1")}}
+		}, "spec.podResources", "only cpu and memory requests and limits"},
+		{"podResources with a GPU request", func(v *vmv1.VirtualMachine) {
+			v.Spec.PodResources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": resource.MustParse("1"), "nvidia.com/gpu": resource.MustParse("1")}}
+		}, "spec.podResources", "remove the other resources"},
+		{"podResources with claims", func(v *vmv1.VirtualMachine) {
+			v.Spec.PodResources = &corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}
+		}, "spec.podResources", "takes no resource claims"},
 		{"too many cpus", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 256 }, "spec.guest.cpus", "less than or equal to 255"},
 		{"memory below minimum", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("32Mi") }, "spec.guest.memory", "between 64Mi and 1Ti"},
 		{"memory above maximum", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Memory = resource.MustParse("2Ti") }, "spec.guest.memory", "between 64Mi and 1Ti"},
@@ -302,6 +313,18 @@ func TestAcceptsPodPlacement(t *testing.T) {
 		{Key: "dedicated", Value: "vms"},
 	}
 	vm.Spec.Guest.Ports = []vmv1.Port{{Name: "kube-apiserver", Port: 6443}}
+	if err := env.Client.Create(context.Background(), vm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAcceptsPodResources: cpu and memory, requests and limits, are what podResources is for.
+func TestAcceptsPodResources(t *testing.T) {
+	vm := kubeapi.SampleVM("default", "sized")
+	vm.Spec.PodResources = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{"cpu": resource.MustParse("500m"), "memory": resource.MustParse("512Mi")},
+		Limits:   corev1.ResourceList{"cpu": resource.MustParse("2"), "memory": resource.MustParse("1Gi")},
+	}
 	if err := env.Client.Create(context.Background(), vm); err != nil {
 		t.Fatal(err)
 	}

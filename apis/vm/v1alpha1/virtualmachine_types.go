@@ -134,7 +134,11 @@ type VirtualMachineSpec struct {
 	ImageUpdatePolicy ImageUpdatePolicy `json:"imageUpdatePolicy,omitempty"`
 
 	// podResources overrides the runner container's resources, which are otherwise derived from
-	// guest.cpus and guest.memory plus a fixed runner overhead.
+	// guest.cpus and guest.memory plus a fixed runner overhead. Only cpu and memory: the
+	// devices a runner needs come from its provider, and other extended resources (GPUs, the
+	// node agent's own devices) are an admin's to hand out, not a VM's.
+	// +kubebuilder:validation:XValidation:rule="(!has(self.limits) || self.limits.all(k, k == 'cpu' || k == 'memory')) && (!has(self.requests) || self.requests.all(k, k == 'cpu' || k == 'memory'))",message="spec.podResources may set only cpu and memory requests and limits (devices come from the VM's provider); remove the other resources"
+	// +kubebuilder:validation:XValidation:rule="!has(self.claims)",message="spec.podResources.claims: a runner pod takes no resource claims; remove them"
 	// +optional
 	PodResources *corev1.ResourceRequirements `json:"podResources,omitempty"`
 
