@@ -74,8 +74,10 @@ func (e *Evacuator) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		return reconcile.Result{}, nil // moving: the pod's Evacuating event says so
 	case err == nil && old.DeletionTimestamp != nil:
 		return reconcile.Result{}, nil // its removal brings us back
-	case err == nil && old.Annotations[AnnotationEvacuatedPod] == vm.Status.PodUID && old.Status.Phase == vmv1.MigrationFailed:
+	case err == nil && old.Annotations[AnnotationEvacuatedPod] == vm.Status.PodUID && old.Status.Phase == vmv1.MigrationFailed && canMove:
 		return e.retry(ctx, vm, node, old)
+	case err == nil && old.Annotations[AnnotationEvacuatedPod] == vm.Status.PodUID && old.Status.Phase == vmv1.MigrationFailed:
+		// Not retried while the guest cannot move: no budget holds the drain (below).
 	case err == nil && old.Annotations[AnnotationEvacuatedPod] == vm.Status.PodUID:
 		return reconcile.Result{}, nil // moved: the VM's status turns to the target's pod
 	case err == nil:
