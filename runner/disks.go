@@ -15,6 +15,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/isodisk"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
 	"github.com/virtpod/virtpod/pkg/volumedisk"
 )
 
@@ -160,6 +161,10 @@ func prepareDisk(cfg runnerconfig.Config, d runnerconfig.Disk, log *zap.Logger) 
 		}
 		log.Info("disk", zap.String("name", d.Name), zap.String("kind", d.Kind), zap.Strings("files", names))
 	case runnerconfig.DiskImage:
+		// The image is the VM owner's: a qcow2 header must not make QEMU open a host path.
+		if err := diskfile.CheckImage(d.Path); err != nil {
+			return drive, err
+		}
 		format, size, err := diskimage.Inspect(d.Path)
 		if err != nil {
 			return drive, err

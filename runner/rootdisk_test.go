@@ -62,3 +62,33 @@ func TestRootDiskDirectory(t *testing.T) {
 		})
 	}
 }
+
+// TestDataDiskImageQcow2Refused: an image disk's qcow2 that would make QEMU open a host path (a
+// backing file, an external data file) ends the run before the hypervisor starts, the message
+// naming the disk and what is wrong. (That a plain one passes is diskfile's TestCheckImage, and
+// TestDataDisks boots with one.)
+func TestDataDiskImageQcow2Refused(t *testing.T) {
+	need(t, haveBinary("qemu-system-x86_64") && haveBinary("qemu-img"), "needs qemu-system-x86 and qemu-utils")
+	dir := t.TempDir()
+	img := func(name string, args ...string) string {
+		p := filepath.Join(dir, name)
+		if out, err := exec.Command("qemu-img", append(append([]string{"create", "-q"}, args...), p, "16M")...).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img: %v %s", err, out)
+		}
+		return p
+	}
+	root := img("root.img", "-f", "raw")
+	for _, tc := range []struct{ name, file, want string }{
+		{"backing", img("backing.qcow2", "-f", "qcow2", "-b", "/etc/passwd", "-F", "raw"), "is a qcow2 overlay on a backing file (/etc/passwd)"},
+		{"datafile", img("datafile.qcow2", "-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "host-file")), "is a qcow2 image whose data is in an external data file (" + filepath.Join(dir, "host-file") + ")"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startRunner(t, "", "--name=vm-datadisk", "--accel=tcg", "--cpus=1", "--memory-mib=128", "--root-disk="+root,
+				"--disk=name=scratch,kind=image,path="+tc.file+",readonly", "--network=none", "--http-addr="+loopback.FreeAddr(t))
+			code, msg := r.waitExit(t, 20*time.Second)
+			if code != runner.ExitError || !strings.Contains(msg, "--disk scratch: "+tc.file+" "+tc.want) {
+				t.Fatalf("exit %d, termination message %q; want exit %d naming disk scratch and saying %q", code, msg, runner.ExitError, tc.want)
+			}
+		})
+	}
+}

@@ -141,7 +141,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := migrations.SetupWithManager(mgr, o.SecondInstance); err != nil {
 		return nil, fmt.Errorf("setting up the VirtualMachineMigration controller: %w", err)
 	}
-	evacuator := &migration.Evacuator{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("virtpod-controller")}
+	evacuator := &migration.Evacuator{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("virtpod-controller"), Now: o.Now}
 	if err := evacuator.SetupWithManager(mgr, o.SecondInstance); err != nil {
 		return nil, fmt.Errorf("setting up the evacuation controller: %w", err)
 	}

@@ -113,8 +113,8 @@ func (r *Reconciler) steps(ctx context.Context, vpm, next *infrav1.VirtPodMachin
 
 var errNameTaken = errors.New("VirtualMachine name taken")
 
-// vm returns the machine's VM, nil when there is none, or an error when the name is taken by a
-// VM that is not this machine's.
+// vm returns the machine's VM, nil when there is none, or errNameTaken with the VM that holds
+// the name when it is not this machine's.
 func (r *Reconciler) vm(ctx context.Context, vpm *infrav1.VirtPodMachine) (*vmv1.VirtualMachine, error) {
 	vm := &vmv1.VirtualMachine{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: vpm.Namespace, Name: machinevm.Name(vpm)}, vm)
@@ -125,7 +125,7 @@ func (r *Reconciler) vm(ctx context.Context, vpm *infrav1.VirtPodMachine) (*vmv1
 		return nil, err
 	}
 	if !metav1.IsControlledBy(vm, vpm) {
-		return nil, fmt.Errorf("%w: VirtualMachine %s exists and does not belong to this VirtPodMachine; delete or rename it", errNameTaken, vm.Name)
+		return vm, fmt.Errorf("%w: VirtualMachine %s exists and does not belong to this VirtPodMachine; delete or rename it", errNameTaken, vm.Name)
 	}
 	return vm, nil
 }
@@ -221,13 +221,19 @@ func vmMessage(vm *vmv1.VirtualMachine) string {
 }
 
 // delete stops and deletes the VM, waits until its runner pod is gone (foreground deletion), then
-// lets the VirtPodMachine go.
+// lets the VirtPodMachine go. A VM of that name the machine does not control is left alone.
 func (r *Reconciler) delete(ctx context.Context, vpm *infrav1.VirtPodMachine) error {
 	if !controllerutil.ContainsFinalizer(vpm, Finalizer) {
 		return nil
 	}
 	vm, err := r.vm(ctx, vpm)
-	if err != nil {
+	if errors.Is(err, errNameTaken) {
+		// The machine's VM is gone and another holds its name: that one is not ours to delete,
+		// and waiting for it would keep the finalizer forever.
+		r.Recorder.Eventf(vpm, vm, corev1.EventTypeWarning, infrav1.ReasonVirtualMachineNameTaken, "RemoveFinalizer",
+			"VirtualMachine %s does not belong to this VirtPodMachine: left alone; the VirtPodMachine goes without it", vm.Name)
+		vm = nil
+	} else if err != nil {
 		return err
 	}
 	if vm != nil {
