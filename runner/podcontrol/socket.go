@@ -21,6 +21,9 @@ import (
 // beneath the directory's descriptor, refusing every symlink, checks the result is a socket,
 // and connects to that very inode through /proc/self/fd.
 
+// ErrRefused is in every error for a link, or anything but a socket, where a socket should be.
+var ErrRefused = errors.New("refused")
+
 // Control is one pod's control directory: Device beneath Root (the agent's view of
 // vmv1.HostControlDir).
 type Control struct {
@@ -62,7 +65,7 @@ func openat2(dir int, name string, flags uint64) (int, error) {
 func (c Control) refusal(name, sub string, err error) error {
 	path := filepath.Join(c.Root, name, sub)
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-		return fmt.Errorf("%s is or passes through a symlink, or leaves the control directory: refused (the agent follows no link there)", path)
+		return fmt.Errorf("%s is or passes through a symlink, or leaves the control directory: %w (the agent follows no link there)", path, ErrRefused)
 	}
 	return &os.PathError{Op: "open", Path: path, Err: err}
 }
@@ -85,7 +88,7 @@ func (c Control) openSocket(name string) (*os.File, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		unix.Close(fd)
-		return nil, fmt.Errorf("%s is not a socket: refused", filepath.Join(c.String(), name))
+		return nil, fmt.Errorf("%s is not a socket: %w", filepath.Join(c.String(), name), ErrRefused)
 	}
 	return os.NewFile(uintptr(fd), filepath.Join(c.String(), name)), nil
 }
@@ -148,7 +151,7 @@ func (c Control) listen(dir int, name string) (net.Listener, error) {
 	var st unix.Stat_t
 	switch err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
 	case err == nil && st.Mode&unix.S_IFMT != unix.S_IFSOCK:
-		return nil, fmt.Errorf("%s is there and not a socket (a symlink?): refused", path)
+		return nil, fmt.Errorf("%s is there and not a socket (a symlink?): %w", path, ErrRefused)
 	case err == nil:
 		if err := unix.Unlinkat(dir, name, 0); err != nil && err != unix.ENOENT {
 			return nil, &os.PathError{Op: "remove", Path: path, Err: err}
