@@ -9,12 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
+	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
 // TestExecutorActsOnlyForTheControllersPods: pods that merely look like runner pods — the
@@ -41,12 +45,21 @@ func TestExecutorActsOnlyForTheControllersPods(t *testing.T) {
 		startRunner(t, controlDir, id, runners[p.Name])
 		devices[ns+"/"+p.Name] = id
 	}
-	startExecutor(t, "node-t", controlDir, startKubelet(t, devices))
+	logs := startObservedExecutor(t, "node-t", controlDir, startKubelet(t, devices))
 	for _, p := range []*corev1.Pod{labelled, sibling, forged, real} {
 		annotate(t, p, vmv1.AnnotationDesiredCPUs, "2", vmv1.AnnotationDesiredMemory, "512Mi")
 	}
 	guestIs(t, real, "2", "512Mi", "")
-	time.Sleep(2 * time.Second) // the refused pods had their turns (and a retry) meanwhile
+	for _, p := range []*corev1.Pod{labelled, sibling, forged} {
+		kubeapi.Eventually(t, "the refusal of "+p.Name+" logged", 10*time.Second, func() error {
+			for _, e := range logs.FilterField(zap.String("pod", ns+"/"+p.Name)).All() {
+				if err, ok := e.ContextMap()["error"].(string); ok && strings.Contains(err, "the node agent acts only for pods the controller made") {
+					return nil
+				}
+			}
+			return fmt.Errorf("not yet")
+		})
+	}
 	for _, p := range []*corev1.Pod{labelled, sibling, forged} {
 		if n := len(runners[p.Name].requests()); n != 0 {
 			t.Errorf("%s: its runner was asked %d times", p.Name, n)
@@ -61,6 +74,22 @@ func TestExecutorActsOnlyForTheControllersPods(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startObservedExecutor is startExecutor with its log kept.
+func startObservedExecutor(t *testing.T, node, controlDir, kubeletSock string) *observer.ObservedLogs {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	e := &Executor{Client: cs, Kube: env.Client, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Timeout: 20 * time.Second, Log: zap.New(core)}
+	go func() { _ = e.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return logs
 }
 
 // TestExecutorRefusesSymlinkedSocket: a VM's own pod whose runner.sock is a symlink to
