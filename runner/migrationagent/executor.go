@@ -16,6 +16,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,9 +30,11 @@ import (
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
 // DefaultPort is where agents take migration streams.
@@ -40,7 +43,10 @@ const DefaultPort = 9440
 // Executor carries out the migrations of the runner pods on one node, both ways.
 type Executor struct {
 	Client kubernetes.Interface
-	Node   string
+	// Kube reads VirtualMachines and their migrations, uncached: the agent acts only for pods
+	// they name (podcontrol.Authorize).
+	Kube client.Reader
+	Node string
 	// Namespace is the agents' own, where their Secret is.
 	Namespace string
 	// PodIP is the agent pod's address (the downward API's status.podIP): other nodes' agents
@@ -68,12 +74,18 @@ type Executor struct {
 	finished map[types.UID]string   // source pod → the migrate-to of its last session here
 	resumed  map[types.UID]bool     // source pods whose resume was handled
 	received map[types.UID]bool     // target pods that took a stream
+
+	slots      chan struct{} // one per connection not yet past its TLS handshake
+	handshakes atomic.Int32  // connections in their handshake now, for tests
 }
 
 const uidIndex = "uid"
 
 // Run takes streams and follows the node's runner pods until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
+	if e.Kube == nil {
+		return errors.New("migration executor: no client to read VirtualMachines")
+	}
 	if e.Node == "" || e.PodIP == "" || e.Namespace == "" {
 		return errors.New("migration executor: node name, pod IP and namespace are needed (env NODE_NAME, POD_IP, POD_NAMESPACE from the downward API)")
 	}
@@ -89,6 +101,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	if e.Report <= 0 {
 		e.Report = 2 * time.Second
 	}
+	e.slots = make(chan struct{}, maxHandshakes)
 	e.sessions, e.finished, e.resumed, e.received = map[types.UID]*session{}, map[types.UID]string{}, map[types.UID]bool{}, map[types.UID]bool{}
 	cred, err := EnsureSecret(ctx, e.Client, e.Namespace)
 	if err != nil {
@@ -102,6 +115,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	e.receiver = net.JoinHostPort(e.PodIP, port)
 
+	// The label only narrows the watch: anyone may set it. converge asks whose pod it is.
 	f := informers.NewSharedInformerFactoryWithOptions(e.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.Node).String()
 		o.LabelSelector = podspec.LabelManagedBy + "=" + podspec.ManagedBy
@@ -184,8 +198,31 @@ func (e *Executor) converge(ctx context.Context, key string) (time.Duration, err
 	if pod.DeletionTimestamp != nil || pod.Spec.NodeName != e.Node {
 		return 0, nil
 	}
-	if pod.Labels[vmv1.LabelMigrationRole] == vmv1.MigrationRoleTarget {
+	if !e.mayAct(pod) {
+		return 0, nil
+	}
+	// Target or source is the controller's objects' word, never the pod's labels: a VM's
+	// labels reach its pod, migration-role among them.
+	o, err := podcontrol.Authorize(ctx, e.Kube, pod)
+	if err != nil {
+		return 0, err // logged and retried; nothing is written on a pod refused
+	}
+	if o.Target {
 		return e.convergeTarget(ctx, pod)
 	}
-	return 0, e.convergeSource(ctx, pod)
+	return 0, e.convergeSource(ctx, pod, o)
+}
+
+// mayAct: the pod asks something of this agent as a target (a migration, no receiver of this
+// agent's yet) or as a source (migrate-to, resume). Only such pods are looked up.
+func (e *Executor) mayAct(pod *corev1.Pod) bool {
+	a := pod.Annotations
+	if pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	e.mu.Lock()
+	resumed := e.resumed[pod.UID]
+	e.mu.Unlock()
+	return a[vmv1.AnnotationMigration] != "" && a[vmv1.AnnotationMigrationReceiver] != e.receiver ||
+		a[vmv1.AnnotationMigrateTo] != "" || a[vmv1.AnnotationMigrationResume] == "true" && !resumed
 }

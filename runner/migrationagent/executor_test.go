@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -71,18 +74,26 @@ func watchStates(t *testing.T, pod *corev1.Pod) *states {
 	return s
 }
 
+// sourceLabels are the source pods' in migrationPair: a VM's labels reach its pod, so a source
+// may carry migration-role target; the migration, not the label, makes it the source.
+var sourceLabels = map[string]string{vmv1.LabelMigrationRole: vmv1.MigrationRoleTarget}
+
 // migrationPair makes a target pod on node b whose QEMU listens, waits for b's agent to write
 // its receiver, and makes the source pod on node a with its runner.
 func migrationPair(t *testing.T, a, b *node, size int, delay time.Duration) (source, target *corev1.Pod, runner *sourceRunner, q *targetQEMU, receiver string) {
 	t.Helper()
 	ns := namespace(t)
-	target = targetPod(t, ns, "web-m1", b.name, "mig-1")
+	vm := podcontroltest.VM(t, env.Client, ns, "web")
+	mig := newMigration(t, vm, "web-runner", "web-m1")
+	target = targetPod(t, vm, mig, b.name)
 	q = listenTarget(t, b.dir(target, "control3"))
 	receiver = annotation(t, target, vmv1.AnnotationMigrationReceiver, 20*time.Second, nonEmpty)
 	if !strings.HasPrefix(receiver, "127.0.0.1:") {
 		t.Fatalf("receiver %q, want the agent pod's IP and port", receiver)
 	}
-	source = runnerPod(t, ns, "web-runner", a.name, nil, map[string]string{vmv1.AnnotationMigration: "mig-1"})
+	agentPod(t, b, receiver)
+	source = podOf(t, vm, ns, "web-runner", a.name, sourceLabels, map[string]string{vmv1.AnnotationMigration: string(mig.UID)})
+	podcontroltest.Name(t, env.Client, vm, source)
 	runner = &sourceRunner{dir: a.dir(source, "control3"), size: size, delay: delay}
 	serveRunner(t, runner.dir, runner)
 	return source, target, runner, q, receiver
@@ -204,7 +215,8 @@ func TestCancel(t *testing.T) {
 }
 
 // TestSourceRefused: a migrate-to naming a pod that is not the migration's target is refused
-// by the target's agent; the runner is never asked to send, and the refusal is the state.
+// (by the source's agent, which checks it against the migration); the runner is never asked to
+// send, and the refusal is the state.
 func TestSourceRefused(t *testing.T) {
 	a, b := newNode(t, "mig-g"), newNode(t, "mig-h")
 	b.start(t)
@@ -213,8 +225,8 @@ func TestSourceRefused(t *testing.T) {
 	a.start(t)
 	annotate(t, source, map[string]any{vmv1.AnnotationMigrateTo: receiver + "/" + string(bystander.UID)})
 	st := stateIs(t, source, controlapi.MigrationFailed, 20*time.Second)
-	if !strings.Contains(st.Error, "is not a migration target") {
-		t.Errorf("failure %q, want the receiver's refusal", st.Error)
+	if !strings.Contains(st.Error, "names pod UID "+string(bystander.UID)+", but migration") {
+		t.Errorf("failure %q, want the refusal of a target the migration does not name", st.Error)
 	}
 	if puts, _ := runner.counts(); puts != 0 || q.connections() != 0 {
 		t.Errorf("%d PUTs, %d connections to the target QEMU; want none", puts, q.connections())
@@ -249,5 +261,42 @@ func TestResume(t *testing.T) {
 		if _, dels := r.counts(); dels != want {
 			t.Errorf("%s runner got %d DELETEs, want %d", name, dels, want)
 		}
+	}
+}
+
+// TestSourceDialsOnlyTheTargetsAgent: a migrate-to naming any other address than the target
+// node's agent pod (which the API says) is refused before anything is dialled; the address
+// named gets no connection and the runner is never asked.
+func TestSourceDialsOnlyTheTargetsAgent(t *testing.T) {
+	a, b := newNode(t, "mig-j"), newNode(t, "mig-k")
+	b.start(t)
+	source, target, runner, q, receiver := migrationPair(t, a, b, 1<<20, 0)
+	trap, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trap.Close()
+	var dialled atomic.Int32
+	go func() {
+		for {
+			c, err := trap.Accept()
+			if err != nil {
+				return
+			}
+			dialled.Add(1)
+			c.Close()
+		}
+	}()
+	a.start(t)
+	annotate(t, source, map[string]any{vmv1.AnnotationMigrateTo: trap.Addr().String() + "/" + string(target.UID)})
+	st := stateIs(t, source, controlapi.MigrationFailed, 20*time.Second)
+	if want := "the agent of target node " + b.name + " is at " + receiver; !strings.Contains(st.Error, want) {
+		t.Errorf("failure %q, want %q", st.Error, want)
+	}
+	if n := dialled.Load(); n != 0 {
+		t.Errorf("the source agent dialled the migrate-to's address %d times", n)
+	}
+	if puts, _ := runner.counts(); puts != 0 || q.connections() != 0 {
+		t.Errorf("%d PUTs, %d connections to the target QEMU; want none", puts, q.connections())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -250,7 +251,7 @@ func (n *node) start(t *testing.T) (*Executor, func()) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Executor{Client: cs, Node: n.name, Namespace: agentNamespace, PodIP: "127.0.0.1", Listen: "127.0.0.1:0",
+	e := &Executor{Client: cs, Kube: env.Client, Node: n.name, Namespace: agentNamespace, PodIP: "127.0.0.1", Listen: "127.0.0.1:0",
 		ControlDir: n.controlDir, PodResources: n.kubeletSock, Log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(n.name),
 		Poll: 50 * time.Millisecond, Report: reportEvery}
 	done := make(chan error, 1)
@@ -290,8 +291,19 @@ func namespace(t *testing.T) string {
 	return ns.Name
 }
 
-// runnerPod creates a running runner pod on node with extra labels and annotations.
+// runnerPod creates a running runner pod on node with extra labels and annotations, controlled
+// by a VirtualMachine of the same name whose status names it, as the controller makes them.
 func runnerPod(t *testing.T, ns, name, node string, labels, annotations map[string]string) *corev1.Pod {
+	t.Helper()
+	vm := podcontroltest.VM(t, env.Client, ns, name)
+	pod := podOf(t, vm, ns, name, node, labels, annotations)
+	podcontroltest.Name(t, env.Client, vm, pod)
+	return pod
+}
+
+// podOf creates a running runner pod on node controlled by vm (nil: by nothing), which its
+// status does not name.
+func podOf(t *testing.T, vm *vmv1.VirtualMachine, ns, name, node string, labels, annotations map[string]string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	l := map[string]string{podspec.LabelManagedBy: podspec.ManagedBy}
@@ -300,23 +312,73 @@ func runnerPod(t *testing.T, ns, name, node string, labels, annotations map[stri
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l, Annotations: annotations},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: podspec.RunnerContainer, Image: "runner"}}}}
+	if vm != nil {
+		podcontroltest.Own(pod, vm)
+	}
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	kubeapi.Eventually(t, "pod running", 10*time.Second, func() error {
-		p := &corev1.Pod{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
-			return err
-		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning}
-		return env.Client.Status().Update(ctx, p)
-	})
+	running(t, pod, "")
 	return pod
 }
 
-func targetPod(t *testing.T, ns, name, node, migration string) *corev1.Pod {
-	return runnerPod(t, ns, name, node, map[string]string{vmv1.LabelMigrationRole: vmv1.MigrationRoleTarget},
-		map[string]string{vmv1.AnnotationMigration: migration})
+// running writes the pod's status Running, with ip when set.
+func running(t *testing.T, pod *corev1.Pod, ip string) {
+	t.Helper()
+	kubeapi.Eventually(t, "pod running", 10*time.Second, func() error {
+		p := &corev1.Pod{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
+			return err
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning}
+		if ip != "" {
+			p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		}
+		return env.Client.Status().Update(context.Background(), p)
+	})
+}
+
+// newMigration creates a VirtualMachineMigration of vm whose status names its source and
+// target pods, as the migration controller writes it before it creates the target.
+func newMigration(t *testing.T, vm *vmv1.VirtualMachine, source, target string) *vmv1.VirtualMachineMigration {
+	t.Helper()
+	ctx := context.Background()
+	mig := &vmv1.VirtualMachineMigration{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, GenerateName: vm.Name + "-"},
+		Spec: vmv1.VirtualMachineMigrationSpec{VMName: vm.Name}}
+	if err := env.Client.Create(ctx, mig); err != nil {
+		t.Fatal(err)
+	}
+	mig.Status = vmv1.VirtualMachineMigrationStatus{Phase: vmv1.MigrationScheduling, SourcePod: source, TargetPod: target}
+	if err := env.Client.Status().Update(ctx, mig); err != nil {
+		t.Fatal(err)
+	}
+	return mig
+}
+
+// targetPod creates mig's target pod as the controller does: vm's, labelled a target, the
+// migration's UID in its annotation.
+func targetPod(t *testing.T, vm *vmv1.VirtualMachine, mig *vmv1.VirtualMachineMigration, node string) *corev1.Pod {
+	return podOf(t, vm, vm.Namespace, mig.Status.TargetPod, node, map[string]string{vmv1.LabelMigrationRole: vmv1.MigrationRoleTarget},
+		map[string]string{vmv1.AnnotationMigration: string(mig.UID)})
+}
+
+// agentPod is node n's agent pod in the agents' namespace, as the DaemonSet makes it, with
+// the receiver at addr (what its agent wrote as migration-receiver).
+func agentPod(t *testing.T, n *node, addr string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "virtpod-agent-" + n.name, Labels: map[string]string{AgentLabel: AgentName}},
+		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "agent", Image: "runner",
+			Ports: []corev1.ContainerPort{{Name: AgentPortName, ContainerPort: int32(p), Protocol: corev1.ProtocolTCP}}}}}}
+	if err := env.Client.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	running(t, pod, host)
 }
 
 // annotate merge-patches annotations; a nil value removes one.

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -64,16 +67,28 @@ func headerLine(uid, migration string) string {
 }
 
 // TestReceiverRefuses: the receiver takes a stream only over TLS with the agents' own client
-// certificate, and only for a pod of its node that is the named migration's target; nothing
-// refused reaches the target QEMU.
+// certificate, and only for a pod of its node that a live migration names as its target —
+// pods labelled a target (a VM's labels reach its pod) and annotated with the migration are
+// refused, and get no migration-receiver; nothing refused reaches a QEMU.
 func TestReceiverRefuses(t *testing.T) {
 	ns := namespace(t)
 	b := newNode(t, "mig-r")
-	target := targetPod(t, ns, "web-m1", b.name, "mig-7")
+	vm := podcontroltest.VM(t, env.Client, ns, "web")
+	mig := newMigration(t, vm, "web-runner", "web-m1")
+	m7 := string(mig.UID)
+	target := targetPod(t, vm, mig, b.name)
 	plain := runnerPod(t, ns, "plain-runner", b.name, nil, nil)
-	far := targetPod(t, ns, "far-m1", "mig-elsewhere", "mig-7")
+	far := podOf(t, vm, ns, "far-m1", "mig-elsewhere", map[string]string{vmv1.LabelMigrationRole: vmv1.MigrationRoleTarget}, map[string]string{vmv1.AnnotationMigration: m7})
+	asTarget := map[string]string{vmv1.LabelMigrationRole: vmv1.MigrationRoleTarget}
+	// The VM's own pod, labelled a target by its VM and annotated with the live migration.
+	labelled := runnerPod(t, ns, "labelled-runner", b.name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
+	// vm's pod as the migration's target would be, under a name the migration does not give.
+	squatter := podOf(t, vm, ns, "web-m2", b.name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
+	// No VM at all.
+	stray := podOf(t, nil, ns, "stray-m1", b.name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
 	q := listenTarget(t, b.dir(target, "control1"))
 	listenTarget(t, b.dir(plain, "control2"))
+	refusedQEMUs := []*targetQEMU{listenTarget(t, b.dir(labelled, "control4")), listenTarget(t, b.dir(squatter, "control5")), listenTarget(t, b.dir(stray, "control6"))}
 	b.start(t)
 	addr := annotation(t, target, vmv1.AnnotationMigrationReceiver, 20*time.Second, nonEmpty)
 
@@ -99,14 +114,17 @@ func TestReceiverRefuses(t *testing.T) {
 		line string
 		want string // in the answer, or in the error when the answer is none
 	}{
-		{"plain TCP", nil, headerLine(string(target.UID), "mig-7"), "EOF"},
-		{"no client certificate", noCert, headerLine(string(target.UID), "mig-7"), "certificate"},
-		{"another CA's certificate", otherCA, headerLine(string(target.UID), "mig-7"), "certificate"},
-		{"TLS 1.2", tls12, headerLine(string(target.UID), "mig-7"), "protocol version"},
+		{"plain TCP", nil, headerLine(string(target.UID), m7), "EOF"},
+		{"no client certificate", noCert, headerLine(string(target.UID), m7), "certificate"},
+		{"another CA's certificate", otherCA, headerLine(string(target.UID), m7), "certificate"},
+		{"TLS 1.2", tls12, headerLine(string(target.UID), m7), "protocol version"},
 		{"not a header", good, "hello", "is not {"},
-		{"a pod that is not a target", good, headerLine(string(plain.UID), "mig-7"), "is not a migration target"},
-		{"a target on another node", good, headerLine(string(far.UID), "mig-7"), "no runner pod with UID"},
+		{"a pod that is not a target", good, headerLine(string(plain.UID), m7), "not the target of migration"},
+		{"a target on another node", good, headerLine(string(far.UID), m7), "no runner pod with UID"},
 		{"another migration", good, headerLine(string(target.UID), "mig-8"), "not the target of migration mig-8"},
+		{"a VM's own pod labelled a target", good, headerLine(string(labelled.UID), m7), "is not a migration target"},
+		{"the VM's pod under a name the migration does not give", good, headerLine(string(squatter.UID), m7), "is not a migration target"},
+		{"a labelled target no VM controls", good, headerLine(string(stray.UID), m7), "is not a migration target"},
 	} {
 		answer, err := ask(t, addr, c.cfg, c.line)
 		got := answer
@@ -120,8 +138,22 @@ func TestReceiverRefuses(t *testing.T) {
 	if n := q.connections(); n != 0 {
 		t.Fatalf("refused streams reached the target QEMU %d times", n)
 	}
+	for i, rq := range refusedQEMUs {
+		if n := rq.connections(); n != 0 {
+			t.Errorf("refused pod %d's QEMU got %d connections", i, n)
+		}
+	}
+	for _, p := range []*corev1.Pod{labelled, squatter, stray} {
+		cur := &corev1.Pod{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(p), cur); err != nil {
+			t.Fatal(err)
+		}
+		if v := cur.Annotations[vmv1.AnnotationMigrationReceiver]; v != "" {
+			t.Errorf("%s: the agent announced itself as receiver (%s) on a pod no migration names", p.Name, v)
+		}
+	}
 	// The same line with the agents' certificate is taken; a second stream at once is not.
-	answer, err := ask(t, addr, good, headerLine(string(target.UID), "mig-7"))
+	answer, err := ask(t, addr, good, headerLine(string(target.UID), m7))
 	if err != nil || answer != answerOK+"\n" {
 		t.Fatalf("the agents' own stream: %q, %v", answer, err)
 	}
@@ -131,7 +163,7 @@ func TestReceiverRefuses(t *testing.T) {
 		}
 		return nil
 	})
-	if answer, err := ask(t, addr, good, headerLine(string(target.UID), "mig-7")); !strings.Contains(answer, "already took a stream") {
+	if answer, err := ask(t, addr, good, headerLine(string(target.UID), m7)); !strings.Contains(answer, "already took a stream") {
 		t.Errorf("a second stream for the same target: %q, %v", answer, err)
 	}
 }
@@ -166,4 +198,94 @@ func TestEnsureSecret(t *testing.T) {
 	if _, err := EnsureSecret(ctx, cs, ns); err == nil || !strings.Contains(err.Error(), "Secret "+ns+"/"+SecretName) || !strings.Contains(err.Error(), "delete it") {
 		t.Fatalf("a broken Secret: %v", err)
 	}
+}
+
+// TestReceiverBoundsHandshakes: 2,000 connections that never start TLS hold at most
+// maxHandshakes handshakes (and goroutines) in the receiver, each for acceptTimeout at most;
+// the agents' own stream still gets through while they are all open.
+func TestReceiverBoundsHandshakes(t *testing.T) {
+	ns := namespace(t)
+	b := newNode(t, "mig-flood")
+	vm := podcontroltest.VM(t, env.Client, ns, "web")
+	mig := newMigration(t, vm, "web-runner", "web-m1")
+	target := targetPod(t, vm, mig, b.name)
+	q := listenTarget(t, b.dir(target, "control1"))
+	e, _ := b.start(t)
+	addr := annotation(t, target, vmv1.AnnotationMigrationReceiver, 20*time.Second, nonEmpty)
+
+	before := runtime.NumGoroutine()
+	var idle []net.Conn
+	t.Cleanup(func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	})
+	start := time.Now()
+	var peak atomic.Int32
+	sampling, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if n := e.handshakes.Load(); n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-sampling:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	for range 2000 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("after %d connections: %v", len(idle), err)
+		}
+		idle = append(idle, c)
+	}
+	kubeapi.Eventually(t, "every slot taken", 2*time.Second, func() error {
+		if n := e.handshakes.Load(); n != maxHandshakes {
+			return fmt.Errorf("%d handshakes in flight", n)
+		}
+		return nil
+	})
+	close(sampling)
+	<-sampled
+	if peak := peak.Load(); peak > maxHandshakes {
+		t.Fatalf("%d handshakes in flight, want at most %d", peak, maxHandshakes)
+	}
+	if n := runtime.NumGoroutine() - before; n > 2*maxHandshakes+50 {
+		t.Fatalf("%d more goroutines with 2,000 idle connections open", n)
+	}
+	t.Logf("2,000 idle connections in %v: at most %d handshakes, %d goroutines more", time.Since(start), peak.Load(), runtime.NumGoroutine()-before)
+
+	// The agents' stream, retried as the sender does, gets through while the idle ones are
+	// still open on this side; the idle ones in a slot are cut at acceptTimeout.
+	good := agentCredentials(t).ClientConfig()
+	var answer string
+	kubeapi.Eventually(t, "the agents' stream through the flood", acceptTimeout+10*time.Second, func() error {
+		var err error
+		if answer, err = ask(t, addr, good, headerLine(string(target.UID), string(mig.UID))); err != nil {
+			return err
+		}
+		return nil
+	})
+	if answer != answerOK+"\n" {
+		t.Fatalf("the agents' stream: %q", answer)
+	}
+	kubeapi.Eventually(t, "the stream at the target QEMU", 5*time.Second, func() error {
+		if n := q.connections(); n != 1 {
+			return fmt.Errorf("the target QEMU got %d connections", n)
+		}
+		return nil
+	})
+	if took := time.Since(start); took > acceptTimeout+10*time.Second {
+		t.Errorf("the stream took %v to get through", took)
+	}
+	kubeapi.Eventually(t, "idle connections cut at acceptTimeout", acceptTimeout+2*time.Second, func() error {
+		if n := e.handshakes.Load(); n != 0 {
+			return fmt.Errorf("%d handshakes in flight", n)
+		}
+		return nil
+	})
 }

@@ -6,30 +6,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
 // runnerClient speaks the runner's control API (pkg/controlapi) on one control socket.
 type runnerClient struct {
-	hc   *http.Client
-	path string
+	hc  *http.Client
+	ctl podcontrol.Control
 }
 
-func newRunnerClient(socket string) *runnerClient {
-	return &runnerClient{path: socket, hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		},
-	}}}
+func newRunnerClient(ctl podcontrol.Control) *runnerClient {
+	return &runnerClient{ctl: ctl, hc: ctl.HTTPClient(vmv1.ControlSocketName, 30*time.Second)}
 }
 
 func (r *runnerClient) close() { r.hc.CloseIdleConnections() }
-
-func (r *runnerClient) socket() string { return r.path }
 
 // do sends one request on the migration resource and returns the runner's status; a status
 // other than ok is an error carrying the runner's own words, the status still returned when the

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +33,7 @@ type session struct {
 
 // convergeSource starts a send for a new migrate-to, and resumes a guest the controller asks
 // back. A running send follows the pod itself (cancel).
-func (e *Executor) convergeSource(ctx context.Context, pod *corev1.Pod) error {
+func (e *Executor) convergeSource(ctx context.Context, pod *corev1.Pod, o podcontrol.Owner) error {
 	if pod.Status.Phase != corev1.PodRunning {
 		return nil
 	}
@@ -48,7 +46,7 @@ func (e *Executor) convergeSource(ctx context.Context, pod *corev1.Pod) error {
 	if fresh {
 		s := &session{migrateTo: to, done: make(chan struct{})}
 		e.sessions[pod.UID] = s
-		go e.send(ctx, pod, s, seen)
+		go e.send(ctx, pod, o, s, seen)
 	}
 	if resume {
 		e.resumed[pod.UID] = true
@@ -89,17 +87,17 @@ func (e *Executor) resume(ctx context.Context, pod *corev1.Pod) error {
 }
 
 func (e *Executor) runner(ctx context.Context, pod *corev1.Pod) (*runnerClient, error) {
-	dir, err := podcontrol.Dir(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+	ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
 	if err != nil {
 		return nil, err
 	}
-	return newRunnerClient(filepath.Join(dir, vmv1.ControlSocketName)), nil
+	return newRunnerClient(ctl), nil
 }
 
 // send carries out one migrate-to: relay QEMU's stream to the target node's agent and report
 // the runner's progress until it ends. seen: this agent has sent from this pod before, so a
 // finished state the runner still reports is an earlier migration's.
-func (e *Executor) send(ctx context.Context, pod *corev1.Pod, s *session, seen bool) {
+func (e *Executor) send(ctx context.Context, pod *corev1.Pod, o podcontrol.Owner, s *session, seen bool) {
 	key := pod.Namespace + "/" + pod.Name
 	log := e.Log.With(zap.String("pod", key), zap.String("migrateTo", s.migrateTo))
 	defer func() {
@@ -112,7 +110,7 @@ func (e *Executor) send(ctx context.Context, pod *corev1.Pod, s *session, seen b
 	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, streamErr, err := e.start(ctx, pod, s.migrateTo, seen, log)
+	st, streamErr, err := e.start(ctx, pod, o, s.migrateTo, seen, log)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("migration not started", zap.Error(err))
@@ -155,9 +153,10 @@ func (s *stream) failure() error {
 // start asks the runner to send, unless it already does (an agent restarted mid-migration:
 // the runner is asked once) or already did. It returns the runner's status and the relay, nil
 // when the send was adopted.
-func (e *Executor) start(ctx context.Context, pod *corev1.Pod, to string, seen bool, log *zap.Logger) (controlapi.MigrationStatus, *stream, error) {
-	addr, target, err := parseMigrateTo(to)
-	if err != nil {
+func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owner, to string, seen bool, log *zap.Logger) (controlapi.MigrationStatus, *stream, error) {
+	var addr, target string
+	var err error
+	if err := retry(ctx, func() error { addr, target, err = e.route(ctx, pod, o, to); return err }); err != nil {
 		return controlapi.MigrationStatus{}, nil, err
 	}
 	var rc *runnerClient
@@ -188,7 +187,7 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, to string, seen b
 	var out net.Conn
 	var outR *bufio.Reader
 	if err := retry(ctx, func() error {
-		out, outR, err = dialReceiver(ctx, e.cred.ClientConfig(), addr, header{PodUID: target, Migration: pod.Annotations[vmv1.AnnotationMigration]})
+		out, outR, err = dialReceiver(ctx, e.cred.ClientConfig(), addr, header{PodUID: target, Migration: string(o.Migration.UID)})
 		if errors.As(err, new(*refusedError)) {
 			return permanent{err}
 		}
@@ -196,8 +195,7 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, to string, seen b
 	}); err != nil {
 		return st, nil, err
 	}
-	sock := filepath.Join(filepath.Dir(rc.socket()), controlapi.MigrateOutSocket)
-	l, err := listenUnix(sock)
+	l, err := rc.ctl.Listen(controlapi.MigrateOutSocket)
 	if err != nil {
 		out.Close()
 		return st, nil, err
@@ -358,21 +356,6 @@ func parseMigrateTo(to string) (addr, target string, err error) {
 		return "", "", fmt.Errorf("%s %q is not <ip>:<port>/<target pod UID>", vmv1.AnnotationMigrateTo, to)
 	}
 	return addr, target, nil
-}
-
-// listenUnix listens on sock, root's alone (0600); a socket left by an agent that died is
-// replaced.
-func listenUnix(sock string) (net.Listener, error) {
-	_ = os.Remove(sock)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s (is the node's control directory mounted writable?): %w", sock, err)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
 }
 
 // permanent is an error retry gives up on at once.

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,11 +33,11 @@ func (e *Executor) convergeTarget(ctx context.Context, pod *corev1.Pod) (time.Du
 	if pod.Status.Phase != corev1.PodRunning {
 		return 0, nil // its status changing to Running is an event
 	}
-	dir, err := podcontrol.Dir(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+	ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
 	if err != nil {
 		return 0, err
 	}
-	if fi, err := os.Stat(filepath.Join(dir, controlapi.MigrateInSocket)); err != nil || fi.Mode().Type() != os.ModeSocket {
+	if !ctl.IsSocket(controlapi.MigrateInSocket) {
 		return waitListening, nil
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{vmv1.AnnotationMigrationReceiver: e.receiver}}})
@@ -49,6 +47,16 @@ func (e *Executor) convergeTarget(ctx context.Context, pod *corev1.Pod) (time.Du
 	e.Log.Info("target listens", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("receiver", e.receiver))
 	return 0, nil
 }
+
+// Anyone on the pod network reaches port 9440. Until its TLS handshake proves a peer holds
+// the agents' certificate, a connection costs a goroutine and a handshake's memory in an agent
+// limited to 128Mi: at most maxHandshakes are in their handshake at once, each for at most
+// acceptTimeout, and the excess is closed at once. Agents retry a refused connection
+// (dialReceiver's caller), so a flood delays a migration by acceptTimeout at most per try.
+const (
+	maxHandshakes = 32
+	acceptTimeout = 5 * time.Second
+)
 
 // serve takes streams until l is closed.
 func (e *Executor) serve(ctx context.Context, l net.Listener) {
@@ -61,19 +69,34 @@ func (e *Executor) serve(ctx context.Context, l net.Listener) {
 			}
 			return
 		}
+		select {
+		case e.slots <- struct{}{}:
+		default:
+			c.Close() // no goroutine, no log line: both would be the flood's
+			continue
+		}
 		go e.receive(ctx, tls.Server(c, cfg))
 	}
+}
+
+// handshake authenticates conn in one of the receiver's slots and frees it.
+func (e *Executor) handshake(ctx context.Context, conn *tls.Conn) error {
+	e.handshakes.Add(1)
+	defer func() { e.handshakes.Add(-1); <-e.slots }()
+	_ = conn.SetDeadline(time.Now().Add(acceptTimeout))
+	return conn.HandshakeContext(ctx)
 }
 
 // receive checks one stream's TLS and header and relays it into the target pod's QEMU.
 func (e *Executor) receive(ctx context.Context, conn *tls.Conn) {
 	log := e.Log.With(zap.String("from", conn.RemoteAddr().String()))
-	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
-	if err := conn.HandshakeContext(ctx); err != nil {
-		log.Warn("migration stream refused: TLS", zap.Error(err))
+	if err := e.handshake(ctx, conn); err != nil {
+		log.Debug("migration stream refused: TLS", zap.Error(err))
 		conn.Close()
 		return
 	}
+	// An agent: its header and the answer get the usual time.
+	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	r := bufio.NewReaderSize(conn, maxLine)
 	h, pod, in, err := e.accept(ctx, r)
 	if err != nil {
@@ -115,12 +138,15 @@ func (e *Executor) accept(ctx context.Context, r *bufio.Reader) (header, *corev1
 	switch {
 	case pod.Spec.NodeName != e.Node:
 		return h, nil, nil, fmt.Errorf("pod %s is not on node %s", name, e.Node)
-	case pod.Labels[vmv1.LabelMigrationRole] != vmv1.MigrationRoleTarget:
-		return h, nil, nil, fmt.Errorf("pod %s is not a migration target", name)
 	case pod.Annotations[vmv1.AnnotationMigration] != h.Migration:
 		return h, nil, nil, fmt.Errorf("pod %s is not the target of migration %s", name, h.Migration)
 	case pod.DeletionTimestamp != nil:
 		return h, nil, nil, fmt.Errorf("pod %s is being deleted", name)
+	}
+	// The migration, not the pod's label, says which pod is its target.
+	if o, err := podcontrol.Authorize(ctx, e.Kube, pod); err != nil || !o.Target || string(o.Migration.UID) != h.Migration {
+		e.Log.Info("stream for a pod no live migration names as its target", zap.String("pod", name), zap.Error(err))
+		return h, nil, nil, fmt.Errorf("pod %s is not a migration target", name)
 	}
 	// One stream per target, ever: its QEMU takes one incoming migration.
 	e.mu.Lock()
@@ -131,11 +157,13 @@ func (e *Executor) accept(ctx context.Context, r *bufio.Reader) (header, *corev1
 		return h, nil, nil, fmt.Errorf("pod %s already took a stream", name)
 	}
 	in, err := func() (net.Conn, error) {
-		dir, err := podcontrol.Dir(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+		ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
 		if err != nil {
 			return nil, err
 		}
-		return (&net.Dialer{Timeout: handshakeTimeout}).DialContext(ctx, "unix", filepath.Join(dir, controlapi.MigrateInSocket))
+		ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+		defer cancel()
+		return ctl.Dial(ctx, controlapi.MigrateInSocket)
 	}()
 	if err != nil {
 		e.mu.Lock()

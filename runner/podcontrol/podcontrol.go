@@ -7,7 +7,6 @@ package podcontrol
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -55,12 +54,12 @@ func Device(ctx context.Context, socket, namespace, name string) (string, error)
 	return "", fmt.Errorf("the kubelet does not list pod %s/%s", namespace, name)
 }
 
-// Dir is the control directory of pod namespace/name's runner as the agent sees it: the
+// Lookup is the control directory of pod namespace/name's runner as the agent sees it: the
 // device's directory under controlDir (where the agent mounts vmv1.HostControlDir).
-func Dir(ctx context.Context, podResources, controlDir, namespace, name string) (string, error) {
+func Lookup(ctx context.Context, podResources, controlDir, namespace, name string) (Control, error) {
 	id, err := Device(ctx, podResources, namespace, name)
 	if err != nil {
-		return "", err
+		return Control{}, err
 	}
-	return filepath.Join(controlDir, id), nil
+	return Control{Root: controlDir, Device: id}, nil
 }

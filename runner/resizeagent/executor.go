@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
@@ -35,7 +35,10 @@ import (
 // Executor carries out the resizes of the runner pods on one node.
 type Executor struct {
 	Client kubernetes.Interface
-	Node   string
+	// Kube reads VirtualMachines and their migrations, uncached: a pod is resized only when
+	// its VirtualMachine's status names it (podcontrol.Authorize).
+	Kube client.Reader
+	Node string
 	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
 	// kubelet's pod-resources socket.
 	ControlDir   string
@@ -48,8 +51,8 @@ type Executor struct {
 
 // Run follows the node's runner pods until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
-	if e.Node == "" {
-		return errors.New("resize executor: no node name")
+	if e.Node == "" || e.Kube == nil {
+		return errors.New("resize executor: no node name, or no client to read VirtualMachines")
 	}
 	if e.Timeout <= 0 {
 		e.Timeout = 5 * time.Minute
@@ -57,6 +60,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	if e.Log == nil {
 		e.Log = zap.NewNop()
 	}
+	// The label only narrows the watch: anyone may set it. converge asks whose pod it is.
 	f := informers.NewSharedInformerFactoryWithOptions(e.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.Node).String()
 		o.LabelSelector = podspec.LabelManagedBy + "=" + podspec.ManagedBy
@@ -126,13 +130,18 @@ func (e *Executor) converge(ctx context.Context, pod *corev1.Pod) error {
 	if grows(have, want, reported) && !kubeletDone(pod) {
 		return nil // the kubelet's status update brings the pod back
 	}
-	dir, err := podcontrol.Dir(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+	// A pod no VM's status names gets nothing written: it is not the controller's, and what
+	// the agent would write there is none of its business. The refusal is logged and retried
+	// (a VM's status may name its new pod a moment after the pod's events).
+	if _, err := podcontrol.Authorize(ctx, e.Kube, pod); err != nil {
+		return err
+	}
+	ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
 	if err != nil {
 		return e.report(ctx, pod, Size{}, false, err)
 	}
-	socket := filepath.Join(dir, vmv1.ControlSocketName)
-	e.Log.Info("resizing guest", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Any("want", want), zap.String("control", dir))
-	got, known, err := putSize(ctx, socket, want, e.Timeout)
+	e.Log.Info("resizing guest", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Any("want", want), zap.Stringer("control", ctl))
+	got, known, err := putSize(ctx, ctl, want, e.Timeout)
 	return e.report(ctx, pod, got, known, err)
 }
 

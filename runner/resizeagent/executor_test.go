@@ -136,13 +136,27 @@ func shortDir(t *testing.T) string {
 }
 
 // runnerPodOn creates a running runner pod on node, booted with 1 CPU and 256Mi, the kubelet
-// having seen its spec.
+// having seen its spec, controlled by a VirtualMachine of the same name whose status names it,
+// as the controller makes them.
 func runnerPodOn(t *testing.T, ns, name, node string) *corev1.Pod {
+	t.Helper()
+	vm := podcontroltest.VM(t, env.Client, ns, name)
+	pod := unownedPodOn(t, ns, name, node, func(p *corev1.Pod) { podcontroltest.Own(p, vm) })
+	podcontroltest.Name(t, env.Client, vm, pod)
+	return pod
+}
+
+// unownedPodOn creates a running pod on node that looks like a runner pod (virtpod's label,
+// the runner container), changed by mutate before it is created.
+func unownedPodOn(t *testing.T, ns, name, node string, mutate func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{podspec.LabelManagedBy: podspec.ManagedBy}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: podspec.RunnerContainer, Image: "runner",
 			Args: []string{"--cpus=1", "--memory-mib=256"}}}}}
+	if mutate != nil {
+		mutate(pod)
+	}
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +197,7 @@ func startExecutor(t *testing.T, node, controlDir, kubeletSock string) context.C
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	e := &Executor{Client: cs, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Timeout: 20 * time.Second, Log: zap.NewNop()}
+	e := &Executor{Client: cs, Kube: env.Client, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Timeout: 20 * time.Second, Log: zap.NewNop()}
 	go func() { _ = e.Run(ctx); close(done) }()
 	stop := func() { cancel(); <-done }
 	t.Cleanup(stop)

@@ -9,25 +9,24 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
 // Size is what the agent asks the runner for and reads back: the vCPUs and memory of the
 // control API's PUT body (pkg/controlapi).
 type Size = controlapi.SizeRequest
 
-// putSize asks the runner at socket for want and returns the size the guest has afterwards
+// putSize asks the runner on ctl's control socket for want and returns the size the guest has afterwards
 // (known false when the runner did not say) and, when it did not get want, why.
-func putSize(ctx context.Context, socket string, want Size, timeout time.Duration) (have Size, known bool, err error) {
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		},
-	}}
+func putSize(ctx context.Context, ctl podcontrol.Control, want Size, timeout time.Duration) (have Size, known bool, err error) {
+	hc := ctl.HTTPClient(vmv1.ControlSocketName, 0)
 	defer hc.CloseIdleConnections()
 	body, _ := json.Marshal(want)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -40,7 +39,10 @@ func putSize(ctx context.Context, socket string, want Size, timeout time.Duratio
 	resp, err := hc.Do(req)
 	if err != nil {
 		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
+		if errors.Is(err, podcontrol.ErrRefused) {
+			return Size{}, false, fmt.Errorf("the runner's control socket: %w", errors.Unwrap(err))
+		}
+		if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, os.ErrNotExist) {
 			return Size{}, false, fmt.Errorf("the runner's control socket does not answer (a runner without live resize, or not started yet): %w", err)
 		}
 		return Size{}, false, fmt.Errorf("the runner did not answer: %w", err)

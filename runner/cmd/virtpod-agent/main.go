@@ -167,7 +167,7 @@ func run(o options) error {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
 		if o.resize {
-			ex := &resizeagent.Executor{Client: cs, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
+			ex := &resizeagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
 			go func() {
 				if err := ex.Run(ctx); err != nil {
 					log.Error("resize executor stopped", zap.Error(err))
@@ -175,7 +175,7 @@ func run(o options) error {
 			}()
 		}
 		if o.migrate {
-			mx := &migrationagent.Executor{Client: cs, Node: o.nodeName, Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen,
+			mx := &migrationagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen,
 				ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("migration")}
 			// Without it no VM can leave or reach this node: the agent stops, and its pod
 			// restarts, rather than run on half-able.
