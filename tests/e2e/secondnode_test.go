@@ -10,12 +10,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/controllers/migration"
+	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -185,6 +191,9 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 	// A VM pinned to the new node boots there and answers a pod on the first node.
 	vm := newVM(ns, "far")
 	vm.Spec.NodeSelector = onNode(node2)
+	// It asks for LiveMigrate, which its Pod network cannot do: checked at the end, where a
+	// drain of its node must complete instead of waiting on it forever.
+	vm.Spec.EvictionStrategy = vmv1.EvictionLiveMigrate
 	if err := kube.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
@@ -202,5 +211,30 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 	})
 	if err := contains(guest, "virtpod guest far"); err != nil {
 		t.Fatalf("the guest on %s did not answer a pod on %s: %v", node2, node1, err)
+	}
+
+	// A VM owner cannot hold a drain: a guest that cannot move gets no disruption budget, so
+	// `kubectl drain` of its node evicts it and completes (it restarts as its runStrategy says).
+	eventually(t, "Migratable=False/"+vmv1.ReasonNetworkNotMigratable, time.Minute, func() error {
+		c := meta.FindStatusCondition(getVM(t, ns, "far").Status.Conditions, vmv1.ConditionMigratable)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != vmv1.ReasonNetworkNotMigratable {
+			return fmt.Errorf("Migratable: %+v", c)
+		}
+		return nil
+	})
+	pdb := &policyv1.PodDisruptionBudget{}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: migration.PDBName("far")}, pdb); !apierrors.IsNotFound(err) {
+		t.Fatalf("a VM that cannot migrate has a disruption budget (%v): %+v", err, pdb.Spec)
+	}
+	t.Cleanup(func() { _, _ = run("uncordon", node2) })
+	if out, err := run("drain", node2, "--ignore-daemonsets", "--delete-emptydir-data", "--pod-selector="+podspec.LabelVMName+"=far", "--timeout=2m"); err != nil {
+		t.Fatalf("drain of a node with an unmigratable LiveMigrate VM: %v\n%s", err, out)
+	}
+	evicted := &corev1.Pod{}
+	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: vm.Status.PodName}, evicted); err == nil && evicted.UID == types.UID(vm.Status.PodUID) {
+		t.Errorf("the drain completed but the guest's pod %s is still there", evicted.Name)
+	}
+	if err := kube.Delete(ctx, vm); err != nil {
+		t.Fatal(err)
 	}
 }
