@@ -72,11 +72,11 @@ func Scheme() *runtime.Scheme {
 // the cluster, and of ConfigMaps only the image map.
 func cacheOptions(imageMap types.NamespacedName) cache.Options {
 	byObject := map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{vmv1.LabelManagedBy: vmv1.ManagedBy})},
 		// Only the control-plane Services virtpod made.
-		&corev1.Service{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
+		&corev1.Service{}: {Label: labels.SelectorFromSet(labels.Set{vmv1.LabelManagedBy: vmv1.ManagedBy})},
 		// Only the budgets of LiveMigrate VMs.
-		&policyv1.PodDisruptionBudget{}: {Label: labels.SelectorFromSet(labels.Set{podspec.LabelManagedBy: podspec.ManagedBy})},
+		&policyv1.PodDisruptionBudget{}: {Label: labels.SelectorFromSet(labels.Set{vmv1.LabelManagedBy: vmv1.ManagedBy})},
 	}
 	if imageMap.Name != "" {
 		byObject[&corev1.ConfigMap{}] = cache.ByObject{

@@ -102,7 +102,7 @@ func (e *Evacuator) evacuate(ctx context.Context, vm *vmv1.VirtualMachine, node 
 	mig := &vmv1.VirtualMachineMigration{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: EvacuationName(vm.Name), Namespace: vm.Namespace,
-			Labels:          map[string]string{podspec.LabelManagedBy: podspec.ManagedBy, podspec.LabelVMName: vm.Name},
+			Labels:          map[string]string{vmv1.LabelManagedBy: vmv1.ManagedBy, podspec.LabelVMName: vm.Name},
 			Annotations:     map[string]string{AnnotationEvacuatedPod: vm.Status.PodUID, AnnotationEvacuationAttempt: strconv.Itoa(n)},
 			OwnerReferences: []metav1.OwnerReference{owner(vm)},
 		},
@@ -162,7 +162,7 @@ func (e *Evacuator) budget(ctx context.Context, vm *vmv1.VirtualMachine, live, c
 	pdb = &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: PDBName(vm.Name), Namespace: vm.Namespace,
-			Labels:          map[string]string{podspec.LabelManagedBy: podspec.ManagedBy, podspec.LabelVMName: vm.Name},
+			Labels:          map[string]string{vmv1.LabelManagedBy: vmv1.ManagedBy, podspec.LabelVMName: vm.Name},
 			OwnerReferences: []metav1.OwnerReference{owner(vm)},
 		},
 		Spec: policyv1.PodDisruptionBudgetSpec{

@@ -135,7 +135,7 @@ func waiting(ip string) func(*corev1.PodStatus) {
 
 func failedPod(s *corev1.PodStatus) {
 	s.Phase = corev1.PodFailed
-	s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{
+	s.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, State: corev1.ContainerState{
 		Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "incoming migration failed: connection reset"}}}}
 }
 

@@ -7,7 +7,6 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // What the controller reads off the two runner pods: the kubelet's and the scheduler's word on
@@ -41,7 +40,7 @@ func started(pod *corev1.Pod) bool {
 		return false
 	}
 	for _, c := range pod.Status.ContainerStatuses {
-		if c.Name == podspec.RunnerContainer {
+		if c.Name == vmv1.RunnerContainer {
 			return c.Started != nil && *c.Started && c.State.Running != nil
 		}
 	}
@@ -70,7 +69,7 @@ func ended(pod *corev1.Pod) string {
 		return "being deleted"
 	}
 	for _, c := range pod.Status.ContainerStatuses {
-		if c.Name == podspec.RunnerContainer && c.State.Terminated != nil {
+		if c.Name == vmv1.RunnerContainer && c.State.Terminated != nil {
 			t := c.State.Terminated
 			msg := "ended (" + t.Reason
 			if t.Message != "" {

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/runner/kvm"
 )
 
 // Why a node cannot run a class's VMs, in the words a summary uses.
@@ -44,7 +43,7 @@ func nodeFit(class *vmv1.ProviderClass, accel vmv1.Acceleration, hv *vmv1.Hyperv
 	if !found {
 		return false, fmt.Sprintf(lacksProvider, class.Spec.Handler), ""
 	}
-	kvmUsable, _ := kvm.FromReport(&hv.Status, now)
+	kvmUsable, _ := hv.Status.KVMUsableAt(now)
 	emulation := class.Spec.AllowEmulation && hv.Status.Emulation.Available
 	switch accel {
 	case vmv1.AccelerationKVM:

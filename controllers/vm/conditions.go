@@ -179,7 +179,7 @@ func setSoftwareEmulation(st *vmv1.VirtualMachineStatus, vm *vmv1.VirtualMachine
 // container's state: an image that cannot be pulled says so here.
 func startingReason(pod *corev1.Pod) (string, string) {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != podspec.RunnerContainer {
+		if cs.Name != vmv1.RunnerContainer {
 			continue
 		}
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {

@@ -51,25 +51,25 @@ func ready(p *corev1.Pod) {
 	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 }
 func runnerUp(p *corev1.Pod) {
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 }
 
 // probed is a pod whose runner has a startup probe (the guest runs once it passes) and a guest
 // readiness probe; guestUp marks the startup probe passed.
 func probed(p *corev1.Pod) {
-	p.Spec.Containers = []corev1.Container{{Name: podspec.RunnerContainer, Args: []string{"--name=web", "--readiness-probe=http:8080/healthz"},
+	p.Spec.Containers = []corev1.Container{{Name: vmv1.RunnerContainer, Args: []string{"--name=web", "--readiness-probe=http:8080/healthz"},
 		StartupProbe: &corev1.Probe{}}}
 }
 func startupOnly(p *corev1.Pod) {
-	p.Spec.Containers = []corev1.Container{{Name: podspec.RunnerContainer, Args: []string{"--name=web"}, StartupProbe: &corev1.Probe{}}}
+	p.Spec.Containers = []corev1.Container{{Name: vmv1.RunnerContainer, Args: []string{"--name=web"}, StartupProbe: &corev1.Probe{}}}
 }
 func guestUp(p *corev1.Pod) {
 	p.Status.Phase = corev1.PodRunning
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Started: ptr.To(true),
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Started: ptr.To(true),
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 }
 func pullBackOff(p *corev1.Pod) {
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, State: corev1.ContainerState{
 		Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "r:1"`}}}}
 }
 func refusedByScheduler(p *corev1.Pod) {

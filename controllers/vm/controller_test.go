@@ -253,7 +253,7 @@ func ended(code int32, reason, message string) func(*corev1.PodStatus) {
 			s.Phase = corev1.PodSucceeded
 		}
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer,
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: code, Reason: reason, Message: message, FinishedAt: metav1.NewTime(clock.Now())}}}}
 	}
@@ -332,7 +332,7 @@ func TestVMLifecycle(t *testing.T) {
 	// An image that cannot be pulled is named while the VM starts.
 	kubelet(t, pod, func(s *corev1.PodStatus) {
 		s.Phase = corev1.PodPending
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, State: corev1.ContainerState{
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, State: corev1.ContainerState{
 			Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "virtpod/runner:latest"`}}}}
 	})
 	eventually(t, "image pull problem in the Ready condition", func() error {

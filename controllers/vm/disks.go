@@ -150,7 +150,7 @@ func (r *Reconciler) claimTaken(ctx context.Context, vm *vmv1.VirtualMachine, cl
 	// First the pods themselves: a runner pod still shutting down (its VM restarting, halted or
 	// deleted) has a guest that may still write, whatever its VM's status says by now.
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(vm.Namespace), client.MatchingLabels{podspec.LabelManagedBy: podspec.ManagedBy}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(vm.Namespace), client.MatchingLabels{vmv1.LabelManagedBy: vmv1.ManagedBy}); err != nil {
 		return nil, r.fail("list-claim-pods", err)
 	}
 	for i := range pods.Items {

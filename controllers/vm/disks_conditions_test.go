@@ -57,7 +57,7 @@ func TestStartingNamesSecretDisks(t *testing.T) {
 	}}
 	pod := podspec.Build(vm, podspec.DefaultOptions())
 	pod.Spec.NodeName = "node-a"
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer,
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer,
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
 	_, msg := startingReason(pod)
 	if want := `the pod mounts Secret "app-creds" for disks: if one is missing, the pod's FailedMount event says so`; !strings.Contains(msg, want) {

@@ -51,7 +51,7 @@ func specSize(vm *vmv1.VirtualMachine) size {
 func bootSize(pod *corev1.Pod) size {
 	var s size
 	for _, c := range pod.Spec.Containers {
-		if c.Name != podspec.RunnerContainer {
+		if c.Name != vmv1.RunnerContainer {
 			continue
 		}
 		for _, a := range c.Args {
@@ -192,7 +192,7 @@ func (r *Reconciler) resize(ctx context.Context, vm *vmv1.VirtualMachine, pod *c
 	if p.podResources != nil {
 		patched := pod.DeepCopy()
 		for i := range patched.Spec.Containers {
-			if patched.Spec.Containers[i].Name == podspec.RunnerContainer {
+			if patched.Spec.Containers[i].Name == vmv1.RunnerContainer {
 				patched.Spec.Containers[i].Resources = *p.podResources
 			}
 		}

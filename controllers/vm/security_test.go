@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -41,7 +40,7 @@ func TestRunnerImageNotAllowedHoldsVM(t *testing.T) {
 	})()
 	pod := waitPod(t, vm, "")
 	for _, c := range pod.Spec.Containers {
-		if c.Name == podspec.RunnerContainer && c.Image != vm.Spec.RunnerImage {
+		if c.Name == vmv1.RunnerContainer && c.Image != vm.Spec.RunnerImage {
 			t.Errorf("runner image %q, want the allowed %q", c.Image, vm.Spec.RunnerImage)
 		}
 	}

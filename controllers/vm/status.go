@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // observe records which runner pod the status describes (nil when there is none), where it
@@ -52,7 +51,7 @@ func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, h
 // termination reads how the runner container ended; its termination message carries the cause.
 func termination(pod *corev1.Pod, now time.Time) *vmv1.Termination {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == podspec.RunnerContainer && cs.State.Terminated != nil {
+		if cs.Name == vmv1.RunnerContainer && cs.State.Terminated != nil {
 			t := cs.State.Terminated
 			finished := t.FinishedAt
 			if finished.IsZero() {
@@ -109,7 +108,7 @@ func keptEnd(st *vmv1.VirtualMachineStatus, pod *corev1.Pod) bool {
 // deleted pod.
 func runnerEnded(pod *corev1.Pod) bool {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == podspec.RunnerContainer && cs.State.Terminated != nil {
+		if cs.Name == vmv1.RunnerContainer && cs.State.Terminated != nil {
 			return true
 		}
 	}
@@ -133,12 +132,12 @@ func guestStarted(pod *corev1.Pod) bool {
 		return false
 	}
 	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
-		return c.Name == podspec.RunnerContainer && c.StartupProbe != nil
+		return c.Name == vmv1.RunnerContainer && c.StartupProbe != nil
 	}) {
 		return false
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == podspec.RunnerContainer {
+		if cs.Name == vmv1.RunnerContainer {
 			return cs.State.Running != nil && cs.Started != nil && *cs.Started
 		}
 	}

@@ -21,7 +21,7 @@ func TestStartingNamesCloudInitSecret(t *testing.T) {
 	}}
 	pod := podspec.Build(vm, podspec.DefaultOptions())
 	pod.Spec.NodeName = "node-a"
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer,
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer,
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
 	// What the kubelet reports while the Secret is missing (seen on the local cluster).
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionFalse,

@@ -14,7 +14,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // Port is the Kubernetes API server's port, on the Service and on the control-plane VMs.
@@ -38,7 +38,7 @@ func Name(cluster string) string {
 // labelled by Cluster API (Machine → VirtPodMachine → VirtualMachine → pod).
 func Selector(clusterName string) map[string]string {
 	return map[string]string{
-		podspec.LabelManagedBy:    podspec.ManagedBy,
+		vmv1.LabelManagedBy:       vmv1.ManagedBy,
 		infrav1.ClusterNameLabel:  clusterName,
 		infrav1.ControlPlaneLabel: "",
 	}
@@ -60,7 +60,7 @@ func Build(vc *infrav1.VirtPodCluster, clusterName, clusterIP string) *corev1ac.
 	for k, v := range t.Labels {
 		labels[k] = v
 	}
-	labels[podspec.LabelManagedBy] = podspec.ManagedBy
+	labels[vmv1.LabelManagedBy] = vmv1.ManagedBy
 	labels[infrav1.ClusterNameLabel] = clusterName
 	svc := corev1ac.Service(Name(vc.Name), vc.Namespace).
 		WithLabels(labels).

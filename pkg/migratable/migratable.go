@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
@@ -94,7 +93,7 @@ func ceilMiB(b int64) int64 { return (b + 1<<20 - 1) >> 20 }
 func runnerArgs(pod *corev1.Pod) map[string]string {
 	out := map[string]string{}
 	for _, c := range pod.Spec.Containers {
-		if c.Name != podspec.RunnerContainer {
+		if c.Name != vmv1.RunnerContainer {
 			continue
 		}
 		for _, a := range c.Args {

@@ -29,7 +29,7 @@ func checkPod(t *testing.T, vm *vmv1.VirtualMachine, pod *corev1.Pod) {
 // checkLabels: the VM's labels reach the pod, except that virtpod's own always win.
 func checkLabels(t *testing.T, vm *vmv1.VirtualMachine, got map[string]string) {
 	t.Helper()
-	own := map[string]string{podspec.LabelVMName: vm.Name, podspec.LabelProvider: string(vm.Spec.Provider), podspec.LabelManagedBy: podspec.ManagedBy}
+	own := map[string]string{podspec.LabelVMName: vm.Name, podspec.LabelProvider: string(vm.Spec.Provider), vmv1.LabelManagedBy: vmv1.ManagedBy}
 	want := map[string]string{}
 	for k, v := range vm.Labels {
 		want[k] = v
@@ -63,7 +63,7 @@ func checkUnprivileged(t *testing.T, pod *corev1.Pod) {
 			t.Fatalf("container %s may be privileged: %+v", c.Name, sc)
 		}
 		for _, add := range sc.Capabilities.Add {
-			if c.Name != podspec.RunnerContainer || !slices.Contains(allowed, add) {
+			if c.Name != vmv1.RunnerContainer || !slices.Contains(allowed, add) {
 				t.Fatalf("container %s adds capability %s", c.Name, add)
 			}
 		}

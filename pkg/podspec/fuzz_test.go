@@ -117,7 +117,7 @@ func bareProbe(vm *vmv1.VirtualMachine) *corev1.Pod {
 
 func runnerOf(pod *corev1.Pod) *corev1.Container {
 	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == podspec.RunnerContainer {
+		if pod.Spec.Containers[i].Name == vmv1.RunnerContainer {
 			return &pod.Spec.Containers[i]
 		}
 	}

@@ -59,7 +59,7 @@ func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration) *corev1.Pod {
 	spec.NodeName = ""
 	spec.EphemeralContainers = nil
 	for i := range spec.Containers {
-		if c := &spec.Containers[i]; c.Name == RunnerContainer && !hasArg(c.Args, IncomingFlag) {
+		if c := &spec.Containers[i]; c.Name == vmv1.RunnerContainer && !hasArg(c.Args, IncomingFlag) {
 			c.Args = append(c.Args, IncomingFlag)
 		}
 	}

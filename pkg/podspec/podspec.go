@@ -18,17 +18,14 @@ import (
 	"github.com/virtpod/virtpod/pkg/vmimage"
 )
 
-// Labels virtpod puts on runner pods, and the pod's parts. The KVM resource is
+// Labels virtpod puts on runner pods, and the pod's parts (the managed-by label and the runner
+// container's name are vmv1's: the node side knows them too). The KVM resource is
 // vmv1.ResourceKVM, the files of VM images are at pkg/vmimage's paths, and the runner's
 // defaults are pkg/runnerconfig's.
 const (
-	LabelVMName    = "vm.virtpod.io/name"
-	LabelProvider  = "vm.virtpod.io/provider"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "virtpod"
-
-	RunnerContainer = "runner"
-	RunnerBinary    = "/usr/local/bin/virtpod-runner"
+	LabelVMName   = "vm.virtpod.io/name"
+	LabelProvider = "vm.virtpod.io/provider"
+	RunnerBinary  = "/usr/local/bin/virtpod-runner"
 
 	kernelVolume = "kernel"
 	diskVolume   = "disk"
@@ -99,7 +96,7 @@ func Labels(vm *vmv1.VirtualMachine) map[string]string {
 	}
 	l[LabelVMName] = vm.Name
 	l[LabelProvider] = string(vm.Spec.Provider)
-	l[LabelManagedBy] = ManagedBy
+	l[vmv1.LabelManagedBy] = vmv1.ManagedBy
 	return l
 }
 
@@ -192,7 +189,7 @@ func Images(vm *vmv1.VirtualMachine, opts Options) vmv1.Images {
 func PodImages(pod *corev1.Pod) vmv1.Images {
 	var im vmv1.Images
 	for _, c := range pod.Spec.Containers {
-		if c.Name == RunnerContainer {
+		if c.Name == vmv1.RunnerContainer {
 			im.Runner = c.Image
 		}
 	}
@@ -292,7 +289,7 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskPa
 	cfg := RunnerConfig(vm)
 	cfg.Disks, cfg.RootVolume = dp.disks, dp.rootDisk
 	c := corev1.Container{
-		Name:                     RunnerContainer,
+		Name:                     vmv1.RunnerContainer,
 		Image:                    images.Runner,
 		Command:                  []string{RunnerBinary},
 		Args:                     cfg.Args(),

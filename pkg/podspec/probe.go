@@ -32,7 +32,7 @@ func runnerProbeConfig(p *vmv1.GuestProbe) runnerconfig.Probe {
 // runs what it was built with even after the VM's spec changed.
 func GuestProbe(pod *corev1.Pod) string {
 	for _, c := range pod.Spec.Containers {
-		if c.Name != RunnerContainer {
+		if c.Name != vmv1.RunnerContainer {
 			continue
 		}
 		for _, a := range c.Args {

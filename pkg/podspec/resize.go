@@ -2,6 +2,8 @@ package podspec
 
 import (
 	corev1 "k8s.io/api/core/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // resizePolicy lets the kubelet resize the runner in place: a restart would lose the guest, and
@@ -16,7 +18,7 @@ func resizePolicy() []corev1.ContainerResizePolicy {
 // RunnerResources are the runner container's resources in pod.
 func RunnerResources(pod *corev1.Pod) corev1.ResourceRequirements {
 	for _, c := range pod.Spec.Containers {
-		if c.Name == RunnerContainer {
+		if c.Name == vmv1.RunnerContainer {
 			return c.Resources
 		}
 	}

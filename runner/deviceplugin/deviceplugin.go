@@ -8,7 +8,7 @@
 //     on every node and finds KVM Absent where there is none.
 //   - devices.virtpod.io/kvm: Count identical devices (/dev/kvm can be shared by any number of
 //     VMs), Healthy only while the node's HypervisorNode says KVM is Usable (Options.Healthy,
-//     answered by runner/kvm.FromReport).
+//     answered by HypervisorNodeStatus.KVMUsableAt).
 //     On a node where it is not, the kubelet reports them in capacity but allocates none, and a
 //     VM that needs KVM stays Pending with "Insufficient devices.virtpod.io/kvm" instead of
 //     starting a guest that would hang.

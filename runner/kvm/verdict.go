@@ -2,7 +2,6 @@ package kvm
 
 import (
 	"fmt"
-	"time"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
@@ -35,21 +34,4 @@ func (r Result) Status() vmv1.KVMStatus {
 	default:
 		return vmv1.KVMStatus{State: vmv1.KVMUnusable, Device: r.Device, Reason: r.Reason}
 	}
-}
-
-// FromReport reads the verdict back from a node's report: KVM is usable there at now when the
-// agent found it Usable and its report is not stale (vmv1.ReportStaleAfter). Otherwise it says
-// why not.
-func FromReport(st *vmv1.HypervisorNodeStatus, now time.Time) (bool, string) {
-	switch {
-	case st.KVM.State == "":
-		return false, "the node agent has not reported KVM"
-	case st.KVM.State != vmv1.KVMUsable:
-		return false, fmt.Sprintf("KVM %s: %s", st.KVM.State, st.KVM.Reason)
-	case st.HeartbeatTime.IsZero():
-		return false, "no heartbeat yet"
-	case st.Stale(now):
-		return false, fmt.Sprintf("heartbeat %v old (stale after %v)", now.Sub(st.HeartbeatTime.Time).Round(time.Second), vmv1.ReportStaleAfter)
-	}
-	return true, ""
 }

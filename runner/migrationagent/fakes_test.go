@@ -25,7 +25,6 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
@@ -306,12 +305,12 @@ func runnerPod(t *testing.T, ns, name, node string, labels, annotations map[stri
 func podOf(t *testing.T, vm *vmv1.VirtualMachine, ns, name, node string, labels, annotations map[string]string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
-	l := map[string]string{podspec.LabelManagedBy: podspec.ManagedBy}
+	l := map[string]string{vmv1.LabelManagedBy: vmv1.ManagedBy}
 	for k, v := range labels {
 		l[k] = v
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l, Annotations: annotations},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: podspec.RunnerContainer, Image: "runner"}}}}
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: vmv1.RunnerContainer, Image: "runner"}}}}
 	if vm != nil {
 		podcontroltest.Own(pod, vm)
 	}

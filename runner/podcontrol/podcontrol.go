@@ -14,7 +14,6 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // DefaultPodResourcesSocket is the kubelet's pod-resources socket.
@@ -40,7 +39,7 @@ func Device(ctx context.Context, socket, namespace, name string) (string, error)
 			continue
 		}
 		for _, c := range p.GetContainers() {
-			if c.GetName() != podspec.RunnerContainer {
+			if c.GetName() != vmv1.RunnerContainer {
 				continue
 			}
 			for _, d := range c.GetDevices() {

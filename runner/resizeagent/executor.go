@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
@@ -63,7 +62,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	// The label only narrows the watch: anyone may set it. converge asks whose pod it is.
 	f := informers.NewSharedInformerFactoryWithOptions(e.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.Node).String()
-		o.LabelSelector = podspec.LabelManagedBy + "=" + podspec.ManagedBy
+		o.LabelSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy
 	}))
 	pods := f.Core().V1().Pods()
 	// Failed resizes are retried with back-off (a runner still booting, a guest slow to give

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
@@ -151,8 +150,8 @@ func runnerPodOn(t *testing.T, ns, name, node string) *corev1.Pod {
 func unownedPodOn(t *testing.T, ns, name, node string, mutate func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{podspec.LabelManagedBy: podspec.ManagedBy}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: podspec.RunnerContainer, Image: "runner",
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{vmv1.LabelManagedBy: vmv1.ManagedBy}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: vmv1.RunnerContainer, Image: "runner",
 			Args: []string{"--cpus=1", "--memory-mib=256"}}}}}
 	if mutate != nil {
 		mutate(pod)

@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/clusterapi"
 	"github.com/virtpod/virtpod/pkg/controlplaneservice"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -103,7 +103,7 @@ func TestClusterServiceAndEndpoint(t *testing.T) {
 	eventually(t, "control-plane Service created", func() error {
 		return env.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc)
 	})
-	wantSelector := map[string]string{podspec.LabelManagedBy: podspec.ManagedBy,
+	wantSelector := map[string]string{vmv1.LabelManagedBy: vmv1.ManagedBy,
 		infrav1.ClusterNameLabel: "alpha", infrav1.ControlPlaneLabel: ""}
 	if fmt.Sprint(svc.Spec.Selector) != fmt.Sprint(wantSelector) {
 		t.Errorf("selector %v, want %v", svc.Spec.Selector, wantSelector)

@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/bootcount"
 )
 
@@ -24,7 +23,7 @@ var nsTests sync.Map
 // is closed.
 func countBoots(stop <-chan struct{}) {
 	f := informers.NewSharedInformerFactoryWithOptions(kubeset, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = podspec.LabelManagedBy + "=" + podspec.ManagedBy
+		o.LabelSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy
 	}))
 	var mu sync.Mutex
 	counted := map[types.UID]int{} // boots counted per pod
@@ -65,7 +64,7 @@ func countBoots(stop <-chan struct{}) {
 // runnerBoots is how many times the pod's runner container has started.
 func runnerBoots(pod *corev1.Pod) int {
 	for _, c := range pod.Status.ContainerStatuses {
-		if c.Name != podspec.RunnerContainer {
+		if c.Name != vmv1.RunnerContainer {
 			continue
 		}
 		n := int(c.RestartCount)

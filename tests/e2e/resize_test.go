@@ -228,7 +228,7 @@ func (r *resizeCheck) resized(cpus int32, memory string) {
 		p := r.runnerPod()
 		want := podspec.Resources(vm, podspec.DefaultOptions(), cpus, resource.MustParse(memory))
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name != podspec.RunnerContainer {
+			if cs.Name != vmv1.RunnerContainer {
 				continue
 			}
 			if cs.Resources == nil || !cs.Resources.Requests.Memory().Equal(*want.Requests.Memory()) || !cs.Resources.Requests.Cpu().Equal(*want.Requests.Cpu()) {

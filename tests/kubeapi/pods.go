@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virtpod/virtpod/pkg/podspec"
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // Bind binds pod to node through the binding subresource, as the scheduler does.
@@ -42,7 +42,7 @@ func RunnerRunning(ip string) func(*corev1.PodStatus) {
 		s.PodIP = ip
 		s.PodIPs = []corev1.PodIP{{IP: ip}}
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Ready: true,
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Ready: true,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // Simulated nodes: Node objects and pod status written as a cluster's scheduler and kubelets
@@ -69,7 +68,7 @@ func StartKubelets(ctx context.Context, cfg *rest.Config, ns string, nodes ...st
 		return nil, err
 	}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = podspec.LabelManagedBy + "=" + podspec.ManagedBy }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy }))
 	pods := f.Core().V1().Pods()
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 2*time.Second))
 	enqueue := func(o any) {
@@ -162,12 +161,12 @@ func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *core
 		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &now,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: podspec.RunnerContainer, Ready: true, Image: pod.Spec.Containers[0].Image,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Ready: true, Image: pod.Spec.Containers[0].Image,
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
 		if crash {
 			p.Status.Phase = corev1.PodFailed
 			p.Status.Conditions[1].Status = corev1.ConditionFalse
-			p.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: podspec.RunnerContainer, Image: pod.Spec.Containers[0].Image,
+			p.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: vmv1.RunnerContainer, Image: pod.Spec.Containers[0].Image,
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
 					Message: "guest panicked", StartedAt: now, FinishedAt: now}}}
 		}

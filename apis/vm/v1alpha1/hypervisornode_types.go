@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,6 +105,23 @@ const ReportStaleAfter = 2 * time.Minute
 // written is stale.
 func (s *HypervisorNodeStatus) Stale(now time.Time) bool {
 	return now.Sub(s.HeartbeatTime.Time) > ReportStaleAfter
+}
+
+// KVMUsableAt reads the agent's KVM verdict back from its report: KVM is usable on the node at
+// now when the agent found it Usable and the report is not stale. Otherwise it says why not. The
+// controller (placement) and the device plugin (health) both decide by it.
+func (s *HypervisorNodeStatus) KVMUsableAt(now time.Time) (bool, string) {
+	switch {
+	case s.KVM.State == "":
+		return false, "the node agent has not reported KVM"
+	case s.KVM.State != KVMUsable:
+		return false, fmt.Sprintf("KVM %s: %s", s.KVM.State, s.KVM.Reason)
+	case s.HeartbeatTime.IsZero():
+		return false, "no heartbeat yet"
+	case s.Stale(now):
+		return false, fmt.Sprintf("heartbeat %v old (stale after %v)", now.Sub(s.HeartbeatTime.Time).Round(time.Second), ReportStaleAfter)
+	}
+	return true, ""
 }
 
 // HypervisorNode is what virtpod's node agent found on one node: KVM, emulation, and each

@@ -221,7 +221,7 @@ func runDevicePlugin(o options, po pluginOptions) error {
 		if err := kube.Get(ctx, client.ObjectKey{Name: o.nodeName}, hn); err != nil {
 			why = "reading the HypervisorNode: " + err.Error()
 		} else {
-			ok, why = kvm.FromReport(&hn.Status, time.Now())
+			ok, why = hn.Status.KVMUsableAt(time.Now())
 		}
 		if lastUsable == nil || *lastUsable != ok {
 			plog.Info(string(vmv1.ResourceKVM)+" health", zap.Bool("healthy", ok), zap.String("reason", why))

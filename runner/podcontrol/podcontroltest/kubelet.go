@@ -15,7 +15,6 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // Kubelet answers List with each pod's runner container holding a KVM device and its control
@@ -40,7 +39,7 @@ func (k *Kubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest)
 	for key, id := range k.devices {
 		ns, name, _ := strings.Cut(key, "/")
 		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{Namespace: ns, Name: name,
-			Containers: []*podresourcesv1.ContainerResources{{Name: podspec.RunnerContainer, Devices: []*podresourcesv1.ContainerDevices{
+			Containers: []*podresourcesv1.ContainerResources{{Name: vmv1.RunnerContainer, Devices: []*podresourcesv1.ContainerDevices{
 				{ResourceName: string(vmv1.ResourceKVM), DeviceIds: []string{"kvm3"}},
 				{ResourceName: string(vmv1.ResourceControl), DeviceIds: []string{id}},
 			}}}})

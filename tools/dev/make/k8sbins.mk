@@ -50,11 +50,13 @@ control-plane: $(K8S_BIN)/kube-apiserver $(ETCD_BIN)/etcd ## Build kube-apiserve
 CONTAINERD_VERSION := v2.4.2
 CONTAINERD_BIN := $(VIRTPOD_CACHE)/containerd-$(CONTAINERD_VERSION)
 CONTAINERD_CMDS := containerd containerd-shim-runc-v2 ctr
-$(addprefix $(CONTAINERD_BIN)/,$(CONTAINERD_CMDS)): $(CONTAINERD_BIN)/%:
-	@mkdir -p $(CONTAINERD_BIN)
-	cd tools/dev/containerdbin && CGO_ENABLED=0 go build -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
-		-ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)' \
-		-o $@.tmp github.com/containerd/containerd/v2/cmd/$* && mv $@.tmp $@
+CONTAINERD_BUILD := cd tools/dev/containerdbin && CGO_ENABLED=0 go build -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
+	-ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)'
+# All three in one go build when any is missing, as the Kubernetes binaries are.
+$(addprefix $(CONTAINERD_BIN)/,$(CONTAINERD_CMDS)) &:
+	rm -rf $(CONTAINERD_BIN)/.build && mkdir -p $(CONTAINERD_BIN)/.build
+	$(CONTAINERD_BUILD) -o $(CONTAINERD_BIN)/.build/ $(addprefix github.com/containerd/containerd/v2/cmd/,$(CONTAINERD_CMDS))
+	mv $(CONTAINERD_BIN)/.build/* $(CONTAINERD_BIN)/ && rmdir $(CONTAINERD_BIN)/.build
 
 .PHONY: containerd
 containerd: $(addprefix $(CONTAINERD_BIN)/,$(CONTAINERD_CMDS)) ## Build containerd, the runc shim and ctr.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 	utilexec "k8s.io/utils/exec"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
@@ -65,7 +66,7 @@ func (a *app) console(name string) error {
 	fd, tty := terminalFD(a.stdin)
 	u := cn.cs.CoreV1().RESTClient().Post().Namespace(r.pod.Namespace).Resource("pods").Name(r.pod.Name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
-			Container: podspec.RunnerContainer,
+			Container: vmv1.RunnerContainer,
 			Command:   []string{podspec.RunnerBinary, "console", "--state-dir=" + runnerconfig.DefaultStateDir, "--escape=" + escapeCaret},
 			Stdin:     true, Stdout: true, Stderr: !tty, TTY: tty,
 		}, scheme.ParameterCodec).URL()

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -80,7 +79,7 @@ func TestDay2VerbsRefuse(t *testing.T) {
 	web.Spec.Guest.Ports = []vmv1.Port{{Name: "http", Port: 80}, {Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}
 	createVMWithStatus(t, web, vmv1.VirtualMachineStatus{Phase: vmv1.PhaseRunning, PodName: "web-runner"})
 	createPod(t, ns, "web-runner", &corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
-		Name: podspec.RunnerContainer, Image: "runner", ImageID: "runner", Ready: true,
+		Name: vmv1.RunnerContainer, Image: "runner", ImageID: "runner", Ready: true,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
 	}}})
 
@@ -151,7 +150,7 @@ func createPod(t *testing.T, ns, name string, st *corev1.PodStatus) {
 	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: podspec.RunnerContainer, Image: "runner"}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: vmv1.RunnerContainer, Image: "runner"}}},
 	}
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)

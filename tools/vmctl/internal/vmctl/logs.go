@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/virtpod/virtpod/pkg/podspec"
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 func (a *app) logsCmd() *cobra.Command {
@@ -41,7 +41,7 @@ func (a *app) logs(name string, follow bool, tail int64) error {
 	if err != nil {
 		return err
 	}
-	opts := &corev1.PodLogOptions{Container: podspec.RunnerContainer, Follow: follow}
+	opts := &corev1.PodLogOptions{Container: vmv1.RunnerContainer, Follow: follow}
 	if tail >= 0 {
 		opts.TailLines = &tail
 	}

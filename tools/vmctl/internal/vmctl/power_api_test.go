@@ -150,7 +150,7 @@ func TestPowerVerbsAgainstAPIServer(t *testing.T) {
 		}
 		env.Kubelet(t, p, func(s *corev1.PodStatus) { // the guest powers itself off
 			s.Phase = corev1.PodSucceeded
-			s.ContainerStatuses = []corev1.ContainerStatus{{Name: podspec.RunnerContainer,
+			s.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer,
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: "the guest powered off"}}}}
 		})
 		kubeapi.Eventually(t, "batch Succeeded", 20*time.Second, func() error {

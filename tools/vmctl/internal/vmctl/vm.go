@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // runner is a VM and its current runner pod.
@@ -70,7 +69,7 @@ func runnerRunning(pod *corev1.Pod) bool {
 		return false
 	}
 	for _, c := range pod.Status.ContainerStatuses {
-		if c.Name == podspec.RunnerContainer {
+		if c.Name == vmv1.RunnerContainer {
 			return c.State.Running != nil
 		}
 	}

@@ -1,0 +1,46 @@
+// Package layout keeps the two sides apart: the controller (controllers/) renders runner pods
+// and the node side (runner/) acts in them, and what both need lives in apis/ or pkg/. A node
+// binary that linked the controller's pod renderer, or a controller that linked node code, would
+// let one side's change break the other unseen.
+package layout
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+const module = "github.com/virtpod/virtpod/"
+
+// TestSidesStayApart: no package under runner/ depends on pkg/podspec, and none under
+// controllers/ on anything under runner/, directly or through another package; their tests
+// import neither either (the tests' shared harness, tests/kubeapi, and harness packages such
+// as podcontroltest that use it may: it starts the controller).
+func TestSidesStayApart(t *testing.T) {
+	for _, rule := range []struct {
+		pkgs, forbidden string // forbidden: a package, or a folder when it ends in /
+	}{
+		{"./runner/...", module + "pkg/podspec"},
+		{"./controllers/...", module + "runner/"},
+	} {
+		cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`, rule.pkgs)
+		cmd.Dir = kubeapi.Root()
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", rule.pkgs, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			if strings.HasSuffix(f[0], "test") {
+				continue // a test harness package (podcontroltest), which tests/kubeapi may pull in
+			}
+			for _, dep := range f[1:] {
+				if dep == rule.forbidden || (strings.HasSuffix(rule.forbidden, "/") && strings.HasPrefix(dep, rule.forbidden)) {
+					t.Errorf("%s depends on %s: move what both sides need to apis/vm/v1alpha1 or a pkg/ package of its own", f[0], dep)
+				}
+			}
+		}
+	}
+}
