@@ -64,7 +64,7 @@ bg_log=$VIRTPOD_CI_DIR/background.log
 (
 	steps=$VIRTPOD_CI_DIR/background.tsv
 	step downloads - m download-modules
-	step runner-deps "$(state /usr/bin/qemu-system-x86_64 /usr/sbin/mmdebstrap)" m runner-deps
+	step runner-deps "$(state /usr/bin/qemu-system-x86_64 /usr/bin/mmdebstrap)" m runner-deps
 	step guest-fixture "$(state "$GUEST_FIXTURE")" m guest-fixture
 	step debian-guest "$(state "$DEBIAN_GUEST")" m debian-guest
 ) >"$bg_log" 2>&1 &
