@@ -138,7 +138,7 @@ func (r *Reconciler) start(ctx context.Context, mig *vmv1.VirtualMachineMigratio
 	next.Status.TargetPod = podspec.TargetPodName(vm.Name, mig.UID)
 	next.Status.StartTime = ptrTime(r.now())
 	setCompleted(&next.Status, mig.Generation, metav1.ConditionFalse, vmv1.ReasonInProgress, fmt.Sprintf("creating target pod %s for the guest on node %s", next.Status.TargetPod, source.Spec.NodeName))
-	if err := statuspatch.Patch(ctx, r.Client, mig, next); err != nil {
+	if err := r.writeStatus(ctx, mig, next); err != nil {
 		return reconcile.Result{}, statuspatch.IgnoreStale(err)
 	}
 	target := podspec.TargetPod(marked, mig)
@@ -272,7 +272,7 @@ func (r *Reconciler) fail(ctx context.Context, was, next *vmv1.VirtualMachineMig
 // end writes a terminal status, then tells and counts it once (the guarded write made the
 // transition), and cleans up.
 func (r *Reconciler) end(ctx context.Context, was, next *vmv1.VirtualMachineMigration, p pods) (reconcile.Result, error) {
-	if err := statuspatch.Patch(ctx, r.Client, was, next); err != nil {
+	if err := r.writeStatus(ctx, was, next); err != nil {
 		return reconcile.Result{}, statuspatch.IgnoreStale(err) // a newer migration's event brings us back
 	}
 	c := meta.FindStatusCondition(next.Status.Conditions, vmv1.ConditionCompleted)
@@ -332,7 +332,16 @@ func (r *Reconciler) release(ctx context.Context, mig *vmv1.VirtualMachineMigrat
 // patchStatus writes an in-progress status with msg as the Completed condition's message.
 func (r *Reconciler) patchStatus(ctx context.Context, mig, next *vmv1.VirtualMachineMigration, msg string) error {
 	setCompleted(&next.Status, mig.Generation, metav1.ConditionFalse, vmv1.ReasonInProgress, msg)
-	return statuspatch.IgnoreStale(statuspatch.Patch(ctx, r.Client, mig, next))
+	return statuspatch.IgnoreStale(r.writeStatus(ctx, mig, next))
+}
+
+// writeStatus writes next's status over was's, guarded by was's resourceVersion, unless its phase
+// moves other than Transitions allow.
+func (r *Reconciler) writeStatus(ctx context.Context, was, next *vmv1.VirtualMachineMigration) error {
+	if err := checkTransition(was, next); err != nil {
+		return err
+	}
+	return statuspatch.Patch(ctx, r.Client, was, next)
 }
 
 func (r *Reconciler) pods(ctx context.Context, mig *vmv1.VirtualMachineMigration) (pods, error) {

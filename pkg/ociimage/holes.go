@@ -4,9 +4,8 @@ import (
 	"errors"
 	"io"
 	"os"
-	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/virtpod/virtpod/pkg/sparsecopy"
 )
 
 // holeReader reads the first size bytes of a file, making the zeros of its holes in memory
@@ -52,19 +51,13 @@ func (r *holeReader) next() {
 		r.data = r.size
 		return
 	}
-	start, err := r.f.Seek(r.off, unix.SEEK_DATA)
+	start, end, ok := sparsecopy.NextData(r.f, r.off, r.size)
 	switch {
-	case errors.Is(err, syscall.ENXIO):
-		r.hole = r.size // only a hole is left
-	case err != nil:
+	case !ok:
 		r.noHoles, r.data = true, r.size
 	case start > r.off:
-		r.hole = min(start, r.size)
+		r.hole = start // r.size when only a hole is left
 	default:
-		end, err := r.f.Seek(start, unix.SEEK_HOLE)
-		if err != nil || end > r.size || end <= r.off {
-			end = r.size
-		}
 		r.data = end
 	}
 }

@@ -10,7 +10,6 @@
 package sparsecopy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -18,9 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -29,8 +25,6 @@ const (
 	blockSize = 4096
 	bufSize   = 1 << 20
 )
-
-var zeroBlock [blockSize]byte
 
 // Stats counts what a copy did.
 type Stats struct {
@@ -210,7 +204,7 @@ func copyData(in, out *os.File, size int64) (int64, error) {
 		start, end := off, size
 		if seekable {
 			var ok bool
-			start, end, ok = nextData(in, off, size)
+			start, end, ok = NextData(in, off, size)
 			seekable = ok
 		}
 		if start >= size {
@@ -226,23 +220,6 @@ func copyData(in, out *os.File, size int64) (int64, error) {
 	return written, nil
 }
 
-// nextData returns the next data range at or after off, from SEEK_DATA/SEEK_HOLE; ok is false
-// when the file system does not report holes, and the rest of the file is then one range.
-func nextData(f *os.File, off, size int64) (start, end int64, ok bool) {
-	start, err := f.Seek(off, unix.SEEK_DATA)
-	if errors.Is(err, syscall.ENXIO) {
-		return size, size, true // only a hole is left
-	}
-	if err != nil {
-		return off, size, false
-	}
-	end, err = f.Seek(start, unix.SEEK_HOLE)
-	if err != nil || end > size {
-		end = size
-	}
-	return start, end, true
-}
-
 // copyRange copies [start, end) of in to out, block by block, writing each run of non-zero
 // blocks with one pwrite and skipping the zero ones.
 func copyRange(in, out *os.File, start, end int64, buf []byte) (int64, error) {
@@ -255,29 +232,15 @@ func copyRange(in, out *os.File, start, end int64, buf []byte) (int64, error) {
 			}
 			return written, err
 		}
-		for i := 0; i < n; {
-			j := i
-			for j < n && !isZero(buf[j:min(j+blockSize, n)]) {
-				j = min(j+blockSize, n)
-			}
-			if j > i {
-				if _, err := out.WriteAt(buf[i:j], pos+int64(i)); err != nil {
-					return written, err
-				}
-				written += int64(j - i)
-			}
-			// Past the data run: skip the zero run after it.
-			for j < n && isZero(buf[j:min(j+blockSize, n)]) {
-				j = min(j+blockSize, n)
-			}
-			i = j
+		w, err := WriteAt(out, buf[:n], pos, false)
+		written += w
+		if err != nil {
+			return written, err
 		}
 		pos += int64(n)
 	}
 	return written, nil
 }
-
-func isZero(b []byte) bool { return bytes.Equal(b, zeroBlock[:len(b)]) }
 
 func syncDir(p string) error {
 	d, err := os.Open(p)

@@ -77,7 +77,7 @@ func sameSparse(t *testing.T, a, b string) {
 	size := ia.Size()
 	for _, pair := range [][2]*os.File{{fa, fb}, {fb, fa}} {
 		for off := int64(0); off < size; {
-			start, end, ok := nextData(pair[0], off, size)
+			start, end, ok := NextData(pair[0], off, size)
 			if !ok {
 				t.Skip("the temp directory's file system does not report holes")
 			}

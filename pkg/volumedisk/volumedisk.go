@@ -22,6 +22,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/diskimage"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/sparsecopy"
 )
 
 // Names on a volume beside the disk (runnerconfig.DiskFileName).
@@ -231,7 +232,7 @@ func copyRaw(ctx context.Context, image, partial, progress string, size int64, o
 		if _, err := in.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
 			return resumed, written, err
 		}
-		w, err := writeSparse(out, buf[:n], off)
+		w, err := sparsecopy.WriteAt(out, buf[:n], off, true)
 		written += w
 		if err != nil {
 			return resumed, written, err
@@ -268,53 +269,6 @@ func readProgress(path, key string) int64 {
 		return 0
 	}
 	return n
-}
-
-// block is the unit of zero detection: the block size of ext4, xfs and tmpfs, so a skipped
-// block is one the file system does not allocate.
-const block = 4096
-
-// writeSparse writes b at off, run by run: runs of nonzero blocks are written, runs of zero
-// blocks punched.
-func writeSparse(f *os.File, b []byte, off int64) (written int64, err error) {
-	for start := 0; start < len(b); {
-		zero := isZero(b[start:min(start+block, len(b))])
-		end := start
-		for end < len(b) && isZero(b[end:min(end+block, len(b))]) == zero {
-			end = min(end+block, len(b))
-		}
-		if zero {
-			err = punch(f, off+int64(start), int64(end-start), b[start:end])
-		} else {
-			_, err = f.WriteAt(b[start:end], off+int64(start))
-			written += int64(end - start)
-		}
-		if err != nil {
-			return written, err
-		}
-		start = end
-	}
-	return written, nil
-}
-
-// punch makes [off, off+n) read as zeros without allocating it; where the file system cannot
-// punch holes, it writes the zeros.
-func punch(f *os.File, off, n int64, zeros []byte) error { // zeros is n bytes
-	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-	if err == nil {
-		return nil
-	}
-	_, err = f.WriteAt(zeros, off)
-	return err
-}
-
-func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // convert writes a qcow2 image out as a sparse raw disk with qemu-img (which skips zero runs).

@@ -21,15 +21,10 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -67,7 +62,7 @@ type Executor struct {
 	receiver string // PodIP:port, as written on target pods
 	pods     listerscorev1.PodLister
 	byUID    cache.Indexer
-	q        workqueue.TypedRateLimitingInterface[string]
+	watch    *podcontrol.NodePods
 	mu       sync.Mutex
 	sessions map[types.UID]*session // source pods whose migration this agent carries out
 	finished map[types.UID]string   // source pod → the migrate-to of its last session here
@@ -114,58 +109,24 @@ func (e *Executor) Run(ctx context.Context) error {
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	e.receiver = net.JoinHostPort(e.PodIP, port)
 
-	// The label only narrows the watch: anyone may set it. converge asks whose pod it is.
-	f := informers.NewSharedInformerFactoryWithOptions(e.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.Node).String()
-		o.LabelSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy
-	}))
-	pods := f.Core().V1().Pods()
-	if err := pods.Informer().AddIndexers(cache.Indexers{uidIndex: func(o any) ([]string, error) {
-		return []string{string(o.(*corev1.Pod).UID)}, nil
-	}}); err != nil {
+	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
+		Indexers: cache.Indexers{uidIndex: func(o any) ([]string, error) {
+			return []string{string(o.(*corev1.Pod).UID)}, nil
+		}},
+		MaxDelay: time.Minute, Retrying: "migration step not done; retrying", Log: e.Log,
+	})
+	if err != nil {
+		l.Close()
 		return err
 	}
-	e.pods, e.byUID = pods.Lister(), pods.Informer().GetIndexer()
-	e.q = workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute))
-	enqueue := func(o any) {
-		if key, err := cache.MetaNamespaceKeyFunc(o); err == nil {
-			e.q.Add(key)
-		}
-	}
-	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) },
-	}); err != nil {
-		return err
-	}
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
+	defer w.Shutdown() // after the sessions below, which read the cache
+	e.watch, e.pods, e.byUID = w, w.Lister(), w.Indexer()
 
 	var wg sync.WaitGroup
 	wg.Go(func() { e.serve(ctx, l) })
-	go func() { <-ctx.Done(); e.q.ShutDown(); l.Close() }()
+	go func() { <-ctx.Done(); l.Close() }()
 	e.Log.Info("migration executor started", zap.String("receiver", e.receiver))
-	for range workers {
-		wg.Go(func() {
-			for {
-				key, stop := e.q.Get()
-				if stop {
-					return
-				}
-				after, err := e.converge(ctx, key)
-				switch {
-				case err != nil && ctx.Err() == nil:
-					e.Log.Warn("migration step not done; retrying", zap.String("pod", key), zap.Error(err))
-					e.q.AddRateLimited(key)
-				case after > 0:
-					e.q.Forget(key)
-					e.q.AddAfter(key, after)
-				default:
-					e.q.Forget(key)
-				}
-				e.q.Done(key)
-			}
-		})
-	}
+	w.Run(ctx, workers, e.converge)
 	wg.Wait()
 	e.mu.Lock()
 	running := make([]*session, 0, len(e.sessions))
@@ -176,7 +137,6 @@ func (e *Executor) Run(ctx context.Context) error {
 	for _, s := range running {
 		<-s.done // their contexts ended with ctx
 	}
-	f.Shutdown()
 	return nil
 }
 
@@ -185,15 +145,7 @@ const workers = 2
 
 // converge does what the pod's labels and annotations ask of this node's agent now; after > 0
 // asks to look again then (a target QEMU not yet listening).
-func (e *Executor) converge(ctx context.Context, key string) (time.Duration, error) {
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	pod, err := e.pods.Pods(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
+func (e *Executor) converge(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
 	if pod.DeletionTimestamp != nil || pod.Spec.NodeName != e.Node {
 		return 0, nil
 	}

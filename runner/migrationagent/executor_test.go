@@ -95,7 +95,7 @@ func migrationPair(t *testing.T, a, b *node, size int, delay time.Duration) (sou
 	source = podOf(t, vm, ns, "web-runner", a.name, sourceLabels, map[string]string{vmv1.AnnotationMigration: string(mig.UID)})
 	podcontroltest.Name(t, env.Client, vm, source)
 	runner = &sourceRunner{dir: a.dir(source, "control3"), size: size, delay: delay}
-	serveRunner(t, runner.dir, runner)
+	podcontroltest.ServeRunner(t, runner.dir, runner)
 	return source, target, runner, q, receiver
 }
 
@@ -242,8 +242,8 @@ func TestResume(t *testing.T) {
 	idle := &sourceRunner{st: controlapi.MigrationStatus{State: controlapi.MigrationNone}}
 	p1 := runnerPod(t, ns, "one-runner", a.name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
 	p2 := runnerPod(t, ns, "two-runner", a.name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
-	serveRunner(t, a.dir(p1, "control1"), done)
-	serveRunner(t, a.dir(p2, "control2"), idle)
+	podcontroltest.ServeRunner(t, a.dir(p1, "control1"), done)
+	podcontroltest.ServeRunner(t, a.dir(p2, "control2"), idle)
 	_, stop := a.start(t)
 	st := stateIs(t, p1, controlapi.MigrationNone, 20*time.Second)
 	if st.Role != controlapi.RoleSource {
@@ -253,7 +253,7 @@ func TestResume(t *testing.T) {
 	a.start(t)
 	later := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}}
 	p3 := runnerPod(t, ns, "three-runner", a.name, nil, nil)
-	serveRunner(t, a.dir(p3, "control3"), later)
+	podcontroltest.ServeRunner(t, a.dir(p3, "control3"), later)
 	annotate(t, p3, map[string]any{vmv1.AnnotationMigrationResume: "true"})
 	stateIs(t, p3, controlapi.MigrationNone, 20*time.Second)
 	for name, r := range map[string]*sourceRunner{"completed": done, "idle": idle, "later": later} {

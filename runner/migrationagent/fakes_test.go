@@ -149,21 +149,6 @@ func (r *sourceRunner) counts() (puts, deletes int) {
 	return r.puts, r.deletes
 }
 
-// serveRunner serves h as the runner's control socket in dir.
-func serveRunner(t *testing.T, dir string, h http.Handler) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("unix", filepath.Join(dir, vmv1.ControlSocketName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-}
-
 // targetQEMU listens on migrate-in.sock in dir, as a target QEMU with -incoming does, and
 // takes one stream: its bytes and their hash.
 type targetQEMU struct {

@@ -71,8 +71,8 @@ func (e *Executor) resume(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	defer rc.close()
-	st, err := rc.get(ctx)
+	defer rc.Close()
+	st, err := rc.Migration(ctx)
 	if err != nil {
 		return err
 	}
@@ -80,18 +80,18 @@ func (e *Executor) resume(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	e.Log.Info("resuming the guest on the source", zap.String("pod", pod.Namespace+"/"+pod.Name))
-	if st, err = rc.delete(ctx); err != nil {
+	if st, err = rc.StopMigration(ctx); err != nil {
 		return err
 	}
 	return e.writeState(ctx, pod, st)
 }
 
-func (e *Executor) runner(ctx context.Context, pod *corev1.Pod) (*runnerClient, error) {
+func (e *Executor) runner(ctx context.Context, pod *corev1.Pod) (*podcontrol.Client, error) {
 	ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
 	if err != nil {
 		return nil, err
 	}
-	return newRunnerClient(ctl), nil
+	return podcontrol.NewClient(ctl, 30*time.Second), nil
 }
 
 // send carries out one migrate-to: relay QEMU's stream to the target node's agent and report
@@ -106,7 +106,7 @@ func (e *Executor) send(ctx context.Context, pod *corev1.Pod, o podcontrol.Owner
 		e.finished[pod.UID] = s.migrateTo
 		e.mu.Unlock()
 		close(s.done)
-		e.q.Add(key) // a new migrate-to or a resume may be waiting
+		e.watch.Add(key) // a new migrate-to or a resume may be waiting
 	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -159,18 +159,18 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owne
 	if err := retry(ctx, func() error { addr, target, err = e.route(ctx, pod, o, to); return err }); err != nil {
 		return controlapi.MigrationStatus{}, nil, err
 	}
-	var rc *runnerClient
+	var rc *podcontrol.Client
 	var st controlapi.MigrationStatus
 	if err := retry(ctx, func() error {
 		if rc, err = e.runner(ctx, pod); err != nil {
 			return err
 		}
-		st, err = rc.get(ctx)
+		st, err = rc.Migration(ctx)
 		return err
 	}); err != nil {
 		return st, nil, err
 	}
-	defer rc.close()
+	defer rc.Close()
 	switch {
 	case st.State == controlapi.MigrationActive:
 		log.Info("the runner already sends: following it (the agent restarted?)")
@@ -195,7 +195,7 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owne
 	}); err != nil {
 		return st, nil, err
 	}
-	l, err := rc.ctl.Listen(controlapi.MigrateOutSocket)
+	l, err := rc.Control().Listen(controlapi.MigrateOutSocket)
 	if err != nil {
 		out.Close()
 		return st, nil, err
@@ -221,9 +221,9 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owne
 	}()
 	go func() { <-ctx.Done(); l.Close(); out.Close() }()
 
-	st, err = rc.put(ctx, request(pod))
-	var r *refusal
-	if errors.As(err, &r) && r.code == http.StatusConflict && st.State == controlapi.MigrationActive {
+	st, err = rc.StartMigration(ctx, request(pod))
+	var r *podcontrol.RunnerRefusal
+	if errors.As(err, &r) && r.Code == http.StatusConflict && st.State == controlapi.MigrationActive {
 		log.Info("the runner already sends: following it")
 		l.Close()
 		return st, sm, nil
@@ -247,7 +247,7 @@ func (e *Executor) follow(ctx context.Context, pod *corev1.Pod, to string, st co
 		e.finalState(ctx, pod, st, log)
 		return
 	}
-	defer rc.close()
+	defer rc.Close()
 	if sm != nil {
 		defer func() { sm.l.Close(); sm.out.Close() }()
 	}
@@ -268,7 +268,7 @@ func (e *Executor) follow(ctx context.Context, pod *corev1.Pod, to string, st co
 		if pod.Annotations[vmv1.AnnotationMigrateTo] != to && st.State != controlapi.MigrationNone && time.Since(cancelled) > 5*time.Second {
 			log.Info("migrate-to taken back: cancelling")
 			cancelled = time.Now()
-			if _, err := rc.delete(ctx); err != nil {
+			if _, err := rc.StopMigration(ctx); err != nil {
 				log.Warn("cancelling", zap.Error(err))
 			}
 		}
@@ -297,7 +297,7 @@ func (e *Executor) follow(ctx context.Context, pod *corev1.Pod, to string, st co
 			return
 		case <-tick.C:
 		}
-		next, err := rc.get(ctx)
+		next, err := rc.Migration(ctx)
 		switch {
 		case err != nil:
 			// The runner not answering for long is the source failing; the controller sees its

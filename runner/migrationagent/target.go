@@ -173,3 +173,10 @@ func (e *Executor) accept(ctx context.Context, r *bufio.Reader) (header, *corev1
 	}
 	return h, pod, in, nil
 }
+
+func truncate(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,12 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -59,55 +54,23 @@ func (e *Executor) Run(ctx context.Context) error {
 	if e.Log == nil {
 		e.Log = zap.NewNop()
 	}
-	// The label only narrows the watch: anyone may set it. converge asks whose pod it is.
-	f := informers.NewSharedInformerFactoryWithOptions(e.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.Node).String()
-		o.LabelSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy
-	}))
-	pods := f.Core().V1().Pods()
 	// Failed resizes are retried with back-off (a runner still booting, a guest slow to give
 	// memory back); everything else comes from the pods' events.
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 5*time.Minute))
-	enqueue := func(o any) {
-		if key, err := cache.MetaNamespaceKeyFunc(o); err == nil {
-			q.Add(key)
-		}
-	}
-	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) },
-	}); err != nil {
+	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
+		MaxDelay: 5 * time.Minute, Retrying: "resize not done; retrying", Log: e.Log,
+	})
+	if err != nil {
 		return err
 	}
-	f.Start(ctx.Done())
-	go func() { <-ctx.Done(); q.ShutDown() }()
+	defer w.Shutdown()
 	e.Log.Info("resize executor started")
-	// A few workers: one guest slow to give memory back must not hold up the node's others
-	// (the queue never hands one pod to two workers).
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				key, stop := q.Get()
-				if stop {
-					return
-				}
-				ns, name, _ := cache.SplitMetaNamespaceKey(key)
-				pod, err := pods.Lister().Pods(ns).Get(name)
-				if err == nil {
-					err = e.converge(ctx, pod)
-				}
-				if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-					e.Log.Warn("resize not done; retrying", zap.String("pod", key), zap.Error(err))
-					q.AddRateLimited(key)
-				} else {
-					q.Forget(key)
-				}
-				q.Done(key)
-			}
-		})
-	}
-	wg.Wait()
-	f.Shutdown()
+	// A few workers: one guest slow to give memory back must not hold up the node's others.
+	w.Run(ctx, workers, func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+		if err := e.converge(ctx, pod); !apierrors.IsNotFound(err) {
+			return 0, err
+		}
+		return 0, nil // the pod went meanwhile
+	})
 	return nil
 }
 

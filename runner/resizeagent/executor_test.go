@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -110,17 +109,7 @@ func (r *fakeRunner) requests() []Size {
 // directory mounted into the runner holds it.
 func startRunner(t *testing.T, controlDir, id string, r *fakeRunner) {
 	t.Helper()
-	dir := filepath.Join(controlDir, id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("unix", filepath.Join(dir, vmv1.ControlSocketName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: r}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	podcontroltest.ServeRunner(t, filepath.Join(controlDir, id), r)
 }
 
 // shortDir is a temporary directory short enough for unix socket paths.
