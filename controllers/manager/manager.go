@@ -52,6 +52,9 @@ type Options struct {
 	ClusterAPI bool
 	// SecondInstance lets tests run a second manager in one process, as a racing replica.
 	SecondInstance bool
+	// Namespace is the controller's own, where readiness dry-runs a VirtualMachine
+	// (VMCreatableCheck); empty: "default".
+	Namespace string
 }
 
 // Scheme has the types the controllers use.
@@ -108,6 +111,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	if healthAddr != "0" {
+		if err := addReadiness(mgr, o.Namespace); err != nil {
+			return nil, err
+		}
+	}
 	reg := o.MetricsRegistry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -155,6 +163,23 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// addReadiness makes /readyz wait until VirtualMachines can be created (VMCreatableCheck). Its
+// client reads uncached: the probe runs before the cache has started.
+func addReadiness(mgr ctrl.Manager, namespace string) error {
+	if namespace == "" {
+		namespace = "default"
+	}
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("readiness client: %w", err)
+	}
+	check := &VMCreatableCheck{Client: c, Namespace: namespace, Log: mgr.GetLogger().WithName("readiness")}
+	if err := mgr.AddReadyzCheck("vm-creatable", check.Check); err != nil {
+		return fmt.Errorf("readiness check: %w", err)
+	}
+	return nil
 }
 
 // setupClusterAPI registers the Cluster API infrastructure provider's controllers.

@@ -34,6 +34,7 @@ func main() {
 	flag.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader so only one replica reconciles")
 	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
+	flag.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the controller's own namespace, where readiness dry-runs a VirtualMachine (default: $POD_NAMESPACE)")
 	flag.Float64Var(&qps, "kube-api-qps", 200, "API requests per second the controller may make")
 	flag.IntVar(&burst, "kube-api-burst", 400, "API request burst")
 	zopts := zap.Options{}
@@ -74,10 +75,7 @@ func main() {
 		log.Error(err, "health check")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		log.Error(err, "ready check")
-		os.Exit(1)
-	}
+	// Readiness (/readyz) is manager.New's: ready once a VirtualMachine can be created.
 	log.Info("starting", "runnerImage", o.Pod.RunnerImage, "workers", o.Workers, "imageMap", imageMap, "copyImages", o.Pod.CopyImages, "clusterAPI", o.ClusterAPI)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped")

@@ -1,0 +1,248 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+
+	"go.uber.org/zap/zapcore"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/controllers/manager"
+	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/tests/kubeapi"
+)
+
+var env *kubeapi.Env
+
+func TestMain(m *testing.M) {
+	log.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
+	kubeapi.Main(m, &env)
+}
+
+// crds are virtpod's CRDs of group vm.virtpod.io: the API server keeps knowing the group's
+// schema while any of them exists.
+func crds(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	var all []*unstructured.Unstructured
+	for _, f := range []string{"hypervisornodes", "providerclasses", "virtualmachinemigrations", "virtualmachines"} {
+		o, err := kubeapi.ReadObjects("config/crd/bases/vm.virtpod.io_" + f + ".yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, o...)
+	}
+	return all
+}
+
+// readyz serves a fresh check (a controller just started, with its own client) the way the
+// manager does, and returns its /readyz URL.
+func readyz(t *testing.T) string {
+	t.Helper()
+	c, err := client.New(env.Config, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := &manager.VMCreatableCheck{Client: c, Namespace: "default", Log: zap.New(zap.Level(zapcore.ErrorLevel))}
+	srv := httptest.NewServer(http.StripPrefix("/readyz", &healthz.Handler{Checks: map[string]healthz.Checker{"vm-creatable": check.Check}}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/readyz"
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// uninstall deletes virtpod's CRDs and the admission policies, and waits until the API
+// server's admission has forgotten the schema, as on a cluster virtpod was never installed on.
+func uninstall(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := kubeapi.AdmissionObjects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range append(objs, crds(t)...) {
+		if err := env.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	kubeapi.Eventually(t, "vm.virtpod.io gone from the OpenAPI", 90*time.Second, func() error {
+		b, err := kubernetes.NewForConfigOrDie(env.Config).Discovery().RESTClient().Get().AbsPath("/openapi/v3").DoRaw(ctx)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), `"apis/vm.virtpod.io/v1alpha1"`) {
+			return errors.New("still listed")
+		}
+		return nil
+	})
+	// Admission reads that list every 5 s (k8s.io/apiserver's TypeConverterManager), invisibly
+	// to clients: after one more read it has forgotten the schema, so install starts the window.
+	time.Sleep(5500 * time.Millisecond)
+}
+
+// install creates virtpod's CRDs, a default ProviderClass and config/admission's policies as
+// an install does, without waiting for the API server to learn the schema.
+func install(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, o := range crds(t) {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	kubeapi.Eventually(t, "ProviderClasses served", 30*time.Second, func() error {
+		return env.Client.List(ctx, &vmv1.ProviderClassList{})
+	})
+	defaultClass(t)
+	objs, err := kubeapi.AdmissionObjects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// defaultClass makes qemu the default ProviderClass, status written as the controller does,
+// so the default-provider policy matches every VM that names no provider.
+func defaultClass(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	pc := &vmv1.ProviderClass{}
+	pc.Name = "qemu"
+	pc.Annotations = map[string]string{vmv1.AnnotationDefaultClass: "true"}
+	pc.Spec = vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, Enabled: ptr.To(true), AllowEmulation: true}
+	if err := env.Client.Create(ctx, pc); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pc), pc); err != nil {
+		t.Fatal(err)
+	}
+	pc.Status.Default = true
+	if err := env.Client.Status().Update(ctx, pc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNotReadyWhileCRDAbsent: without the CRD, /readyz fails and says why in the API server's
+// words; with it installed, readiness passes without a restart.
+func TestNotReadyWhileCRDAbsent(t *testing.T) {
+	uninstall(t)
+	url := readyz(t)
+	for _, path := range []string{"", "/vm-creatable"} {
+		code, body := get(t, url+path)
+		if code != http.StatusInternalServerError {
+			t.Fatalf("/readyz%s without the CRD: %d %q, want 500", path, code, body)
+		}
+		if path != "" && !strings.Contains(body, `no matches for kind "VirtualMachine" in version "vm.virtpod.io/v1alpha1"`) {
+			t.Errorf("/readyz%s says %q, want why", path, body)
+		}
+	}
+	install(t)
+	kubeapi.Eventually(t, "ready once the CRD is installed", 60*time.Second, func() error {
+		if code, body := get(t, url+"/vm-creatable"); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+}
+
+// TestReadyMeansCreatable: on freshly installed CRDs and policies, the moment readiness passes
+// a user's VirtualMachine is created and pinned to the default class, every time: both the
+// API server's 503 window and a policy not yet loaded are over. About 10 s a round.
+func TestReadyMeansCreatable(t *testing.T) {
+	ctx := context.Background()
+	const rounds = 10
+	windows := 0
+	for round := range rounds {
+		uninstall(t)
+		install(t)
+		url, refused := readyz(t)+"/vm-creatable", ""
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			code, body := get(t, url)
+			if code == http.StatusOK {
+				break
+			}
+			if refused == "" && strings.Contains(body, "Kind=VirtualMachine not found") {
+				refused = body
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: not ready after 60 s: %s", round, body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if refused != "" {
+			windows++
+		}
+		vm := kubeapi.SampleVM("default", fmt.Sprintf("round-%d", round))
+		if err := env.Client.Create(ctx, vm); err != nil {
+			t.Fatalf("round %d: ready, but a user's VM is refused: %v (readiness had said %q)", round, err, refused)
+		}
+		if vm.Spec.Provider != vmv1.ProviderQEMU {
+			t.Errorf("round %d: the VM got provider %q at admission, want the default qemu", round, vm.Spec.Provider)
+		}
+		t.Logf("round %d: created; readiness was refused first: %v", round, refused != "")
+	}
+	// Otherwise the rounds never met the window this guards against.
+	if windows == 0 {
+		t.Errorf("no round saw the API server refuse the dry run while it learnt the schema")
+	}
+}
+
+// TestManagerServesReadiness: the manager the binary runs has the check on /readyz.
+func TestManagerServesReadiness(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	mgr, err := manager.New(env.Config, manager.Options{Pod: podspec.DefaultOptions(), MetricsAddr: "0", HealthAddr: addr, Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	kubeapi.Eventually(t, "/readyz passes", 60*time.Second, func() error {
+		resp, err := http.Get("http://" + addr + "/readyz/vm-creatable")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%d %s", resp.StatusCode, b)
+		}
+		return nil
+	})
+}
