@@ -4,6 +4,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
 // noBootableDevice lists what each firmware prints when it finds nothing to boot: SeaBIOS says
@@ -23,16 +25,16 @@ const kernelPanic = "Kernel panic - not syncing"
 // consoleSign is a console line that ends the run: what it contains and what it means.
 type consoleSign struct {
 	text string
-	kind eventKind
+	kind hypervisor.EventKind
 }
 
 // consoleSigns are what the runner watches for: a kernel panic always, and with firmware boot
 // the firmware finding nothing to boot.
 func consoleSigns(firmwareBoot bool) []consoleSign {
-	signs := []consoleSign{{kernelPanic, eventPanicked}}
+	signs := []consoleSign{{kernelPanic, hypervisor.EventPanicked}}
 	if firmwareBoot {
 		for _, t := range noBootableDevice {
-			signs = append(signs, consoleSign{t, eventNoBootableDevice})
+			signs = append(signs, consoleSign{t, hypervisor.EventNoBootableDevice})
 		}
 	}
 	return signs
@@ -41,35 +43,35 @@ func consoleSigns(firmwareBoot bool) []consoleSign {
 // bootWatch scans the console for lines that end the run (consoleSigns) and reports them as
 // events, so a panicked kernel or a disk without a bootloader ends the run instead of hanging.
 type bootWatch struct {
-	hypervisor
+	hypervisor.Hypervisor
 	out     io.Writer
-	events  chan event
+	events  chan hypervisor.Event
 	exited  chan struct{}
 	mu      sync.Mutex
 	line    []byte
 	matched bool
 	signs   []consoleSign
-	found   chan event
+	found   chan hypervisor.Event
 }
 
 // watchConsole wraps hv so its events include what the console shows (consoleSigns); the
 // console must write through the returned writer.
-func watchConsole(hv hypervisor, console io.Writer, firmwareBoot bool) (hypervisor, io.Writer) {
-	w := &bootWatch{hypervisor: hv, out: console, events: make(chan event, 64), exited: make(chan struct{}),
-		signs: consoleSigns(firmwareBoot), found: make(chan event, 1)}
+func watchConsole(hv hypervisor.Hypervisor, console io.Writer, firmwareBoot bool) (hypervisor.Hypervisor, io.Writer) {
+	w := &bootWatch{Hypervisor: hv, out: console, events: make(chan hypervisor.Event, 64), exited: make(chan struct{}),
+		signs: consoleSigns(firmwareBoot), found: make(chan hypervisor.Event, 1)}
 	go w.forward()
 	return w, w
 }
 
-func (w *bootWatch) Events() <-chan event    { return w.events }
-func (w *bootWatch) Exited() <-chan struct{} { return w.exited }
+func (w *bootWatch) Events() <-chan hypervisor.Event { return w.events }
+func (w *bootWatch) Exited() <-chan struct{}         { return w.exited }
 
 // forward passes the hypervisor's events on, adding the console's finding; Exited closes only
 // after every event of the hypervisor has been passed on.
 func (w *bootWatch) forward() {
-	in := w.hypervisor.Events()
+	in := w.Hypervisor.Events()
 	for {
-		ev, ok := w.next(in, w.hypervisor.Exited())
+		ev, ok := w.next(in, w.Hypervisor.Exited())
 		if !ok {
 			break
 		}
@@ -83,14 +85,14 @@ func (w *bootWatch) forward() {
 }
 
 // next waits for the hypervisor's next event or the console's finding; false once stop closes.
-func (w *bootWatch) next(in <-chan event, stop <-chan struct{}) (event, bool) {
+func (w *bootWatch) next(in <-chan hypervisor.Event, stop <-chan struct{}) (hypervisor.Event, bool) {
 	select {
 	case ev := <-in:
 		return ev, true
 	case ev := <-w.found:
 		return ev, true
 	case <-stop:
-		return event{}, false
+		return hypervisor.Event{}, false
 	}
 }
 
@@ -120,7 +122,7 @@ func (w *bootWatch) check(line string) bool {
 	for _, sign := range w.signs {
 		if strings.Contains(line, sign.text) {
 			w.matched = true
-			w.found <- event{kind: sign.kind, reason: line}
+			w.found <- hypervisor.Event{Kind: sign.kind, Reason: line}
 			return true
 		}
 	}
@@ -151,4 +153,4 @@ func stripEscapes(s string) string {
 	return b.String()
 }
 
-var _ hypervisor = (*bootWatch)(nil)
+var _ hypervisor.Hypervisor = (*bootWatch)(nil)

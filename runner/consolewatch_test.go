@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
 // TestConsoleWatchSigns: a kernel panic ends any run; a firmware's "nothing to boot" ends only a
@@ -14,17 +16,17 @@ func TestConsoleWatchSigns(t *testing.T) {
 		name     string
 		firmware bool
 		out      string
-		want     eventKind
+		want     hypervisor.EventKind
 		none     bool
 	}{
-		{"panic on a kernel boot", false, "[    1.0] VFS: Cannot open root device \"vda\"\r\n" + panicLine + "\r\n", eventPanicked, false},
-		{"panic on a firmware boot", true, "Booting from Hard Disk...\r\n" + panicLine + "\r\n", eventPanicked, false},
-		{"no bootable device on a firmware boot", true, seabiosEmptyDisk, eventNoBootableDevice, false},
+		{"panic on a kernel boot", false, "[    1.0] VFS: Cannot open root device \"vda\"\r\n" + panicLine + "\r\n", hypervisor.EventPanicked, false},
+		{"panic on a firmware boot", true, "Booting from Hard Disk...\r\n" + panicLine + "\r\n", hypervisor.EventPanicked, false},
+		{"no bootable device on a firmware boot", true, seabiosEmptyDisk, hypervisor.EventNoBootableDevice, false},
 		{"the same words on a kernel boot", false, "echo No bootable device.\r\nNo bootable device.\r\n", 0, true},
 		{"a clean boot", false, "[    0.000000] Linux version 6.1.0\r\nVIRTPOD-GUEST-READY\r\n", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inner := &fakeHV{events: make(chan event, 4), exited: make(chan struct{})}
+			inner := &fakeHV{events: make(chan hypervisor.Event, 4), exited: make(chan struct{})}
 			var console bytes.Buffer
 			hv, w := watchConsole(inner, &console, tc.firmware)
 			for chunk := range chunks(tc.out, 5) { // split mid-line
@@ -34,11 +36,11 @@ func TestConsoleWatchSigns(t *testing.T) {
 			}
 			select {
 			case ev := <-hv.Events():
-				if tc.none || ev.kind != tc.want {
-					t.Fatalf("event %v %q, want %v (none: %v)", ev.kind, ev.reason, tc.want, tc.none)
+				if tc.none || ev.Kind != tc.want {
+					t.Fatalf("event %v %q, want %v (none: %v)", ev.Kind, ev.Reason, tc.want, tc.none)
 				}
-				if tc.want == eventPanicked && ev.reason != panicLine {
-					t.Errorf("reason %q, want the panic line", ev.reason)
+				if tc.want == hypervisor.EventPanicked && ev.Reason != panicLine {
+					t.Errorf("reason %q, want the panic line", ev.Reason)
 				}
 			case <-time.After(200 * time.Millisecond):
 				if !tc.none {

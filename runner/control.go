@@ -20,6 +20,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
 // Size and SizeRequest are the control API's wire types (pkg/controlapi), shared with the node
@@ -29,22 +30,6 @@ type (
 	SizeRequest = controlapi.SizeRequest
 )
 
-// resizer is a hypervisor that can change a running guest's size.
-type resizer interface {
-	// guestSize is what the guest has now.
-	guestSize(ctx context.Context) (cpus int32, memoryMiB int64, err error)
-	// resize plugs or unplugs towards the target and returns once the guest has it, or with
-	// ctx's error when it did not take it in time.
-	resize(ctx context.Context, cpus int32, memoryMiB int64) error
-}
-
-// errNotRunning: the hypervisor has not started yet, or has ended. errRefused: the hypervisor
-// cannot make this change.
-var (
-	errNotRunning = errors.New("the guest is not running")
-	errRefused    = errors.New("the hypervisor refused the resize")
-)
-
 // DefaultResizeTimeout bounds how long a PUT waits for the guest to take a new size.
 const DefaultResizeTimeout = 60 * time.Second
 
@@ -52,7 +37,7 @@ const DefaultResizeTimeout = 60 * time.Second
 type controlServer struct {
 	maxCPUs               int32
 	bootMemMiB, maxMemMiB int64
-	hv                    resizer
+	hv                    hypervisor.Resizer
 	timeout               time.Duration
 	log                   *zap.Logger
 	mu                    sync.Mutex // held for a whole resize
@@ -60,7 +45,7 @@ type controlServer struct {
 	mig                   *migration // /v1/migration; nil serves none
 }
 
-func newControlServer(cfg runnerconfig.Config, hv resizer, timeout time.Duration, log *zap.Logger) *controlServer {
+func newControlServer(cfg runnerconfig.Config, hv hypervisor.Resizer, timeout time.Duration, log *zap.Logger) *controlServer {
 	if timeout <= 0 {
 		timeout = DefaultResizeTimeout
 	}
@@ -107,11 +92,11 @@ func (c *controlServer) handler() http.Handler {
 }
 
 func (c *controlServer) size(ctx context.Context) (Size, error) {
-	cpus, mem, err := c.hv.guestSize(ctx)
+	cpus, mem, err := c.hv.GuestSize(ctx)
 	if err != nil {
 		return Size{}, err
 	}
-	return Size{CPUs: cpus, Memory: quantity(mem), MaxCPUs: c.maxCPUs, MaxMemory: quantity(c.maxMemMiB), Pending: c.pending.Load()}, nil
+	return Size{CPUs: cpus, Memory: hypervisor.Quantity(mem), MaxCPUs: c.maxCPUs, MaxMemory: hypervisor.Quantity(c.maxMemMiB), Pending: c.pending.Load()}, nil
 }
 
 func (c *controlServer) put(w http.ResponseWriter, r *http.Request) {
@@ -132,7 +117,7 @@ func (c *controlServer) put(w http.ResponseWriter, r *http.Request) {
 	c.pending.Store(true)
 	ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
 	start := time.Now()
-	rerr := c.hv.resize(ctx, req.CPUs, memMiB)
+	rerr := c.hv.Resize(ctx, req.CPUs, memMiB)
 	cancel()
 	c.pending.Store(false)
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -169,9 +154,9 @@ func (c *controlServer) validate(req SizeRequest) (int64, error) {
 	default:
 		mib = q.Value() >> 20
 		if mib > c.maxMemMiB {
-			errs = append(errs, fmt.Errorf("memory: %s is above maxMemory %s", req.Memory, quantity(c.maxMemMiB)))
+			errs = append(errs, fmt.Errorf("memory: %s is above maxMemory %s", req.Memory, hypervisor.Quantity(c.maxMemMiB)))
 		} else if mib < c.bootMemMiB {
-			errs = append(errs, fmt.Errorf("memory: %s is below the guest's boot memory %s, which cannot be unplugged", req.Memory, quantity(c.bootMemMiB)))
+			errs = append(errs, fmt.Errorf("memory: %s is below the guest's boot memory %s, which cannot be unplugged", req.Memory, hypervisor.Quantity(c.bootMemMiB)))
 		}
 	}
 	return mib, errors.Join(errs...)
@@ -179,16 +164,13 @@ func (c *controlServer) validate(req SizeRequest) (int64, error) {
 
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, errNotRunning), errors.Is(err, errRefused):
+	case errors.Is(err, hypervisor.ErrNotRunning), errors.Is(err, hypervisor.ErrRefused):
 		return http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }
-
-// quantity writes MiB as Kubernetes does: "768Mi", "1Gi".
-func quantity(mib int64) string { return resource.NewQuantity(mib<<20, resource.BinarySI).String() }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

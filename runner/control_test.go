@@ -16,6 +16,8 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	chdriver "github.com/virtpod/virtpod/runner/hypervisor/cloudhypervisor"
+	qemudriver "github.com/virtpod/virtpod/runner/hypervisor/qemu"
 )
 
 func resizableConfig() runnerconfig.Config {
@@ -40,13 +42,13 @@ type stuckGuest struct {
 	mem  int64
 }
 
-func (g *stuckGuest) guestSize(context.Context) (int32, int64, error) {
+func (g *stuckGuest) GuestSize(context.Context) (int32, int64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.cpus, g.mem, nil
 }
 
-func (g *stuckGuest) resize(ctx context.Context, cpus int32, mem int64) error {
+func (g *stuckGuest) Resize(ctx context.Context, cpus int32, mem int64) error {
 	g.mu.Lock()
 	g.cpus = cpus
 	if mem > g.mem {
@@ -77,7 +79,7 @@ func TestControlTimeoutTellsTheTruth(t *testing.T) {
 
 // TestControlNotRunning: before the hypervisor is up the API answers 409, not a guess.
 func TestControlNotRunning(t *testing.T) {
-	q := newQEMU("", nil, qemuSpecForTest(), nil, zap.NewNop())
+	q := qemudriver.New("", nil, qemuSpecForTest(), nil, zap.NewNop())
 	h := newControlServer(resizableConfig(), q, time.Second, zap.NewNop()).handler()
 	for _, m := range []string{http.MethodGet, http.MethodPut} {
 		if code, s := call(t, h, m, `{"cpus":1,"memory":"256Mi"}`); code != http.StatusConflict || !strings.Contains(s.Error, "not running") {
@@ -86,7 +88,7 @@ func TestControlNotRunning(t *testing.T) {
 	}
 }
 
-// TestCloudHypervisorResize drives chVM's resize through the control API against a server that
+// TestCloudHypervisorResize drives the cloud-hypervisor driver's resize through the control API against a server that
 // answers vm.resize and vm.info as cloud-hypervisor's API describes them, taking the new size a
 // few polls later, as a guest does.
 func TestCloudHypervisorResize(t *testing.T) {
@@ -130,7 +132,7 @@ func TestCloudHypervisorResize(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	cfg := resizableConfig()
-	ch := newCloudHypervisor("", cfg, cloudHypervisorInputs{apiSocket: sock}, zap.NewNop())
+	ch := chdriver.New("", cfg, chdriver.Inputs{APISocket: sock}, zap.NewNop())
 	h := newControlServer(cfg, ch, 10*time.Second, zap.NewNop()).handler()
 	if code, s := call(t, h, http.MethodPut, `{"cpus":3,"memory":"768Mi"}`); code != http.StatusOK || s.CPUs != 3 || s.Memory != "768Mi" || s.MaxMemory != "1Gi" {
 		t.Fatalf("grow: %d %+v", code, s)

@@ -11,19 +11,20 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/hypervisor"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 
 // fakeHV is a hypervisor whose events and exit the test drives.
 type fakeHV struct {
-	events chan event
+	events chan hypervisor.Event
 	exited chan struct{}
 }
 
 func (f *fakeHV) Start(context.Context) error     { return nil }
 func (f *fakeHV) Resume(context.Context) error    { return nil }
 func (f *fakeHV) Version() string                 { return "fake" }
-func (f *fakeHV) Events() <-chan event            { return f.events }
+func (f *fakeHV) Events() <-chan hypervisor.Event { return f.events }
 func (f *fakeHV) Powerdown(context.Context) error { return nil }
 func (f *fakeHV) Quit(context.Context) error      { return nil }
 func (f *fakeHV) Exited() <-chan struct{}         { return f.exited }
@@ -54,7 +55,7 @@ func TestBootWatch(t *testing.T) {
 		{"SeaBIOS boots the disk", seabiosBootsDisk, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inner := &fakeHV{events: make(chan event, 4), exited: make(chan struct{})}
+			inner := &fakeHV{events: make(chan hypervisor.Event, 4), exited: make(chan struct{})}
 			var console bytes.Buffer
 			hv, w := watchConsole(inner, &console, true)
 			for chunk := range chunks(tc.out, 7) { // split mid-line and mid-escape
@@ -62,9 +63,9 @@ func TestBootWatch(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			inner.events <- event{kind: eventRunning, reason: "RESUME"}
+			inner.events <- hypervisor.Event{Kind: hypervisor.EventRunning, Reason: "RESUME"}
 			close(inner.exited)
-			var got []event
+			var got []hypervisor.Event
 			for done := false; !done; {
 				select {
 				case ev := <-hv.Events():
@@ -81,10 +82,10 @@ func TestBootWatch(t *testing.T) {
 			var noBoot []string
 			sawRunning := false
 			for _, ev := range got {
-				switch ev.kind {
-				case eventNoBootableDevice:
-					noBoot = append(noBoot, ev.reason)
-				case eventRunning:
+				switch ev.Kind {
+				case hypervisor.EventNoBootableDevice:
+					noBoot = append(noBoot, ev.Reason)
+				case hypervisor.EventRunning:
 					sawRunning = true
 				}
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
 // Live migration's control API (docs/runner.md): PUT /v1/migration on the source starts sending
@@ -27,25 +28,14 @@ type (
 	MigrationStatus  = controlapi.MigrationStatus
 )
 
-// migrator is a hypervisor that can send its guest to another runner, or receive one.
-type migrator interface {
-	queryMigrate() (migrationInfo, error)
-	migrationEvents() error
-	sendGuest(req MigrationRequest, sock string) error
-	cancelMigration(timeout time.Duration) (migrationInfo, error)
-	resumeGuest() error
-}
-
-var _ migrator = (*qemuVM)(nil)
-
 // resumedNote is the error a source reports after it resumed its guest from a completed send.
 const resumedNote = "the guest was resumed here after the migration completed"
 
 // migration is the runner's side of a live migration, shared by the control API and the
 // supervisor.
 type migration struct {
-	m      migrator // nil: the provider cannot migrate
-	target bool     // --incoming
+	m      hypervisor.Migrator // nil: the provider cannot migrate
+	target bool                // --incoming
 	ctlDir string
 	refuse string // why this guest cannot be sent ("" when it can)
 	board  *statusBoard
@@ -78,12 +68,12 @@ func (mig *migration) sending() bool {
 	return mig.sent
 }
 
-func newMigration(cfg runnerconfig.Config, hv hypervisor, board *statusBoard, log *zap.Logger) *migration {
+func newMigration(cfg runnerconfig.Config, hv hypervisor.Hypervisor, board *statusBoard, log *zap.Logger) *migration {
 	mig := &migration{target: cfg.Incoming, board: board, log: log}
 	if cfg.ControlSocket != "" {
 		mig.ctlDir = filepath.Dir(cfg.ControlSocket)
 	}
-	if m, ok := hv.(migrator); ok {
+	if m, ok := hv.(hypervisor.Migrator); ok {
 		mig.m = m
 	}
 	// Block migration copies every writable drive: a disk on a claim would be copied onto
@@ -119,7 +109,7 @@ func (mig *migration) routes(mux *http.ServeMux) {
 
 // status is the current MigrationStatus; the caller holds mu.
 func (mig *migration) status() (MigrationStatus, error) {
-	info, err := mig.m.queryMigrate()
+	info, err := mig.m.QueryMigrate()
 	if err != nil {
 		return MigrationStatus{}, err
 	}
@@ -130,7 +120,7 @@ func (mig *migration) status() (MigrationStatus, error) {
 	case mig.target:
 		role = controlapi.RoleTarget
 	}
-	s := info.status(role)
+	s := info.APIStatus(role)
 	if mig.sent && s.State == controlapi.MigrationCompleted && s.TotalTimeMs == 0 {
 		// QEMU 7.2 sets "completed" a moment before it computes the total time and downtime
 		// (migration_iteration_finish): not done until the figures are in.
@@ -171,7 +161,7 @@ func (mig *migration) put(w http.ResponseWriter, r *http.Request) {
 	}
 	var bad []error
 	if req.BandwidthMiBps < 0 {
-		bad = append(bad, fmt.Errorf("bandwidthMiBps: %d is negative; 0 is the default (%d)", req.BandwidthMiBps, DefaultMigrationBandwidthMiBps))
+		bad = append(bad, fmt.Errorf("bandwidthMiBps: %d is negative; 0 is the default (%d)", req.BandwidthMiBps, hypervisor.DefaultMigrationBandwidthMiBps))
 	}
 	if req.DowntimeLimitMs < 0 {
 		bad = append(bad, fmt.Errorf("downtimeLimitMs: %d is negative; 0 is QEMU's default (300)", req.DowntimeLimitMs))
@@ -216,7 +206,7 @@ func (mig *migration) put(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusConflict, "nothing listens on "+out+": the node agent listens there before it asks for a migration")
 		return
 	}
-	if err := mig.m.sendGuest(req, out); err != nil {
+	if err := mig.m.SendGuest(req, out); err != nil {
 		mig.log.Warn("migration not started", zap.Error(err))
 		refuse(migrationCode(err), err.Error())
 		return
@@ -258,14 +248,14 @@ func (mig *migration) del(w http.ResponseWriter, _ *http.Request) {
 	}
 	switch {
 	case s.State == controlapi.MigrationActive:
-		if _, err := mig.m.cancelMigration(10 * time.Second); err != nil {
+		if _, err := mig.m.CancelMigration(10 * time.Second); err != nil {
 			writeJSON(w, migrationCode(err), MigrationStatus{Role: s.Role, State: s.State, Error: err.Error()})
 			return
 		}
 		mig.log.Info("migration cancelled; the guest runs here")
 	case s.State == controlapi.MigrationCompleted:
 		// The caller knows the target is dead: the guest lives on here again.
-		if err := mig.m.resumeGuest(); err != nil {
+		if err := mig.m.ResumeGuest(); err != nil {
 			writeJSON(w, migrationCode(err), MigrationStatus{Role: s.Role, State: s.State, Error: err.Error()})
 			return
 		}
@@ -290,13 +280,13 @@ func (mig *migration) cancelActive() {
 		return
 	}
 	if s, err := mig.status(); err == nil && s.State == controlapi.MigrationActive {
-		_, err := mig.m.cancelMigration(5 * time.Second)
+		_, err := mig.m.CancelMigration(5 * time.Second)
 		mig.log.Info("migration cancelled: the runner is stopping", zap.Error(err))
 	}
 }
 
 func migrationCode(err error) int {
-	if errors.Is(err, errNotRunning) {
+	if errors.Is(err, hypervisor.ErrNotRunning) {
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -308,7 +298,7 @@ func (mig *migration) logResult(state string) {
 	if mig == nil || mig.m == nil {
 		return
 	}
-	info, err := mig.m.queryMigrate()
+	info, err := mig.m.QueryMigrate()
 	if err != nil {
 		mig.log.Info("migration ended", zap.String("state", state), zap.Error(err))
 		return
@@ -328,7 +318,7 @@ func (mig *migration) logResult(state string) {
 // migration's completed) for setup, active or a failure.
 func (mig *migration) awaitBegin(timeout time.Duration) error {
 	for end := time.Now().Add(timeout); ; time.Sleep(5 * time.Millisecond) {
-		info, err := mig.m.queryMigrate()
+		info, err := mig.m.QueryMigrate()
 		if err != nil {
 			return err
 		}
@@ -338,7 +328,7 @@ func (mig *migration) awaitBegin(timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(end) {
-			_, _ = mig.m.cancelMigration(time.Second)
+			_, _ = mig.m.CancelMigration(time.Second)
 			return fmt.Errorf("QEMU did not begin sending to %s within %s (status %q)", mig.outSocket(), timeout, info.Status)
 		}
 	}

@@ -12,6 +12,9 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/runner/hypervisor"
+	chdriver "github.com/virtpod/virtpod/runner/hypervisor/cloudhypervisor"
+	qemudriver "github.com/virtpod/virtpod/runner/hypervisor/qemu"
 )
 
 func callMigration(t *testing.T, h http.Handler, method, body string) (int, MigrationStatus) {
@@ -25,8 +28,8 @@ func callMigration(t *testing.T, h http.Handler, method, body string) (int, Migr
 	return rec.Code, s
 }
 
-func migrationHandler(cfg runnerconfig.Config, hv hypervisor) http.Handler {
-	c := newControlServer(cfg, hv.(resizer), time.Second, zap.NewNop())
+func migrationHandler(cfg runnerconfig.Config, hv hypervisor.Hypervisor) http.Handler {
+	c := newControlServer(cfg, hv.(hypervisor.Resizer), time.Second, zap.NewNop())
 	c.mig = newMigration(cfg, hv, &statusBoard{}, zap.NewNop())
 	return c.handler()
 }
@@ -36,7 +39,7 @@ func migrationHandler(cfg runnerconfig.Config, hv hypervisor) http.Handler {
 func TestMigrationCloudHypervisor(t *testing.T) {
 	cfg := resizableConfig()
 	cfg.Provider = runnerconfig.ProviderCloudHypervisor
-	h := migrationHandler(cfg, newCloudHypervisor("", cfg, cloudHypervisorInputs{apiSocket: "/nonexistent"}, zap.NewNop()))
+	h := migrationHandler(cfg, chdriver.New("", cfg, chdriver.Inputs{APISocket: "/nonexistent"}, zap.NewNop()))
 	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
 		if code, s := callMigration(t, h, m, `{"autoConverge":true}`); code != http.StatusNotImplemented || !strings.Contains(s.Error, "provider cloud-hypervisor cannot migrate") {
 			t.Errorf("%s: %d %+v; want 501 naming the provider", m, code, s)
@@ -47,7 +50,7 @@ func TestMigrationCloudHypervisor(t *testing.T) {
 // TestMigrationRequests: bad bodies are refused naming the field before QEMU is asked anything;
 // a guest QEMU does not run answers 503; a guest with data disks cannot be sent.
 func TestMigrationRequests(t *testing.T) {
-	h := migrationHandler(resizableConfig(), newQEMU("", nil, qemuSpecForTest(), nil, zap.NewNop()))
+	h := migrationHandler(resizableConfig(), qemudriver.New("", nil, qemuSpecForTest(), nil, zap.NewNop()))
 	for _, bad := range []struct {
 		body       string
 		code       int
@@ -71,26 +74,7 @@ func TestMigrationRequests(t *testing.T) {
 	}
 	withDisks := resizableConfig()
 	withDisks.Disks = []runnerconfig.Disk{{Name: "data"}}
-	if mig := newMigration(withDisks, newQEMU("", nil, qemuSpecForTest(), nil, zap.NewNop()), &statusBoard{}, zap.NewNop()); !strings.Contains(mig.refuse, "writable data disks") {
+	if mig := newMigration(withDisks, qemudriver.New("", nil, qemuSpecForTest(), nil, zap.NewNop()), &statusBoard{}, zap.NewNop()); !strings.Contains(mig.refuse, "writable data disks") {
 		t.Errorf("a guest with data disks: refuse %q", mig.refuse)
-	}
-}
-
-// TestMigrationStateMapping: QEMU's many migration states map onto the control API's few, the
-// target's "none" being its wait for the stream, and bytes add RAM and disk.
-func TestMigrationStateMapping(t *testing.T) {
-	for qs, want := range map[string][2]string{
-		"": {"none", "waiting"}, "setup": {"active", "active"}, "active": {"active", "active"}, "device": {"active", "active"},
-		"pre-switchover": {"active", "active"}, "cancelling": {"active", "active"}, "completed": {"completed", "completed"},
-		"failed": {"failed", "failed"}, "cancelled": {"cancelled", "cancelled"},
-	} {
-		if src, dst := migrationState(qs, false), migrationState(qs, true); src != want[0] || dst != want[1] {
-			t.Errorf("%q: source %q target %q, want %q", qs, src, dst, want)
-		}
-	}
-	var m migrationInfo
-	_ = json.Unmarshal([]byte(`{"status":"completed","downtime":42,"total-time":900,"ram":{"transferred":10,"remaining":1,"total":100},"disk":{"transferred":5,"remaining":2,"total":50}}`), &m)
-	if s := m.status(controlapi.RoleSource); s != (MigrationStatus{Role: "source", State: "completed", TransferredBytes: 15, RemainingBytes: 3, TotalBytes: 150, DowntimeMs: 42, TotalTimeMs: 900}) {
-		t.Errorf("status %+v", s)
 	}
 }

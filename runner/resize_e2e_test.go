@@ -29,7 +29,7 @@ const resizeFixtureVersion = 8
 // its online memory blocks, read on its console) at each step:
 //   - a vCPU added while the kernel is still booting (after "Run /init") is online once it runs;
 //   - it grows to 3 vCPUs and 768Mi, shrinks back to 1 and 256Mi, and its memory grows and
-//     shrinks again (under tcg no vCPU is added after a removal: see resize_qemu.go);
+//     shrinks again (under tcg no vCPU is added after a removal: see hypervisor/qemu/resize.go);
 //   - bad requests are refused naming the field, and leave the guest as it was.
 func TestResizeGrowsAndShrinks(t *testing.T) {
 	guest := needResizeGuest(t)

@@ -17,6 +17,9 @@ import (
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
 	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/hypervisor"
+	chdriver "github.com/virtpod/virtpod/runner/hypervisor/cloudhypervisor"
+	qemudriver "github.com/virtpod/virtpod/runner/hypervisor/qemu"
 	"github.com/virtpod/virtpod/runner/kvm"
 )
 
@@ -165,7 +168,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		cmdline = kernelCmdline(cfg.KernelArgs, ipArg, cfg.MaxMemoryMiB > cfg.MemoryMiB)
 	}
 
-	var hv hypervisor
+	var hv hypervisor.Hypervisor
 	serial := filepath.Join(cfg.StateDir, serialSocketName)
 	switch cfg.Provider {
 	case runnerconfig.ProviderQEMU:
@@ -184,16 +187,16 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		if plumbing != nil {
 			spec.MAC, tap = plumbing.GuestMAC, plumbing.TapFile
 		}
-		hv = newQEMU(binary, o.Launcher, spec, tap, log)
+		hv = qemudriver.New(binary, o.Launcher, spec, tap, log)
 	case runnerconfig.ProviderCloudHypervisor:
-		hv = newCloudHypervisor(binary, cfg, cloudHypervisorInputs{
-			initrd: initrd, cmdline: cmdline, firmware: fw.code, root: root, disks: drives, direct: direct, serial: serial, seed: seed,
-			apiSocket: filepath.Join(cfg.StateDir, chAPISocketName), plumbing: plumbing,
+		hv = chdriver.New(binary, cfg, chdriver.Inputs{
+			Initrd: initrd, Cmdline: cmdline, Firmware: fw.code, RootPath: root.path, RootFormat: root.format, RootCache: root.cache,
+			Disks: drives, Direct: direct, Serial: serial, Seed: seed, APISocket: filepath.Join(cfg.StateDir, chAPISocketName), Plumbing: plumbing,
 		}, log)
 	}
 	mig := newMigration(cfg, hv, board, log)
 	if cfg.ControlSocket != "" {
-		ctl := newControlServer(cfg, hv.(resizer), o.ResizeTimeout, log)
+		ctl := newControlServer(cfg, hv.(hypervisor.Resizer), o.ResizeTimeout, log)
 		ctl.mig = mig
 		if stop, err := ctl.serve(cfg.ControlSocket); err != nil && cfg.Incoming {
 			return failf(ExitError, "--incoming: no control socket, so no stream can arrive: %v", err)

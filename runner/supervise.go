@@ -14,6 +14,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/console"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
 // runState is what the supervisor has seen; the outcome is decided from it when the
@@ -24,7 +25,7 @@ type runState struct {
 	watchdogFired bool
 	panicked      string
 	noBootable    string // the firmware's console line saying it found nothing to boot
-	shutdown      *event
+	shutdown      *hypervisor.Event
 	kernelOutput  <-chan struct{} // closed once the guest kernel printed a line
 	// A migration target: incoming until its guest arrived and runs. A source: migrated once
 	// its guest runs in another pod (until a DELETE resumes it here).
@@ -37,7 +38,7 @@ func kvmFailure(cfg runnerconfig.Config, detail string) bool {
 	return cfg.Acceleration == runnerconfig.AccelKVM && strings.Contains(strings.ToLower(detail), "kvm")
 }
 
-func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor, mig *migration, consoleSocket, serial string) Outcome {
+func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor.Hypervisor, mig *migration, consoleSocket, serial string) Outcome {
 	log := o.Log
 	board.set(StateStarting, "")
 	if err := hv.Start(ctx); err != nil {
@@ -62,7 +63,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		// The guest arrives already running elsewhere: nothing boots here, so neither the boot
 		// watchdog nor the kernel-output checks apply; it is resumed once the stream completed.
 		st.target, st.incoming = true, true
-		if err := mig.m.migrationEvents(); err != nil {
+		if err := mig.m.MigrationEvents(); err != nil {
 			log.Warn("no migration events; polling only", zap.Error(err))
 		}
 		board.set(StateIncoming, "waiting for the guest on "+mig.inSocket())
@@ -108,7 +109,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 	for {
 		select {
 		case <-incomingPoll:
-			if info, err := mig.m.queryMigrate(); err == nil && info.Status == "completed" {
+			if info, err := mig.m.QueryMigrate(); err == nil && info.Status == "completed" {
 				arrived("query-migrate")
 			}
 		case <-first:
@@ -149,14 +150,14 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			quit("grace period over")
 		case ev := <-hv.Events():
 			st.apply(ev, board, mig, log)
-			switch ev.kind {
-			case eventMigration:
-				if st.target && ev.reason == "completed" {
+			switch ev.Kind {
+			case hypervisor.EventMigration:
+				if st.target && ev.Reason == "completed" {
 					arrived("event")
 				}
-			case eventPanicked:
+			case hypervisor.EventPanicked:
 				quit("guest panicked")
-			case eventNoBootableDevice:
+			case hypervisor.EventNoBootableDevice:
 				quit("no bootable device")
 			}
 		case <-hv.Exited():
@@ -181,39 +182,39 @@ const incomingPollInterval = 500 * time.Millisecond
 // shut down.
 const powerdownRepeat = 3 * time.Second
 
-func (st *runState) apply(ev event, board *statusBoard, mig *migration, log *zap.Logger) {
-	log.Info("guest event", zap.Stringer("kind", ev.kind), zap.Bool("guest", ev.guest), zap.String("reason", ev.reason))
-	switch ev.kind {
-	case eventRunning:
+func (st *runState) apply(ev hypervisor.Event, board *statusBoard, mig *migration, log *zap.Logger) {
+	log.Info("guest event", zap.Stringer("kind", ev.Kind), zap.Bool("guest", ev.Guest), zap.String("reason", ev.Reason))
+	switch ev.Kind {
+	case hypervisor.EventRunning:
 		st.migrated = false // a source resumed after a completed send
 		if st.stopping == "" {
 			board.set(StateRunning, "")
 		}
-	case eventMigration:
-		if ev.reason == "completed" || ev.reason == "failed" || ev.reason == "cancelled" {
-			go mig.logResult(ev.reason)
+	case hypervisor.EventMigration:
+		if ev.Reason == "completed" || ev.Reason == "failed" || ev.Reason == "cancelled" {
+			go mig.logResult(ev.Reason)
 		}
 		// Only a send of this runner's own: a target also sees its arrival's "completed".
-		if ev.reason == "completed" && mig.sending() && st.stopping == "" {
+		if ev.Reason == "completed" && mig.sending() && st.stopping == "" {
 			st.migrated = true
 			board.set(StateMigrated, MessageMigrated)
 		}
-	case eventPaused:
+	case hypervisor.EventPaused:
 		if st.stopping == "" && st.shutdown == nil {
-			board.set(StatePaused, ev.reason)
+			board.set(StatePaused, ev.Reason)
 		}
-	case eventShutdown:
+	case hypervisor.EventShutdown:
 		e := ev
 		st.shutdown = &e
-		board.set(StateStopping, ev.reason)
-	case eventPanicked:
-		st.panicked = ev.reason
-	case eventNoBootableDevice:
-		st.noBootable = ev.reason
+		board.set(StateStopping, ev.Reason)
+	case hypervisor.EventPanicked:
+		st.panicked = ev.Reason
+	case hypervisor.EventNoBootableDevice:
+		st.noBootable = ev.Reason
 	}
 }
 
-func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor) Outcome {
+func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor.Hypervisor) Outcome {
 	name := binaries.QEMUName
 	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
 		name = binaries.CloudHypervisorName
@@ -233,11 +234,11 @@ func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor) O
 		return failf(ExitGuestPanicked, "guest kernel panicked (%s)", st.panicked)
 	case st.forced:
 		return failf(ExitGraceExpired, "guest did not power off within the grace period (%ds) after %s; %s was stopped", cfg.GracePeriodSeconds, st.stopping, name)
-	case st.shutdown != nil && st.shutdown.guest:
+	case st.shutdown != nil && st.shutdown.Guest:
 		if st.stopping != "" {
 			return Outcome{Code: ExitOK, Message: "stopped on " + st.stopping + ": guest powered off"}
 		}
-		return Outcome{Code: ExitOK, Message: "guest powered off (" + st.shutdown.reason + ")"}
+		return Outcome{Code: ExitOK, Message: "guest powered off (" + st.shutdown.Reason + ")"}
 	default:
 		detail := hv.ExitDetail()
 		select {

@@ -14,16 +14,22 @@ import (
 
 const module = "github.com/virtpod/virtpod/"
 
-// TestSidesStayApart: no package under runner/ depends on pkg/podspec, and none under
-// controllers/ on anything under runner/, directly or through another package; their tests
+const sidesFix = "move what both sides need to apis/vm/v1alpha1 or a pkg/ package of its own"
+
+// TestSidesStayApart: no package under runner/ depends on pkg/podspec, none under
+// controllers/ on anything under runner/, and no hypervisor driver on package runner, directly or through another package; their tests
 // import neither either (the tests' shared harness, tests/kubeapi, and harness packages such
 // as podcontroltest that use it may: it starts the controller).
 func TestSidesStayApart(t *testing.T) {
 	for _, rule := range []struct {
 		pkgs, forbidden string // forbidden: a package, or a folder when it ends in /
+		fix             string
 	}{
-		{"./runner/...", module + "pkg/podspec"},
-		{"./controllers/...", module + "runner/"},
+		{"./runner/...", module + "pkg/podspec", sidesFix},
+		{"./controllers/...", module + "runner/", sidesFix},
+		// A driver is one hypervisor's code behind runner/hypervisor's interfaces: the runner
+		// imports its drivers, never the reverse.
+		{"./runner/hypervisor/...", module + "runner", "move what the runner and its drivers share to runner/hypervisor"},
 	} {
 		cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`, rule.pkgs)
 		cmd.Dir = kubeapi.Root()
@@ -38,7 +44,7 @@ func TestSidesStayApart(t *testing.T) {
 			}
 			for _, dep := range f[1:] {
 				if dep == rule.forbidden || (strings.HasSuffix(rule.forbidden, "/") && strings.HasPrefix(dep, rule.forbidden)) {
-					t.Errorf("%s depends on %s: move what both sides need to apis/vm/v1alpha1 or a pkg/ package of its own", f[0], dep)
+					t.Errorf("%s depends on %s: %s", f[0], dep, rule.fix)
 				}
 			}
 		}

@@ -1,4 +1,7 @@
-package runner
+// Package qemu is the runner's QEMU driver: it starts qemu-system-x86_64 with the argv that
+// pkg/qemu builds and drives the guest over QMP (qmp.go), for boot and supervision (this file),
+// resize (resize.go) and live migration (migrate.go).
+package qemu
 
 import (
 	"context"
@@ -13,23 +16,24 @@ import (
 	"github.com/digitalocean/go-qemu/qmp/raw"
 	"go.uber.org/zap"
 
-	"github.com/virtpod/virtpod/pkg/qemu"
+	qemuargs "github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
-// qemuVM runs a guest under qemu-system-x86_64 and drives it over QMP on a unix socket.
-type qemuVM struct {
+// VM runs a guest under qemu-system-x86_64 and drives it over QMP on a unix socket.
+type VM struct {
 	binary   string
 	launcher []string // argv prefix that drops capabilities; empty: exec QEMU directly
-	spec     qemu.Spec
+	spec     qemuargs.Spec
 	tap      *os.File // handed to QEMU as fd 3
 	log      *zap.Logger
 
-	proc    process
+	proc    hypervisor.Process
 	mon     *qmp.SocketMonitor
 	raw     *raw.Monitor
 	version string
-	events  chan event
+	events  chan hypervisor.Event
 	qmpDone chan struct{} // closed when QMP's event stream ends
 	qmpUp   atomic.Bool
 	exited  chan struct{}
@@ -43,38 +47,40 @@ type qemuVM struct {
 	unplugged bool
 }
 
-func newQEMU(binary string, launcher []string, spec qemu.Spec, tap *os.File, log *zap.Logger) *qemuVM {
-	return &qemuVM{binary: binary, launcher: launcher, spec: spec, tap: tap, log: log, events: make(chan event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{}), hotAdded: map[string]bool{}}
+// New prepares QEMU's guest; Start launches it. launcher is an argv prefix put in front of
+// binary (empty: exec QEMU directly); tap, when set, is handed to QEMU as fd 3.
+func New(binary string, launcher []string, spec qemuargs.Spec, tap *os.File, log *zap.Logger) *VM {
+	return &VM{binary: binary, launcher: launcher, spec: spec, tap: tap, log: log, events: make(chan hypervisor.Event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{}), hotAdded: map[string]bool{}}
 }
 
-func (q *qemuVM) Version() string                 { return q.version }
-func (q *qemuVM) Events() <-chan event            { return q.events }
-func (q *qemuVM) Exited() <-chan struct{}         { return q.exited }
-func (q *qemuVM) ExitDetail() string              { return q.proc.detail(binaries.QEMUName) }
-func (q *qemuVM) Kill()                           { q.proc.kill() }
-func (q *qemuVM) Powerdown(context.Context) error { return q.raw.SystemPowerdown() }
+func (q *VM) Version() string                 { return q.version }
+func (q *VM) Events() <-chan hypervisor.Event { return q.events }
+func (q *VM) Exited() <-chan struct{}         { return q.exited }
+func (q *VM) ExitDetail() string              { return q.proc.Detail(binaries.QEMUName) }
+func (q *VM) Kill()                           { q.proc.Kill() }
+func (q *VM) Powerdown(context.Context) error { return q.raw.SystemPowerdown() }
 
 // Quit stops QEMU at once (QMP quit), and kills it if QMP does not answer.
-func (q *qemuVM) Quit(context.Context) error {
+func (q *VM) Quit(context.Context) error {
 	if q.raw != nil {
 		if err := q.raw.Quit(); err == nil {
 			return nil
 		}
 	}
-	q.proc.kill()
+	q.proc.Kill()
 	return nil
 }
 
 // Start launches QEMU paused, connects QMP and subscribes to its events, then resumes the
 // guest: starting paused means no event and no console output is missed.
-func (q *qemuVM) Start(ctx context.Context) error {
+func (q *VM) Start(ctx context.Context) error {
 	spec := q.spec
 	var extra []*os.File
 	if q.tap != nil {
 		extra = append(extra, q.tap)
 		spec.TapFD = 3 // the first of cmd.ExtraFiles
 	}
-	args, err := qemu.Args(spec)
+	args, err := qemuargs.Args(spec)
 	if err != nil {
 		return err
 	}
@@ -88,7 +94,7 @@ func (q *qemuVM) Start(ctx context.Context) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = extra
 	q.log.Info("starting qemu", zap.String("binary", q.binary), zap.Strings("args", args))
-	if err := q.proc.start(cmd); err != nil {
+	if err := q.proc.Start(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", q.binary, err)
 	}
 	go q.waitExit()
@@ -100,7 +106,7 @@ func (q *qemuVM) Start(ctx context.Context) error {
 }
 
 // Resume lets the paused guest run; the console must be attached first.
-func (q *qemuVM) Resume(context.Context) error {
+func (q *VM) Resume(context.Context) error {
 	if err := q.raw.Cont(); err != nil {
 		return fmt.Errorf("QMP cont: %w", err)
 	}
@@ -109,12 +115,12 @@ func (q *qemuVM) Resume(context.Context) error {
 		return fmt.Errorf("QMP query-status: %w", err)
 	}
 	if st.Status == raw.RunStateRunning {
-		q.events <- event{kind: eventRunning, reason: "query-status running"}
+		q.events <- hypervisor.Event{Kind: hypervisor.EventRunning, Reason: "query-status running"}
 	}
 	return nil
 }
 
-func (q *qemuVM) connectQMP(ctx context.Context) error {
+func (q *VM) connectQMP(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var lastErr error
@@ -123,8 +129,8 @@ func (q *qemuVM) connectQMP(ctx context.Context) error {
 			// QEMU creates the socket within tens of milliseconds; poll finely, as every
 			// millisecond here adds to the guest's boot.
 			select {
-			case <-q.proc.waitDone:
-				return fmt.Errorf("qemu exited before QMP was ready: %s", q.proc.detail(binaries.QEMUName))
+			case <-q.proc.Done():
+				return fmt.Errorf("qemu exited before QMP was ready: %s", q.proc.Detail(binaries.QEMUName))
 			case <-ctx.Done():
 				return fmt.Errorf("QMP socket %s not ready: %w (last error: %v)", q.spec.QMPSocket, ctx.Err(), lastErr)
 			case <-time.After(5 * time.Millisecond):
@@ -153,35 +159,35 @@ func (q *qemuVM) connectQMP(ctx context.Context) error {
 	}
 }
 
-// translate turns QMP events into runner events. It must keep reading: go-qemu's reader blocks
+// translate turns QMP events into the runner's events. It must keep reading: go-qemu's reader blocks
 // on an unread event, which would also block command replies.
-func (q *qemuVM) translate(evs <-chan qmp.Event) {
+func (q *VM) translate(evs <-chan qmp.Event) {
 	defer close(q.qmpDone)
 	for e := range evs {
 		q.log.Debug("qmp event", zap.String("event", e.Event), zap.Any("data", e.Data))
 		switch e.Event {
 		case "RESUME":
-			q.events <- event{kind: eventRunning, reason: "RESUME"}
+			q.events <- hypervisor.Event{Kind: hypervisor.EventRunning, Reason: "RESUME"}
 		case "STOP":
-			q.events <- event{kind: eventPaused, reason: "STOP"}
+			q.events <- hypervisor.Event{Kind: hypervisor.EventPaused, Reason: "STOP"}
 		case "SHUTDOWN":
 			guest, _ := e.Data["guest"].(bool)
 			reason, _ := e.Data["reason"].(string)
-			q.events <- event{kind: eventShutdown, guest: guest, reason: reason}
+			q.events <- hypervisor.Event{Kind: hypervisor.EventShutdown, Guest: guest, Reason: reason}
 		case "MIGRATION":
 			status, _ := e.Data["status"].(string)
-			q.events <- event{kind: eventMigration, reason: status}
+			q.events <- hypervisor.Event{Kind: hypervisor.EventMigration, Reason: status}
 		case "GUEST_PANICKED":
 			action, _ := e.Data["action"].(string)
-			q.events <- event{kind: eventPanicked, reason: "GUEST_PANICKED action=" + action}
+			q.events <- hypervisor.Event{Kind: hypervisor.EventPanicked, Reason: "GUEST_PANICKED action=" + action}
 		}
 	}
 }
 
 // waitExit closes exited once QEMU has exited and the QMP stream has drained, so the SHUTDOWN
 // event that explains a clean exit is always seen before the exit.
-func (q *qemuVM) waitExit() {
-	<-q.proc.waitDone
+func (q *VM) waitExit() {
+	<-q.proc.Done()
 	if q.qmpUp.Load() {
 		// QEMU's end closes the socket, which ends the stream after its last event.
 		select {
@@ -192,4 +198,4 @@ func (q *qemuVM) waitExit() {
 	close(q.exited)
 }
 
-var _ hypervisor = (*qemuVM)(nil)
+var _ hypervisor.Hypervisor = (*VM)(nil)

@@ -1,15 +1,15 @@
-package runner
+package qemu
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/virtpod/virtpod/pkg/qemu"
+	qemuargs "github.com/virtpod/virtpod/pkg/qemu"
+	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
 // QEMU resize through QMP (docs/runner.md): vCPUs with device_add/device_del of the slots
@@ -47,40 +47,8 @@ type ospmStatus struct {
 	Status int    `json:"status"`
 }
 
-// qmpRun runs one QMP command and decodes its return value into out.
-func (q *qemuVM) qmpRun(cmd string, args, out any) error {
-	mon := q.ctl.Load()
-	if mon == nil {
-		return errNotRunning
-	}
-	select {
-	case <-q.exited:
-		return errNotRunning
-	default:
-	}
-	req := map[string]any{"execute": cmd}
-	if args != nil {
-		req["arguments"] = args
-	}
-	b, _ := json.Marshal(req)
-	res, err := mon.Run(b)
-	if err != nil {
-		return fmt.Errorf("QMP %s: %w", cmd, err)
-	}
-	if out == nil {
-		return nil
-	}
-	var r struct {
-		Return json.RawMessage `json:"return"`
-	}
-	if err := json.Unmarshal(res, &r); err != nil {
-		return fmt.Errorf("QMP %s: %w", cmd, err)
-	}
-	return json.Unmarshal(r.Return, out)
-}
-
 // cpus lists the vCPU slots and which hot-added ones the guest acknowledged.
-func (q *qemuVM) cpus() (slots []hotCPU, acked map[string]bool, err error) {
+func (q *VM) cpus() (slots []hotCPU, acked map[string]bool, err error) {
 	if err := q.qmpRun("query-hotpluggable-cpus", nil, &slots); err != nil {
 		return nil, nil, err
 	}
@@ -101,7 +69,7 @@ func (q *qemuVM) cpus() (slots []hotCPU, acked map[string]bool, err error) {
 
 // onlineCPUs counts plugged vCPUs the guest has: those on the command line, and hot-added ones
 // it acknowledged.
-func (q *qemuVM) onlineCPUs(slots []hotCPU, acked map[string]bool) int32 {
+func (q *VM) onlineCPUs(slots []hotCPU, acked map[string]bool) int32 {
 	q.resizeMu.Lock()
 	defer q.resizeMu.Unlock()
 	var n int32
@@ -113,22 +81,22 @@ func (q *qemuVM) onlineCPUs(slots []hotCPU, acked map[string]bool) int32 {
 	return n
 }
 
-func (q *qemuVM) pluggedMemMiB() (int64, error) {
+func (q *VM) pluggedMemMiB() (int64, error) {
 	if !q.spec.MemoryHotplug() {
 		return 0, nil
 	}
 	var size int64
-	err := q.qmpRun("qom-get", map[string]any{"path": "/machine/peripheral/" + qemu.VirtioMemID, "property": "size"}, &size)
+	err := q.qmpRun("qom-get", map[string]any{"path": "/machine/peripheral/" + qemuargs.VirtioMemID, "property": "size"}, &size)
 	return size >> 20, err
 }
 
-func (q *qemuVM) guestSize(context.Context) (int32, int64, error) {
+func (q *VM) GuestSize(context.Context) (int32, int64, error) {
 	cpus, _, mem, err := q.state()
 	return cpus, mem, err
 }
 
 // state is the acknowledged and plugged vCPU counts and the guest's memory.
-func (q *qemuVM) state() (acked, plugged int32, memMiB int64, err error) {
+func (q *VM) state() (acked, plugged int32, memMiB int64, err error) {
 	slots, ack, err := q.cpus()
 	if err != nil {
 		return 0, 0, 0, err
@@ -145,11 +113,11 @@ func (q *qemuVM) state() (acked, plugged int32, memMiB int64, err error) {
 	return q.onlineCPUs(slots, ack), plugged, q.spec.MemoryMiB + mem, nil
 }
 
-// resize changes one thing at a time and waits for the guest to take it: memory and vCPUs
+// Resize changes one thing at a time and waits for the guest to take it: memory and vCPUs
 // unplugged together can stall a guest kernel (offlining memory drains work on every CPU while a
 // CPU goes away), so a shrink gives memory back first, while every vCPU can help migrate pages,
 // and a grow adds vCPUs first. vCPUs are added and removed one by one.
-func (q *qemuVM) resize(ctx context.Context, cpus int32, memMiB int64) error {
+func (q *VM) Resize(ctx context.Context, cpus int32, memMiB int64) error {
 	_, plugged, _, err := q.state()
 	if err != nil {
 		return err
@@ -163,7 +131,7 @@ func (q *qemuVM) resize(ctx context.Context, cpus int32, memMiB int64) error {
 			if ctx.Err() != nil {
 				c, p, m, _ := q.state()
 				return fmt.Errorf("the guest did not take %d vCPUs and %s in time: it has %d vCPUs (%d plugged) and %s: %w",
-					cpus, quantity(memMiB), c, p, quantity(m), ctx.Err())
+					cpus, hypervisor.Quantity(memMiB), c, p, hypervisor.Quantity(m), ctx.Err())
 			}
 			return err
 		}
@@ -171,12 +139,12 @@ func (q *qemuVM) resize(ctx context.Context, cpus int32, memMiB int64) error {
 	return nil
 }
 
-func (q *qemuVM) setMemory(ctx context.Context, memMiB int64) error {
+func (q *VM) setMemory(ctx context.Context, memMiB int64) error {
 	if !q.spec.MemoryHotplug() {
 		return nil
 	}
 	want := (memMiB - q.spec.MemoryMiB) << 20
-	if err := q.qmpRun("qom-set", map[string]any{"path": "/machine/peripheral/" + qemu.VirtioMemID, "property": "requested-size", "value": want}, nil); err != nil {
+	if err := q.qmpRun("qom-set", map[string]any{"path": "/machine/peripheral/" + qemuargs.VirtioMemID, "property": "requested-size", "value": want}, nil); err != nil {
 		return err
 	}
 	return q.await(ctx, func(_, _ int32, m int64) bool { return m == memMiB })
@@ -184,7 +152,7 @@ func (q *qemuVM) setMemory(ctx context.Context, memMiB int64) error {
 
 // setCPUs adds vCPUs in the lowest free sockets and removes the highest hot-pluggable ones,
 // waiting for the guest's acknowledgement of each insertion and for each removal to complete.
-func (q *qemuVM) setCPUs(ctx context.Context, target int32) error {
+func (q *VM) setCPUs(ctx context.Context, target int32) error {
 	for {
 		slots, _, err := q.cpus()
 		if err != nil {
@@ -201,7 +169,7 @@ func (q *qemuVM) setCPUs(ctx context.Context, target int32) error {
 		switch {
 		case len(plugged) < int(target) && len(free) > 0:
 			s := free[0]
-			id := qemu.CPUDeviceID(s.socket())
+			id := qemuargs.CPUDeviceID(s.socket())
 			args := map[string]any{"driver": s.Type, "id": id}
 			for k, v := range s.Props {
 				args[k] = v
@@ -209,7 +177,7 @@ func (q *qemuVM) setCPUs(ctx context.Context, target int32) error {
 			q.resizeMu.Lock()
 			if q.spec.Acceleration == "tcg" && q.unplugged {
 				q.resizeMu.Unlock()
-				return fmt.Errorf("%w: cpus: under tcg QEMU %s crashes adding a vCPU after one was removed; restart the VM to add vCPUs again (kvm is not affected)", errRefused, q.version)
+				return fmt.Errorf("%w: cpus: under tcg QEMU %s crashes adding a vCPU after one was removed; restart the VM to add vCPUs again (kvm is not affected)", hypervisor.ErrRefused, q.version)
 			}
 			q.hotAdded[id] = true
 			q.resizeMu.Unlock()
@@ -244,7 +212,7 @@ func (q *qemuVM) setCPUs(ctx context.Context, target int32) error {
 }
 
 // await polls the guest's state until done accepts it or ctx ends.
-func (q *qemuVM) await(ctx context.Context, done func(acked, plugged int32, memMiB int64) bool) error {
+func (q *VM) await(ctx context.Context, done func(acked, plugged int32, memMiB int64) bool) error {
 	for {
 		c, p, m, err := q.state()
 		if err != nil {
@@ -261,4 +229,4 @@ func (q *qemuVM) await(ctx context.Context, done func(acked, plugged int32, memM
 	}
 }
 
-var _ resizer = (*qemuVM)(nil)
+var _ hypervisor.Resizer = (*VM)(nil)

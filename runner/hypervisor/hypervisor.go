@@ -1,0 +1,87 @@
+// Package hypervisor is what the runner and its hypervisor drivers share: the interfaces a
+// driver implements (boot and supervise, resize, migrate), the events it reports, and the
+// process helper every driver runs its binary with. Each driver is a subpackage (qemu,
+// cloudhypervisor) and imports only this one of the runner's packages, so a new hypervisor, or
+// a second QEMU version, is a new driver rather than edits across the runner.
+package hypervisor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/virtpod/virtpod/pkg/controlapi"
+)
+
+// EventKind is something the runner learns about the guest.
+type EventKind int
+
+const (
+	EventRunning          EventKind = iota // the guest's vCPUs run
+	EventPaused                            // the guest stopped running (an I/O error, a debugger, ...)
+	EventShutdown                          // the hypervisor is shutting down; Guest says whether the guest asked
+	EventPanicked                          // the guest kernel reported a panic
+	EventNoBootableDevice                  // the firmware found nothing to boot on the root disk
+	EventMigration                         // a live migration changed state; Reason is QEMU's status
+)
+
+func (k EventKind) String() string {
+	return [...]string{"running", "paused", "shutdown", "panicked", "no bootable device", "migration"}[k]
+}
+
+type Event struct {
+	Kind   EventKind
+	Guest  bool   // for EventShutdown: the guest initiated it
+	Reason string // the hypervisor's own words
+}
+
+// Hypervisor is one provider's guest. Start launches the hypervisor with the guest not yet
+// running, so the runner can attach the console before any output; Resume lets it run. Exited
+// is closed when the hypervisor process has exited and every event it sent has been delivered.
+type Hypervisor interface {
+	Start(ctx context.Context) error
+	Resume(ctx context.Context) error
+	Version() string
+	Events() <-chan Event
+	Powerdown(ctx context.Context) error
+	Quit(ctx context.Context) error
+	Exited() <-chan struct{}
+	// ExitDetail describes how the process ended, with the end of its stderr.
+	ExitDetail() string
+	// Kill ends the process at once; used when the runner itself fails.
+	Kill()
+}
+
+// Resizer is a hypervisor that can change a running guest's size.
+type Resizer interface {
+	// GuestSize is what the guest has now.
+	GuestSize(ctx context.Context) (cpus int32, memoryMiB int64, err error)
+	// Resize plugs or unplugs towards the target and returns once the guest has it, or with
+	// ctx's error when it did not take it in time.
+	Resize(ctx context.Context, cpus int32, memoryMiB int64) error
+}
+
+// Migrator is a hypervisor that can send its guest to another runner, or receive one.
+type Migrator interface {
+	QueryMigrate() (MigrationInfo, error)
+	// MigrationEvents turns on EventMigration, which the supervisor acts on.
+	MigrationEvents() error
+	// SendGuest starts sending the guest to the unix socket at sock.
+	SendGuest(req controlapi.MigrationRequest, sock string) error
+	// CancelMigration stops an active migration and returns once it is over, or after timeout.
+	CancelMigration(timeout time.Duration) (MigrationInfo, error)
+	// ResumeGuest lets a guest paused by a completed migration run.
+	ResumeGuest() error
+}
+
+// ErrNotRunning: the hypervisor has not started yet, or has ended. ErrRefused: the hypervisor
+// cannot make this change.
+var (
+	ErrNotRunning = errors.New("the guest is not running")
+	ErrRefused    = errors.New("the hypervisor refused the resize")
+)
+
+// Quantity writes MiB as Kubernetes does: "768Mi", "1Gi".
+func Quantity(mib int64) string { return resource.NewQuantity(mib<<20, resource.BinarySI).String() }
