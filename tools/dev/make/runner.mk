@@ -9,7 +9,7 @@ BENCH_FIRMWARE     ?= bios,uefi
 BENCH_DEBIAN_PAIRS ?= 3
 
 # The runner and what it uses; the node agent's packages are test-agent's (agent.mk).
-RUNNER_TEST_PKGS := ./runner/ ./runner/kvm/... ./runner/binaries/... ./runner/cmd/virtpod-runner/... ./runner/cmd/vmcopy/... \
+RUNNER_TEST_PKGS := ./runner/ ./runner/hypervisor/... ./runner/kvm/... ./runner/binaries/... ./runner/cmd/virtpod-runner/... ./runner/cmd/vmcopy/... \
 	./pkg/qemu/... ./pkg/cloudhypervisor/... \
 	./pkg/guestnet/... ./pkg/podnat/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
 
