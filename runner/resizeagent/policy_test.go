@@ -14,16 +14,12 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -50,56 +46,13 @@ func installYAML(t *testing.T, objs ...client.Object) func(path string) {
 	}
 }
 
-// agentClient is the node agent's identity as the kubelet gives it to the agent's pod on node:
-// the virtpod-agent service account's token bound to a pod on that node.
-func agentClient(t *testing.T, node string) (kubernetes.Interface, *authenticationv1.UserInfo) {
-	t.Helper()
-	ctx := context.Background()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "virtpod-system"}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "virtpod-system", Name: "virtpod-agent"}},
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
-	} {
-		if err := env.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	agentPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "virtpod-system", Name: "virtpod-agent-" + node},
-		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "virtpod-agent", Containers: []corev1.Container{{Name: "agent", Image: "runner"}}}}
-	if err := env.Client.Create(ctx, agentPod); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts("virtpod-system").CreateToken(ctx, "virtpod-agent", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		ExpirationSeconds: ptr.To[int64](3600),
-		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agentPod.Name, UID: agentPod.UID},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(env.Config)
-	cfg.BearerToken = tr.Status.Token
-	agent, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	review, err := agent.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return agent, &review.Status.UserInfo
-}
-
 // TestAgentPolicy: the agent's own token carries its node, and with config/agent's roles and
 // config/admission's policy it may report on the pods of its node, take part in their
 // migrations (receiver on targets, state on sources), keep the agents' one Secret, and do
 // nothing else.
 func TestAgentPolicy(t *testing.T) {
 	ctx := context.Background()
-	agent, who := agentClient(t, "node-p")
+	agent, who := env.AgentClient(t, "node-p")
 	if got := who.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != "node-p" {
 		t.Fatalf("the agent's pod-bound token carries node %v (user %+v); the policy needs it", got, who)
 	}
