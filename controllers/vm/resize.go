@@ -224,27 +224,6 @@ func (r *Reconciler) resize(ctx context.Context, vm *vmv1.VirtualMachine, pod *c
 	return p, nil
 }
 
-// setResized: where the running guest's resize stands (from resize's plan), with status.guest;
-// both are removed while no guest runs. p is nil then.
-func setResized(st *vmv1.VirtualMachineStatus, generation int64, p *resizePlan) {
-	if p == nil {
-		st.Guest = nil
-		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionResized)
-		return
-	}
-	st.Guest = &vmv1.GuestStatus{CPUs: p.guest.cpus, Memory: p.guest.memory}
-	if !p.show {
-		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionResized)
-		return
-	}
-	c := metav1.Condition{Type: vmv1.ConditionResized, Status: metav1.ConditionFalse, ObservedGeneration: generation,
-		Reason: p.condition.reason, Message: p.condition.message}
-	if p.done {
-		c.Status = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&st.Conditions, c)
-}
-
 // announceResize tells of a resize's end, or of a refusal, once: when the status write made
 // the transition.
 func (r *Reconciler) announceResize(vm, next *vmv1.VirtualMachine, pod *corev1.Pod) {
