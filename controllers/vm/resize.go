@@ -224,6 +224,16 @@ func (r *Reconciler) resize(ctx context.Context, vm *vmv1.VirtualMachine, pod *c
 	return p, nil
 }
 
+// frozenResize is a migrating guest's plan: its size as it is and Resized as it was, since the
+// target is a copy of this pod at its size now.
+func frozenResize(vm *vmv1.VirtualMachine, pod *corev1.Pod) *resizePlan {
+	p := &resizePlan{guest: guestSize(pod)}
+	if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionResized); c != nil {
+		p.show, p.done, p.condition = true, c.Status == metav1.ConditionTrue, cause{c.Reason, c.Message}
+	}
+	return p
+}
+
 // announceResize tells of a resize's end, or of a refusal, once: when the status write made
 // the transition.
 func (r *Reconciler) announceResize(vm, next *vmv1.VirtualMachine, pod *corev1.Pod) {
