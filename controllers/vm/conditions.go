@@ -14,9 +14,10 @@ import (
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
-// One setter per condition of a VirtualMachine. Each decides from what Reconcile gathered first
-// (the runner pod, why no new pod may start, the health of the pod's node, the nodes' fit), in
-// one place, so the order of the reconcile's steps cannot change what a condition says. Pure.
+// One setter per condition of a VirtualMachine, every one here. Each decides from what the
+// reconcile's earlier steps gathered (the runner pod, why no new pod may start, the health of
+// the pod's node, the nodes' fit, the resize plan, the migration verdict), called together by
+// its status step, so the order of the steps cannot change what a condition says. Pure.
 
 // cause is why something is not so: a condition's reason and message.
 type cause struct{ reason, message string }
