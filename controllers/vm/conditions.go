@@ -10,12 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/migratable"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
-// One setter per condition of a VirtualMachine. Each decides from what Reconcile gathered first
-// (the runner pod, why no new pod may start, the health of the pod's node, the nodes' fit), in
-// one place, so the order of the reconcile's steps cannot change what a condition says. Pure.
+// One setter per condition of a VirtualMachine, every one here. Each decides from what the
+// reconcile's earlier steps gathered (the runner pod, why no new pod may start, the health of
+// the pod's node, the nodes' fit, the resize plan, the migration verdict), called together by
+// its status step, so the order of the steps cannot change what a condition says. Pure.
 
 // cause is why something is not so: a condition's reason and message.
 type cause struct{ reason, message string }
@@ -315,6 +317,42 @@ func setDisksReady(st *vmv1.VirtualMachineStatus, generation int64, d diskFacts)
 		Reason: vmv1.ReasonDisksReady, Message: d.summary}
 	if d.held != nil {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, d.held.reason, d.held.message
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// setResized: where the running guest's resize stands (from resize's plan), with status.guest;
+// both are removed while no guest runs. p is nil then.
+func setResized(st *vmv1.VirtualMachineStatus, generation int64, p *resizePlan) {
+	if p == nil {
+		st.Guest = nil
+		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionResized)
+		return
+	}
+	st.Guest = &vmv1.GuestStatus{CPUs: p.guest.cpus, Memory: p.guest.memory}
+	if !p.show {
+		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionResized)
+		return
+	}
+	c := metav1.Condition{Type: vmv1.ConditionResized, Status: metav1.ConditionFalse, ObservedGeneration: generation,
+		Reason: p.condition.reason, Message: p.condition.message}
+	if p.done {
+		c.Status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// setMigratable: whether the running guest can be live-migrated, and if not why (v, from
+// migratable.Check); removed while no guest runs (v nil).
+func setMigratable(st *vmv1.VirtualMachineStatus, generation int64, v *migratable.Verdict) {
+	if v == nil {
+		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionMigratable)
+		return
+	}
+	c := metav1.Condition{Type: vmv1.ConditionMigratable, Status: metav1.ConditionFalse, ObservedGeneration: generation,
+		Reason: v.Reason, Message: v.Message}
+	if v.OK() {
+		c.Status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/migratable"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -381,5 +382,110 @@ func TestSoftwareEmulation(t *testing.T) {
 		st := vmv1.VirtualMachineStatus{}
 		setSoftwareEmulation(&st, &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Generation: 7}, Spec: vmv1.VirtualMachineSpec{Acceleration: accel}})
 		check(t, string(accel), st.Conditions, vmv1.ConditionSoftwareEmulation, w)
+	}
+}
+
+// TestSetDisksReady: the one setter of DisksReady sets it True, False with the cause, and
+// removes it from a VM that names nothing to check, whatever it said before.
+func TestSetDisksReady(t *testing.T) {
+	missing := &cause{vmv1.ReasonClaimNotFound, `PersistentVolumeClaim "x" does not exist`}
+	for _, tc := range []struct {
+		name   string
+		before []metav1.Condition
+		facts  diskFacts
+		want   *metav1.Condition // nil: no DisksReady
+	}{
+		{"nothing named", nil, diskFacts{}, nil},
+		{"disks removed", []metav1.Condition{{Type: vmv1.ConditionDisksReady, Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimNotFound}}, diskFacts{}, nil},
+		{"ready", nil, diskFacts{named: true, summary: "claims a ready"},
+			&metav1.Condition{Status: metav1.ConditionTrue, Reason: vmv1.ReasonDisksReady, Message: "claims a ready"}},
+		{"held", nil, diskFacts{named: true, held: missing, summary: "ignored"},
+			&metav1.Condition{Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimNotFound, Message: missing.message}},
+		{"cleared", []metav1.Condition{{Type: vmv1.ConditionDisksReady, Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimInUse}},
+			diskFacts{named: true, summary: "claims a ready"},
+			&metav1.Condition{Status: metav1.ConditionTrue, Reason: vmv1.ReasonDisksReady, Message: "claims a ready"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &vmv1.VirtualMachineStatus{Conditions: tc.before}
+			setDisksReady(st, 3, tc.facts)
+			got := meta.FindStatusCondition(st.Conditions, vmv1.ConditionDisksReady)
+			switch {
+			case tc.want == nil && got != nil:
+				t.Fatalf("DisksReady %+v, want none", got)
+			case tc.want == nil:
+			case got == nil || got.Status != tc.want.Status || got.Reason != tc.want.Reason || got.Message != tc.want.Message || got.ObservedGeneration != 3:
+				t.Fatalf("DisksReady %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMigratable: the condition follows the verdict (True only when the guest can move), and is
+// removed once no guest runs.
+func TestMigratable(t *testing.T) {
+	cases := []struct {
+		name   string
+		v      *migratable.Verdict
+		status metav1.ConditionStatus // "" = no condition
+	}{
+		{"no guest", nil, ""},
+		{"can move", &migratable.Verdict{Reason: vmv1.ReasonMigratable, Message: "ok"}, metav1.ConditionTrue},
+		{"pod network", &migratable.Verdict{Reason: vmv1.ReasonNetworkNotMigratable, Message: "spec.guest.networkMode is Pod"}, metav1.ConditionFalse},
+		{"resized", &migratable.Verdict{Reason: vmv1.ReasonGuestResized, Message: "resized"}, metav1.ConditionFalse},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// From a status that had the opposite, so a setter that only sets (or only clears) fails.
+			st := &vmv1.VirtualMachineStatus{Conditions: []metav1.Condition{{Type: vmv1.ConditionMigratable, Status: metav1.ConditionUnknown, Reason: "Old"}}}
+			setMigratable(st, 3, tc.v)
+			c := meta.FindStatusCondition(st.Conditions, vmv1.ConditionMigratable)
+			if tc.status == "" {
+				if c != nil {
+					t.Fatalf("condition %+v kept while no guest runs", c)
+				}
+				return
+			}
+			if c == nil || c.Status != tc.status || c.Reason != tc.v.Reason || c.Message != tc.v.Message || c.ObservedGeneration != 3 {
+				t.Fatalf("condition %+v, want %s %s %q", c, tc.status, tc.v.Reason, tc.v.Message)
+			}
+		})
+	}
+}
+
+// TestResized: status.guest and Resized follow the plan: both removed while no guest runs, the
+// guest's size alone for a guest never resized, True only once the resize is done.
+func TestResized(t *testing.T) {
+	guest := size{2, resource.MustParse("512Mi")}
+	old := []metav1.Condition{{Type: vmv1.ConditionResized, Status: metav1.ConditionUnknown, Reason: "Old"}}
+	for _, tc := range []struct {
+		name string
+		plan *resizePlan
+		cond *want // nil: no Resized condition
+	}{
+		{name: "no guest"},
+		{name: "never resized", plan: &resizePlan{guest: guest}},
+		{name: "in progress", plan: &resizePlan{guest: guest, show: true, condition: cause{vmv1.ReasonResizeInProgress, "resizing"}},
+			cond: &want{"False", vmv1.ReasonResizeInProgress, "resizing"}},
+		{name: "infeasible", plan: &resizePlan{guest: guest, show: true, condition: cause{vmv1.ReasonResizeInfeasible, "no room"}},
+			cond: &want{"False", vmv1.ReasonResizeInfeasible, "no room"}},
+		{name: "done", plan: &resizePlan{guest: guest, show: true, done: true, condition: cause{vmv1.ReasonResized, "the guest has 2 CPUs"}},
+			cond: &want{"True", vmv1.ReasonResized, "the guest has 2 CPUs"}},
+	} {
+		// From a status that had both, so a setter that only sets (or only clears) fails.
+		st := vmv1.VirtualMachineStatus{Guest: &vmv1.GuestStatus{CPUs: 9}, Conditions: append([]metav1.Condition(nil), old...)}
+		setResized(&st, 7, tc.plan)
+		switch {
+		case tc.plan == nil && st.Guest != nil:
+			t.Errorf("%s: status.guest %+v kept while no guest runs", tc.name, st.Guest)
+		case tc.plan != nil && (st.Guest == nil || st.Guest.CPUs != guest.cpus || st.Guest.Memory.Cmp(guest.memory) != 0):
+			t.Errorf("%s: status.guest %+v, want %s", tc.name, st.Guest, guest)
+		}
+		if tc.cond == nil {
+			if c := meta.FindStatusCondition(st.Conditions, vmv1.ConditionResized); c != nil {
+				t.Errorf("%s: Resized %+v, want none", tc.name, c)
+			}
+			continue
+		}
+		check(t, tc.name, st.Conditions, vmv1.ConditionResized, *tc.cond)
 	}
 }

@@ -5,48 +5,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
-
-// TestSetDisksReady: the one setter of DisksReady sets it True, False with the cause, and
-// removes it from a VM that names nothing to check, whatever it said before.
-func TestSetDisksReady(t *testing.T) {
-	missing := &cause{vmv1.ReasonClaimNotFound, `PersistentVolumeClaim "x" does not exist`}
-	for _, tc := range []struct {
-		name   string
-		before []metav1.Condition
-		facts  diskFacts
-		want   *metav1.Condition // nil: no DisksReady
-	}{
-		{"nothing named", nil, diskFacts{}, nil},
-		{"disks removed", []metav1.Condition{{Type: vmv1.ConditionDisksReady, Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimNotFound}}, diskFacts{}, nil},
-		{"ready", nil, diskFacts{named: true, summary: "claims a ready"},
-			&metav1.Condition{Status: metav1.ConditionTrue, Reason: vmv1.ReasonDisksReady, Message: "claims a ready"}},
-		{"held", nil, diskFacts{named: true, held: missing, summary: "ignored"},
-			&metav1.Condition{Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimNotFound, Message: missing.message}},
-		{"cleared", []metav1.Condition{{Type: vmv1.ConditionDisksReady, Status: metav1.ConditionFalse, Reason: vmv1.ReasonClaimInUse}},
-			diskFacts{named: true, summary: "claims a ready"},
-			&metav1.Condition{Status: metav1.ConditionTrue, Reason: vmv1.ReasonDisksReady, Message: "claims a ready"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			st := &vmv1.VirtualMachineStatus{Conditions: tc.before}
-			setDisksReady(st, 3, tc.facts)
-			got := meta.FindStatusCondition(st.Conditions, vmv1.ConditionDisksReady)
-			switch {
-			case tc.want == nil && got != nil:
-				t.Fatalf("DisksReady %+v, want none", got)
-			case tc.want == nil:
-			case got == nil || got.Status != tc.want.Status || got.Reason != tc.want.Reason || got.Message != tc.want.Message || got.ObservedGeneration != 3:
-				t.Fatalf("DisksReady %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
 
 // TestStartingNamesSecretDisks: a pod waiting in ContainerCreating names the Secrets its disks
 // mount, since virtpod reads neither Secrets nor the kubelet's events.

@@ -4,12 +4,9 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/migratable"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -32,21 +29,6 @@ func runnerPodName(vm *vmv1.VirtualMachine) string {
 // source pod while it runs and unmarks it when it fails (a moved guest's source pod is deleted).
 func migrating(pod *corev1.Pod) bool {
 	return pod.Annotations[vmv1.AnnotationMigration] != ""
-}
-
-// setMigratable: whether the running guest can be live-migrated, and if not why (v, from
-// migratable.Check); removed while no guest runs (v nil).
-func setMigratable(st *vmv1.VirtualMachineStatus, generation int64, v *migratable.Verdict) {
-	if v == nil {
-		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionMigratable)
-		return
-	}
-	c := metav1.Condition{Type: vmv1.ConditionMigratable, Status: metav1.ConditionFalse, ObservedGeneration: generation,
-		Reason: v.Reason, Message: v.Message}
-	if v.OK() {
-		c.Status = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&st.Conditions, c)
 }
 
 // migrationTarget says an owned migration target pod that may still run the guest exists.

@@ -3,14 +3,18 @@ package vm
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/statuspatch"
+	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // What the user asks of the guest's power: runStrategy Halted stops it, a run request
@@ -24,13 +28,180 @@ const (
 	fieldRunRequestedAt = "runRequestedAt"
 )
 
+// reconcilePower applies the run strategy and run requests to the runner pod: restart.go
+// decides (runStateOf and the actions), the methods below act. done ends the reconcile here,
+// without a status write: the cache has not seen the pod the status names yet.
+func (r *Reconciler) reconcilePower(ctx context.Context, s *scope) (done bool, err error) {
+	var moving bool // a migration target may hold the guest: no restart until it is switched to or gone
+	if s.pod == nil || podEnded(s.pod) {
+		if moving, err = r.migrationTarget(ctx, s.vm); err != nil {
+			return false, err
+		}
+	}
+	hold := s.disks.held // a claim's or ConfigMap's event brings us back
+	if s.prov.blocked {
+		hold = &s.prov.why
+	}
+	switch runStateOf(s.vm, s.pod, moving, hold != nil) {
+	case runDeleting:
+		if halted(s.vm) && runnerEnded(s.pod) {
+			s.next.Status.LastTermination = termination(s.pod, r.now()) // how the guest took the power-down
+		}
+	case runEnded:
+		if err := r.podEnded(ctx, s); err != nil {
+			return false, err
+		}
+		if s.next.Status.PodUID == "" && s.pod.DeletionTimestamp == nil { // restarting: the pod is gone
+			s.pod = nil
+		}
+	case runLive:
+		return false, r.keepRunning(ctx, s)
+	case runMissing:
+		// Gone without ending (deleted, evicted, node lost), or a cache that has not seen it
+		// yet: only the server can tell.
+		if gone, err := r.podGone(ctx, s.vm); err != nil || !gone {
+			return true, err
+		}
+		return false, r.podVanished(ctx, s)
+	case runHeld:
+		s.held = hold // shown on Scheduled and Ready
+	case runNoPod:
+		return false, r.start(ctx, s)
+	}
+	return false, nil
+}
+
+// start makes the runner pod, counting a run request that starts an ended run first. A pod the
+// API server refuses holds the VM (a change of the VM brings us back).
+func (r *Reconciler) start(ctx context.Context, s *scope) error {
+	if rerunRequested(s.vm) {
+		if err := r.rerun(ctx, s); err != nil {
+			return err
+		}
+	}
+	var refused *podRefused
+	var err error
+	if s.result, s.pod, err = r.startPod(ctx, s.vm, s.next, s.opts); errors.As(err, &refused) {
+		s.held = refused.cause()
+		return nil
+	}
+	return err
+}
+
+// keepRunning keeps a running pod named in status and its labels the VM's, then acts on
+// liveAction.
+func (r *Reconciler) keepRunning(ctx context.Context, s *scope) error {
+	if s.next.Status.PodUID != string(s.pod.UID) {
+		adopt(s.next, s.pod) // ours, but the status write that named it was lost
+	}
+	if err := r.syncLabels(ctx, s.vm, s.pod); err != nil {
+		return r.fail("sync-labels", err)
+	}
+	switch liveAction(s.vm, s.pod, s.images) {
+	case actStop:
+		return r.stop(ctx, s)
+	case actRerun:
+		return r.rerun(ctx, s)
+	case actRecreate:
+		return r.recreate(ctx, s)
+	}
+	return nil
+}
+
+// podEnded records how the runner ended, then acts on endedAction.
+func (r *Reconciler) podEnded(ctx context.Context, s *scope) error {
+	vm, next, pod := s.vm, s.next, s.pod
+	if string(pod.UID) != vm.Status.PodUID {
+		if counted(pod, vm) {
+			// Already counted (status written, delete lost): finish the restart.
+			return r.fail("delete-pod", r.deletePod(ctx, pod))
+		}
+		// This run's pod, ended before the status write that named it was made (it was lost):
+		// its end is still to be counted, and kept under runStrategy Once.
+		adopt(next, pod)
+	}
+	term := termination(pod, r.now())
+	next.Status.LastTermination = term
+	switch endedAction(vm, pod) {
+	case actStop:
+		return r.stop(ctx, s)
+	case actRestart:
+		return r.restart(ctx, s, describe(term))
+	case actRerun:
+		return r.rerun(ctx, s)
+	}
+	return nil // the Stopped or Failed event follows the status write (announceEnd)
+}
+
+// podVanished acts on vanishedAction for the pod status named, gone without ending.
+func (r *Reconciler) podVanished(ctx context.Context, s *scope) error {
+	act := vanishedAction(s.vm)
+	if act == actLetGo {
+		s.next.Status.PodUID = ""
+		return nil
+	}
+	s.next.Status.LastTermination = &vmv1.Termination{
+		ExitCode: -1, Reason: "RunnerPodDeleted",
+		Message:    fmt.Sprintf("runner pod %s was deleted while the guest ran", runnerPodName(s.vm)),
+		FinishedAt: nowTime(r.now()),
+	}
+	if act == actFail {
+		s.next.Status.PodUID = ""
+		s.next.Status.Phase = vmv1.PhaseFailed // written, and announced, by Reconcile
+		return nil
+	}
+	return r.restart(ctx, s, s.next.Status.LastTermination.Message)
+}
+
+// restart counts the restart in status first, guarded by the VM's resourceVersion so a stale
+// reconcile cannot count it twice, then deletes the ended pod; the delete event starts the next.
+func (r *Reconciler) restart(ctx context.Context, s *scope, why string) error {
+	vm, next, pod := s.vm, s.next, s.pod
+	next.Status.RestartCount++
+	next.Status.PodUID = ""
+	next.Status.Phase = vmv1.PhasePending
+	if err := statuspatch.Patch(ctx, r.Client, vm, next); err != nil {
+		return r.fail("count-restart", err)
+	}
+	r.Metrics.restarted()
+	var related runtime.Object // a nil *Pod in the interface would panic in the recorder
+	if pod != nil {
+		related = pod
+	}
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, runStrategy %s): %s", next.Status.RestartCount, strategy(vm), why)
+	vm.Status = next.Status // what the server now holds; the final patch diffs against it
+	if pod == nil {
+		return nil
+	}
+	return r.fail("delete-pod", r.deletePod(ctx, pod))
+}
+
+// recreate replaces a running pod whose images are no longer the VM's effective ones, for a VM
+// that opted in with imageUpdatePolicy Recreate. Status first, guarded like a restart, then the
+// delete: the guest gets its clean shutdown and the pod's delete event starts the new one.
+func (r *Reconciler) recreate(ctx context.Context, s *scope) error {
+	vm, next, pod, want := s.vm, s.next, s.pod, s.images
+	if pod.DeletionTimestamp != nil {
+		return nil
+	}
+	next.Status.PodUID = ""
+	setImagesCurrent(&next.Status, vm.Generation, pod, want, true)
+	if err := statuspatch.Patch(ctx, r.Client, vm, next); err != nil {
+		return r.fail("patch-status", client.IgnoreNotFound(err))
+	}
+	vm.Status = *next.Status.DeepCopy()
+	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "ImagesChanged", "RecreatePod", "Recreating runner pod %s (imageUpdatePolicy Recreate): %s", pod.Name, imagesDiff(podspec.PodImages(pod), want))
+	return r.fail("delete-pod", r.deletePod(ctx, pod))
+}
+
 // stop powers the guest down for runStrategy Halted. Status first: the pod is let go of
 // (status.podUID cleared), so its disappearance is a stop, not a failure, even if the strategy
 // changes again before it is gone. Then the delete, with the pod's grace period, which the
 // runner spends on the guest's ACPI power-down; virtpod never forces it.
-func (r *Reconciler) stop(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod) error {
-	next.Status.PodUID = ""
-	if err := r.letGo(ctx, vm, next); err != nil {
+func (r *Reconciler) stop(ctx context.Context, s *scope) error {
+	vm, pod := s.vm, s.pod
+	s.next.Status.PodUID = ""
+	if err := r.letGo(ctx, s); err != nil {
 		return err
 	}
 	if !podEnded(pod) {
@@ -42,9 +213,10 @@ func (r *Reconciler) stop(ctx context.Context, vm, next *vmv1.VirtualMachine, po
 
 // rerun acts on a run request: it counts the request (userRestartCount, lastRunRequest) and
 // replaces the run, a running guest powered down cleanly through its pod's grace period, an
-// ended run's pod removed. pod is nil when the ended run's pod is gone already. A request
+// ended run's pod removed. s.pod is nil when the ended run's pod is gone already. A request
 // counted before (the delete was lost) only finishes the replacement.
-func (r *Reconciler) rerun(ctx context.Context, vm, next *vmv1.VirtualMachine, pod *corev1.Pod) error {
+func (r *Reconciler) rerun(ctx context.Context, s *scope) error {
+	vm, next, pod := s.vm, s.next, s.pod
 	counting := !requestCounted(vm)
 	if counting {
 		next.Status.UserRestartCount++
@@ -52,7 +224,7 @@ func (r *Reconciler) rerun(ctx context.Context, vm, next *vmv1.VirtualMachine, p
 		next.Status.Phase = vmv1.PhasePending
 	}
 	next.Status.PodUID = ""
-	if err := r.letGo(ctx, vm, next); err != nil {
+	if err := r.letGo(ctx, s); err != nil {
 		return err
 	}
 	if counting {
@@ -73,11 +245,11 @@ func (r *Reconciler) rerun(ctx context.Context, vm, next *vmv1.VirtualMachine, p
 
 // letGo writes the status that lets go of the runner pod before it is deleted; vm then holds
 // what the server holds, which the reconcile's final patch diffs against.
-func (r *Reconciler) letGo(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
-	if err := statuspatch.Patch(ctx, r.Client, vm, next); err != nil {
+func (r *Reconciler) letGo(ctx context.Context, s *scope) error {
+	if err := statuspatch.Patch(ctx, r.Client, s.vm, s.next); err != nil {
 		return r.fail("patch-status", client.IgnoreNotFound(err))
 	}
-	vm.Status = *next.Status.DeepCopy()
+	s.vm.Status = *s.next.Status.DeepCopy()
 	return nil
 }
 
@@ -111,6 +283,23 @@ func (r *Reconciler) announcePower(vm, next *vmv1.VirtualMachine, pod *corev1.Po
 	case wasHalted(&vm.Status) && !halted(vm) && !wasHalted(&next.Status) && pod != nil && pod.DeletionTimestamp == nil:
 		r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Started", "Start", "Started %s(runStrategy %s)", by(vm, fieldRunStrategy), strategy(vm))
 	}
+}
+
+// announceEnd tells of a guest that stopped for good, once: only the reconcile whose
+// resourceVersion-guarded status write recorded the end gets here with the transition.
+func (r *Reconciler) announceEnd(vm, next *vmv1.VirtualMachine, pod *corev1.Pod) {
+	if terminal(vm.Status.Phase) || !terminal(next.Status.Phase) {
+		return
+	}
+	var related runtime.Object // a nil *Pod in the interface would panic in the recorder
+	if pod != nil {
+		related = pod
+	}
+	if next.Status.Phase == vmv1.PhaseFailed {
+		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and runStrategy is %s: %s", strategy(vm), describe(next.Status.LastTermination))
+		return
+	}
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and runStrategy is %s", strategy(vm))
 }
 
 // guestGrace is the time the guest gets to power off (spec.terminationGracePeriodSeconds, which

@@ -224,25 +224,14 @@ func (r *Reconciler) resize(ctx context.Context, vm *vmv1.VirtualMachine, pod *c
 	return p, nil
 }
 
-// setResized: where the running guest's resize stands (from resize's plan), with status.guest;
-// both are removed while no guest runs. p is nil then.
-func setResized(st *vmv1.VirtualMachineStatus, generation int64, p *resizePlan) {
-	if p == nil {
-		st.Guest = nil
-		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionResized)
-		return
+// frozenResize is a migrating guest's plan: its size as it is and Resized as it was, since the
+// target is a copy of this pod at its size now.
+func frozenResize(vm *vmv1.VirtualMachine, pod *corev1.Pod) *resizePlan {
+	p := &resizePlan{guest: guestSize(pod)}
+	if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionResized); c != nil {
+		p.show, p.done, p.condition = true, c.Status == metav1.ConditionTrue, cause{c.Reason, c.Message}
 	}
-	st.Guest = &vmv1.GuestStatus{CPUs: p.guest.cpus, Memory: p.guest.memory}
-	if !p.show {
-		meta.RemoveStatusCondition(&st.Conditions, vmv1.ConditionResized)
-		return
-	}
-	c := metav1.Condition{Type: vmv1.ConditionResized, Status: metav1.ConditionFalse, ObservedGeneration: generation,
-		Reason: p.condition.reason, Message: p.condition.message}
-	if p.done {
-		c.Status = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(&st.Conditions, c)
+	return p
 }
 
 // announceResize tells of a resize's end, or of a refusal, once: when the status write made

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // The run strategy: whether an ended guest starts again, after what back-off, which ended runner
@@ -129,4 +130,98 @@ func requestCounted(vm *vmv1.VirtualMachine) bool {
 // rerunRequested is an ended run, its pod gone, that a new run request starts again.
 func rerunRequested(vm *vmv1.VirtualMachine) bool {
 	return stopped(vm) && !halted(vm) && !requestCounted(vm)
+}
+
+// runState is where the VM's run stands as this reconcile finds it: it picks what the power step
+// (power.go, reconcilePower) does.
+type runState int
+
+const (
+	runDeleting runState = iota // the runner pod is being deleted: its delete event brings us back
+	runMoving                   // a migration's source ended or vanished: the migration controller switches the VM to the target or deletes it
+	runEnded                    // the runner pod ended: endedAction
+	runLive                     // the runner pod runs or starts: liveAction
+	runMissing                  // the pod status names is not in the cache: gone (vanishedAction), or not seen yet
+	runHalted                   // runStrategy Halted and no pod: none until the strategy changes
+	runHeld                     // no pod, and none may start (the provider or the disks say why)
+	runNoPod                    // no pod: start one, after the back-off
+)
+
+// runStateOf decides the run's state from the runner pod (nil when there is none), whether a
+// migration target may hold the guest (moving) and whether a new pod is held back (held).
+func runStateOf(vm *vmv1.VirtualMachine, pod *corev1.Pod, moving, held bool) runState {
+	switch {
+	case pod != nil && pod.DeletionTimestamp != nil:
+		return runDeleting
+	case moving && (pod != nil || vm.Status.PodUID != ""):
+		return runMoving
+	case pod != nil && podEnded(pod):
+		return runEnded
+	case pod != nil:
+		return runLive
+	case vm.Status.PodUID != "":
+		return runMissing
+	case halted(vm):
+		return runHalted
+	case held:
+		return runHeld
+	default:
+		return runNoPod
+	}
+}
+
+// action is what the power step does to a run (power.go has one method for each).
+type action int
+
+const (
+	actKeep     action = iota // nothing: the run stays as it is
+	actStop                   // runStrategy Halted: power the guest down (stop)
+	actRestart                // the run strategy starts the ended run again (restart)
+	actRerun                  // a run request replaces the run (rerun)
+	actRecreate               // new images under imageUpdatePolicy Recreate (recreate)
+	actLetGo                  // forget a vanished pod whose run had ended or was halted
+	actFail                   // a vanished pod is the run's failure, kept by the run strategy
+)
+
+// endedAction applies the run strategy to an ended run: a new run, the pod removed (Halted), a
+// new run on request, or the end kept (the Stopped or Failed event follows the status write).
+func endedAction(vm *vmv1.VirtualMachine, pod *corev1.Pod) action {
+	switch {
+	case halted(vm):
+		return actStop
+	case restarts(vm.Spec.RunStrategy, pod.Status.Phase == corev1.PodFailed):
+		return actRestart
+	case replaceRequested(vm, pod):
+		return actRerun
+	}
+	return actKeep
+}
+
+// liveAction is what happens to a pod that runs or starts: stopped for Halted, left alone while
+// a live migration moves its guest (controllers/migration; its end brings this pod's update
+// event), replaced on a run request, or recreated for images it does not use yet.
+func liveAction(vm *vmv1.VirtualMachine, pod *corev1.Pod, images vmv1.Images) action {
+	switch {
+	case halted(vm):
+		return actStop
+	case migrating(pod):
+		return actKeep
+	case replaceRequested(vm, pod):
+		return actRerun
+	case podspec.PodImages(pod) != images && vm.Spec.ImageUpdatePolicy == vmv1.ImageUpdateRecreate:
+		return actRecreate
+	}
+	return actKeep
+}
+
+// vanishedAction treats a pod that disappeared while running as a failure, restarted or kept
+// per the run strategy; an ended run's pod removed, or a halted VM's, is only let go of.
+func vanishedAction(vm *vmv1.VirtualMachine) action {
+	switch {
+	case stopped(vm) || halted(vm):
+		return actLetGo
+	case restarts(vm.Spec.RunStrategy, true):
+		return actRestart
+	}
+	return actFail
 }

@@ -5,10 +5,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 func TestRestartDelay(t *testing.T) {
@@ -222,6 +224,134 @@ func TestCounted(t *testing.T) {
 		vm := &vmv1.VirtualMachine{Status: vmv1.VirtualMachineStatus{RestartCount: tc.restarts, LastRunRequest: tc.last}}
 		if got := counted(tc.pod, vm); got != tc.want {
 			t.Errorf("%s: counted = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRunStateOf: a pod being deleted comes first, then a migration that may hold the guest,
+// then what the pod says; without a pod, the one status names, Halted, a hold, or a start.
+func TestRunStateOf(t *testing.T) {
+	succeeded := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+	named := func(vm *vmv1.VirtualMachine) { vm.Status.PodUID = "uid-1" }
+	for _, tc := range []struct {
+		name         string
+		vm           *vmv1.VirtualMachine
+		pod          *corev1.Pod
+		moving, held bool
+		want         runState
+	}{
+		{"pod deleting", web(vmv1.RunAlways), pod(deleting), false, false, runDeleting},
+		{"pod deleting while moving", web(vmv1.RunAlways), pod(deleting, failed), true, false, runDeleting},
+		{"source ended while moving", web(vmv1.RunAlways), pod(failed), true, false, runMoving},
+		{"source vanished while moving", with(web(vmv1.RunAlways), named), nil, true, false, runMoving},
+		{"moving, nothing of ours", web(vmv1.RunAlways), nil, true, false, runNoPod},
+		{"pod ended", web(vmv1.RunAlways), pod(succeeded), false, false, runEnded},
+		{"pod ended, halted", web(vmv1.RunHalted), pod(failed), false, true, runEnded},
+		{"pod runs", web(vmv1.RunAlways), pod(onNode, ready), false, false, runLive},
+		{"pod runs, halted and held", web(vmv1.RunHalted), pod(onNode), false, true, runLive},
+		{"pod in status not in the cache", with(web(vmv1.RunHalted), named), nil, false, true, runMissing},
+		{"halted", web(vmv1.RunHalted), nil, false, true, runHalted},
+		{"held", web(vmv1.RunAlways), nil, false, true, runHeld},
+		{"no pod", web(vmv1.RunOnce), nil, false, false, runNoPod},
+	} {
+		if got := runStateOf(tc.vm, tc.pod, tc.moving, tc.held); got != tc.want {
+			t.Errorf("%s: runStateOf = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// with edits a VM in a table.
+func with(vm *vmv1.VirtualMachine, edit func(*vmv1.VirtualMachine)) *vmv1.VirtualMachine {
+	edit(vm)
+	return vm
+}
+
+// TestEndedAction: Halted wins, then the strategy's restart, then a run request; else the end
+// is kept.
+func TestEndedAction(t *testing.T) {
+	succeeded := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+	asked := func(vm *vmv1.VirtualMachine) { vm.Spec.RunRequestedAt = ptr.To(metav1.Now()) }
+	for _, tc := range []struct {
+		name string
+		vm   *vmv1.VirtualMachine
+		pod  *corev1.Pod
+		want action
+	}{
+		{"halted", with(web(vmv1.RunHalted), asked), pod(failed), actStop},
+		{"always", web(vmv1.RunAlways), pod(succeeded), actRestart},
+		{"rerun on failure, failed", web(vmv1.RunRerunOnFailure), pod(failed), actRestart},
+		{"rerun on failure, powered off", web(vmv1.RunRerunOnFailure), pod(succeeded), actKeep},
+		{"once, asked to run again", with(web(vmv1.RunOnce), asked), pod(succeeded), actRerun},
+		{"once", web(vmv1.RunOnce), pod(failed), actKeep},
+		{"manual", web(vmv1.RunManual), pod(succeeded), actKeep},
+	} {
+		if got := endedAction(tc.vm, tc.pod); got != tc.want {
+			t.Errorf("%s: endedAction = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLiveAction: Halted stops even a migrating guest; a migration otherwise keeps the pod as
+// it is; then a run request, then images under imageUpdatePolicy Recreate.
+func TestLiveAction(t *testing.T) {
+	base := web(vmv1.RunAlways)
+	base.Spec.Guest = vmv1.GuestSpec{CPUs: 1, Memory: resource.MustParse("256Mi"), KernelImage: "k:1", RootDisk: vmv1.RootDisk{Image: "d:1"}}
+	running := podspec.Build(base, podspec.DefaultOptions())
+	same := podspec.PodImages(running)
+	newer := same
+	newer.Runner = "virtpod/runner:v2"
+	moving := running.DeepCopy()
+	metav1.SetMetaDataAnnotation(&moving.ObjectMeta, vmv1.AnnotationMigration, "uid-m")
+	vm := func(s vmv1.RunStrategy, policy vmv1.ImageUpdatePolicy, asked bool) *vmv1.VirtualMachine {
+		v := base.DeepCopy()
+		v.Spec.RunStrategy, v.Spec.ImageUpdatePolicy = s, policy
+		if asked {
+			v.Spec.RunRequestedAt = ptr.To(metav1.Now())
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name   string
+		vm     *vmv1.VirtualMachine
+		pod    *corev1.Pod
+		images vmv1.Images
+		want   action
+	}{
+		{"as it should be", vm(vmv1.RunAlways, vmv1.ImageUpdateRecreate, false), running, same, actKeep},
+		{"halted", vm(vmv1.RunHalted, "", true), running, newer, actStop},
+		{"halted while migrating", vm(vmv1.RunHalted, "", false), moving, same, actStop},
+		{"migrating, asked to restart", vm(vmv1.RunAlways, vmv1.ImageUpdateRecreate, true), moving, newer, actKeep},
+		{"asked to restart", vm(vmv1.RunAlways, vmv1.ImageUpdateRecreate, true), running, newer, actRerun},
+		{"new images, Recreate", vm(vmv1.RunAlways, vmv1.ImageUpdateRecreate, false), running, newer, actRecreate},
+		{"new images, not Recreate", vm(vmv1.RunAlways, "", false), running, newer, actKeep},
+	} {
+		if got := liveAction(tc.vm, tc.pod, tc.images); got != tc.want {
+			t.Errorf("%s: liveAction = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestVanishedAction: a run that had ended, or a halted VM's, is let go of; else the strategy
+// restarts the vanished run as a failure, or keeps it Failed.
+func TestVanishedAction(t *testing.T) {
+	for _, tc := range []struct {
+		strategy vmv1.RunStrategy
+		phase    vmv1.Phase
+		want     action
+	}{
+		{vmv1.RunHalted, vmv1.PhaseStopping, actLetGo},
+		{vmv1.RunOnce, vmv1.PhaseSucceeded, actLetGo},
+		{vmv1.RunRerunOnFailure, vmv1.PhaseSucceeded, actLetGo},
+		{vmv1.RunAlways, vmv1.PhaseRunning, actRestart},
+		{vmv1.RunAlways, vmv1.PhaseSucceeded, actRestart},
+		{vmv1.RunRerunOnFailure, vmv1.PhaseRunning, actRestart},
+		{vmv1.RunOnce, vmv1.PhaseRunning, actFail},
+		{vmv1.RunManual, vmv1.PhaseStarting, actFail},
+	} {
+		vm := web(tc.strategy)
+		vm.Status.Phase = tc.phase
+		if got := vanishedAction(vm); got != tc.want {
+			t.Errorf("%s in phase %s: vanishedAction = %d, want %d", tc.strategy, tc.phase, got, tc.want)
 		}
 	}
 }
