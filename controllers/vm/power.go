@@ -62,7 +62,7 @@ func (r *Reconciler) rerun(ctx context.Context, vm, next *vmv1.VirtualMachine, p
 				by(vm, fieldRunRequestedAt), at, next.Status.UserRestartCount)
 		} else {
 			r.Recorder.Eventf(vm, nil, corev1.EventTypeNormal, "Started", "Start", "Started %s(runRequestedAt %s): a new run after the last one ended (runStrategy %s, user restart %d)",
-				by(vm, fieldRunRequestedAt), at, strategy(vm), next.Status.UserRestartCount)
+				by(vm, fieldRunRequestedAt), at, vm.Spec.EffectiveRunStrategy(), next.Status.UserRestartCount)
 		}
 	}
 	if pod == nil {
@@ -108,8 +108,8 @@ func (r *Reconciler) announcePower(vm, next *vmv1.VirtualMachine, pod *corev1.Po
 	switch {
 	case vm.Status.Phase != vmv1.PhaseStopped && next.Status.Phase == vmv1.PhaseStopped:
 		r.Recorder.Eventf(vm, nil, corev1.EventTypeNormal, "Stopped", "Stop", "Stopped %s(runStrategy Halted)", by(vm, fieldRunStrategy))
-	case wasHalted(&vm.Status) && !halted(vm) && !wasHalted(&next.Status) && pod != nil && pod.DeletionTimestamp == nil:
-		r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Started", "Start", "Started %s(runStrategy %s)", by(vm, fieldRunStrategy), strategy(vm))
+	case wasHalted(&vm.Status) && !vm.Spec.Halted() && !wasHalted(&next.Status) && pod != nil && pod.DeletionTimestamp == nil:
+		r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Started", "Start", "Started %s(runStrategy %s)", by(vm, fieldRunStrategy), vm.Spec.EffectiveRunStrategy())
 	}
 }
 

@@ -99,7 +99,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	switch {
 	case pod != nil && pod.DeletionTimestamp != nil:
 		// Stopping: the pod's delete event brings us back.
-		if halted(vm) && runnerEnded(pod) {
+		if vm.Spec.Halted() && runnerEnded(pod) {
 			next.Status.LastTermination = termination(pod, r.now()) // how the guest took the power-down
 		}
 	case moving && (pod != nil || vm.Status.PodUID != ""):
@@ -121,7 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.podVanished(ctx, vm, next); err != nil {
 			return reconcile.Result{}, err
 		}
-	case pod == nil && halted(vm):
+	case pod == nil && vm.Spec.Halted():
 		// Stopped: no pod until the strategy changes.
 	case pod == nil && prov.blocked:
 		held = &prov.why // no new start: ProviderAvailable says why
@@ -147,7 +147,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, r.fail("sync-labels", err)
 		}
 		switch have := podspec.PodImages(pod); {
-		case halted(vm):
+		case vm.Spec.Halted():
 			err = r.stop(ctx, vm, next, pod)
 		case migrating(pod):
 			// A live migration moves this guest (controllers/migration): no restart or
@@ -166,7 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Not while the guest migrates: the target is a copy of this pod at its size now.
 	var resized *resizePlan
 	var movable *migratable.Verdict
-	if running := pod != nil && pod.DeletionTimestamp == nil && !podEnded(pod) && !halted(vm) && guestStarted(pod) && next.Status.PodUID == string(pod.UID); running && !migrating(pod) {
+	if running := pod != nil && pod.DeletionTimestamp == nil && !podEnded(pod) && !vm.Spec.Halted() && guestStarted(pod) && next.Status.PodUID == string(pod.UID); running && !migrating(pod) {
 		p, err := r.resize(ctx, vm, pod, opts)
 		if err != nil {
 			return reconcile.Result{}, err
@@ -191,7 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if f.fit, err = r.whyNot(ctx, vm, pod, prov.class); err != nil {
 		return reconcile.Result{}, err
 	}
-	observe(&next.Status, vm.Generation, pod, halted(vm))
+	observe(&next.Status, vm.Generation, pod, vm.Spec.Halted())
 	setScheduled(&next.Status, vm.Generation, f)
 	setReady(&next.Status, vm.Generation, f)
 	setImagesCurrent(&next.Status, vm.Generation, pod, images, false)
@@ -222,7 +222,7 @@ func (r *Reconciler) runnerPod(ctx context.Context, vm *vmv1.VirtualMachine) (*c
 		return nil, r.fail("get-pod", err)
 	}
 	if !ownedBy(pod, vm) {
-		if halted(vm) {
+		if vm.Spec.Halted() {
 			return nil, nil // a halted VM needs no pod, so no name either
 		}
 		return nil, r.checkOwner(ctx, vm, pod)
@@ -262,7 +262,7 @@ func (r *Reconciler) nameTaken(ctx context.Context, vm *vmv1.VirtualMachine, tak
 
 // startPod creates the runner pod, after the restart back-off when the guest is restarting.
 func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine, opts podspec.Options) (reconcile.Result, *corev1.Pod, error) {
-	if stopped(vm) || halted(vm) {
+	if stopped(vm) || vm.Spec.Halted() {
 		return reconcile.Result{}, nil, nil
 	}
 	if wait := restartWait(vm, r.now()); wait > 0 {
@@ -367,7 +367,7 @@ func (r *Reconciler) podEnded(ctx context.Context, vm, next *vmv1.VirtualMachine
 	failed := pod.Status.Phase == corev1.PodFailed
 	next.Status.LastTermination = term
 	switch {
-	case halted(vm):
+	case vm.Spec.Halted():
 		return r.stop(ctx, vm, next, pod)
 	case restarts(vm.Spec.RunStrategy, failed):
 		return r.restart(ctx, vm, next, pod, describe(term))
@@ -398,16 +398,16 @@ func (r *Reconciler) announceEnd(vm, next *vmv1.VirtualMachine, pod *corev1.Pod)
 		related = pod
 	}
 	if next.Status.Phase == vmv1.PhaseFailed {
-		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and runStrategy is %s: %s", strategy(vm), describe(next.Status.LastTermination))
+		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and runStrategy is %s: %s", vm.Spec.EffectiveRunStrategy(), describe(next.Status.LastTermination))
 		return
 	}
-	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and runStrategy is %s", strategy(vm))
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and runStrategy is %s", vm.Spec.EffectiveRunStrategy())
 }
 
 // podVanished treats a pod that disappeared while running as a failure; an ended run's pod
 // removed, or a halted VM's, is only let go of.
 func (r *Reconciler) podVanished(ctx context.Context, vm, next *vmv1.VirtualMachine) error {
-	if stopped(vm) || halted(vm) {
+	if stopped(vm) || vm.Spec.Halted() {
 		next.Status.PodUID = ""
 		return nil
 	}
@@ -438,7 +438,7 @@ func (r *Reconciler) restart(ctx context.Context, vm, next *vmv1.VirtualMachine,
 	if pod != nil {
 		related = pod
 	}
-	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, runStrategy %s): %s", next.Status.RestartCount, strategy(vm), why)
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, runStrategy %s): %s", next.Status.RestartCount, vm.Spec.EffectiveRunStrategy(), why)
 	vm.Status = next.Status // what the server now holds; the final patch diffs against it
 	if pod == nil {
 		return nil

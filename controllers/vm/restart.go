@@ -42,9 +42,6 @@ func restarts(s vmv1.RunStrategy, failed bool) bool {
 	}
 }
 
-// halted is a VM that wants no guest.
-func halted(vm *vmv1.VirtualMachine) bool { return vm.Spec.RunStrategy == vmv1.RunHalted }
-
 // terminal is a phase the guest stays in until a restart.
 func terminal(p vmv1.Phase) bool { return p == vmv1.PhaseSucceeded || p == vmv1.PhaseFailed }
 
@@ -116,7 +113,7 @@ func satisfiedRequest(vm *vmv1.VirtualMachine) *metav1.Time {
 // the request the pod was made for. Halted wins over any request.
 func replaceRequested(vm *vmv1.VirtualMachine, pod *corev1.Pod) bool {
 	req := vm.Spec.RunRequestedAt
-	return req != nil && !halted(vm) && req.After(podRequest(pod))
+	return req != nil && !vm.Spec.Halted() && req.After(podRequest(pod))
 }
 
 // requestCounted says the spec's run request (if any) was acted on: it is no later than
@@ -128,5 +125,5 @@ func requestCounted(vm *vmv1.VirtualMachine) bool {
 
 // rerunRequested is an ended run, its pod gone, that a new run request starts again.
 func rerunRequested(vm *vmv1.VirtualMachine) bool {
-	return stopped(vm) && !halted(vm) && !requestCounted(vm)
+	return stopped(vm) && !vm.Spec.Halted() && !requestCounted(vm)
 }
