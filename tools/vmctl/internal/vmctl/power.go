@@ -354,7 +354,6 @@ func (p *powerOp) say(format string, args ...any) error {
 
 func (p *powerOp) since() time.Duration { return p.a.now().Sub(p.start).Round(time.Second) }
 
-
 // why is the VM's Ready message: what it waits for, or what went wrong.
 func why(vm *vmv1.VirtualMachine) string {
 	if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionReady); c != nil && c.Message != "" {
