@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner/hypervisor"
@@ -149,8 +150,8 @@ func (c *controlServer) validate(req SizeRequest) (int64, error) {
 		errs = append(errs, errors.New(`memory: required, a quantity such as "768Mi"`))
 	case err != nil:
 		errs = append(errs, fmt.Errorf("memory: %q is not a quantity (%v); use one such as \"768Mi\"", req.Memory, err))
-	case q.Value()%(runnerconfig.MemoryBlockMiB<<20) != 0:
-		errs = append(errs, fmt.Errorf("memory: %s is not a multiple of %dMi (the memory block)", req.Memory, runnerconfig.MemoryBlockMiB))
+	case q.Value()%vmv1.MemoryHotplugBlock != 0:
+		errs = append(errs, fmt.Errorf("memory: %s is not a multiple of %dMi (the memory block)", req.Memory, vmv1.MemoryHotplugBlockMiB))
 	default:
 		mib = q.Value() >> 20
 		if mib > c.maxMemMiB {

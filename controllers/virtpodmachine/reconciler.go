@@ -184,7 +184,7 @@ func observe(next *infrav1.VirtPodMachine, vm *vmv1.VirtualMachine, m *clusterv1
 	cond := metav1.Condition{Type: infrav1.VirtualMachineReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReasonVirtualMachineRunning,
 		Message: "VirtualMachine " + vm.Name + " is running"}
 	if !running {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, phaseReasons[phaseOrPending(vm)], vmMessage(vm)
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, phaseReasons[vm.Status.EffectivePhase()], vmMessage(vm)
 	}
 	setCondition(next, cond)
 	ready := cond
@@ -204,16 +204,9 @@ var phaseReasons = map[vmv1.Phase]string{
 	vmv1.PhaseFailed:     infrav1.ReasonVirtualMachineFailed,
 }
 
-func phaseOrPending(vm *vmv1.VirtualMachine) vmv1.Phase {
-	if vm.Status.Phase == "" {
-		return vmv1.PhasePending
-	}
-	return vm.Status.Phase
-}
-
 // vmMessage passes on why the VM does not run, from its own Ready condition.
 func vmMessage(vm *vmv1.VirtualMachine) string {
-	msg := "VirtualMachine " + vm.Name + " is " + string(phaseOrPending(vm))
+	msg := "VirtualMachine " + vm.Name + " is " + string(vm.Status.EffectivePhase())
 	if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionReady); c != nil && c.Message != "" {
 		msg += ": " + c.Message
 	}

@@ -228,7 +228,7 @@ func cloudInitSecret(pod *corev1.Pod) *corev1.SecretVolumeSource {
 // haltedCause is what Scheduled and Ready say of a halted VM without a runner pod; nil when the
 // VM is not halted.
 func haltedCause(vm *vmv1.VirtualMachine) *cause {
-	if !halted(vm) {
+	if !vm.Spec.Halted() {
 		return nil
 	}
 	return &cause{vmv1.ReasonHalted, fmt.Sprintf("runStrategy is Halted: vmctl start %s starts it", vm.Name)}
@@ -249,17 +249,17 @@ func stoppingCause(vm *vmv1.VirtualMachine, pod *corev1.Pod) *cause {
 	switch {
 	case pod == nil:
 		return nil
-	case halted(vm):
+	case vm.Spec.Halted():
 		return &cause{vmv1.ReasonStopping, haltingMessage}
 	case pod.DeletionTimestamp == nil || vm.Status.PodUID == string(pod.UID):
 		return nil
 	case wasHalted(&vm.Status):
-		return &cause{vmv1.ReasonStopping, fmt.Sprintf("runStrategy is %s again%s", strategy(vm), resumingSuffix)}
+		return &cause{vmv1.ReasonStopping, fmt.Sprintf("runStrategy is %s again%s", vm.Spec.EffectiveRunStrategy(), resumingSuffix)}
 	case vm.Status.LastRunRequest != nil && vm.Status.LastRunRequest.After(podRequest(pod)):
 		return &cause{vmv1.ReasonStopping, fmt.Sprintf("restarting as asked at %s (runRequestedAt): the guest is shutting down, then it boots in a new runner pod",
 			vm.Status.LastRunRequest.UTC().Format(time.RFC3339))}
 	default:
-		return &cause{vmv1.ReasonStopping, fmt.Sprintf("the guest is shutting down; runStrategy is %s, so a new runner pod starts once this one is gone", strategy(vm))}
+		return &cause{vmv1.ReasonStopping, fmt.Sprintf("the guest is shutting down; runStrategy is %s, so a new runner pod starts once this one is gone", vm.Spec.EffectiveRunStrategy())}
 	}
 }
 
@@ -272,14 +272,6 @@ func wasHalted(st *vmv1.VirtualMachineStatus) bool {
 	c := meta.FindStatusCondition(st.Conditions, vmv1.ConditionReady)
 	return st.Phase == vmv1.PhaseStopping && c != nil && c.Reason == vmv1.ReasonStopping &&
 		(c.Message == haltingMessage || strings.HasSuffix(c.Message, resumingSuffix))
-}
-
-// strategy is the VM's run strategy as the CRD defaults it.
-func strategy(vm *vmv1.VirtualMachine) vmv1.RunStrategy {
-	if vm.Spec.RunStrategy == "" {
-		return vmv1.RunAlways
-	}
-	return vm.Spec.RunStrategy
 }
 
 func stoppedReason(st *vmv1.VirtualMachineStatus) string {

@@ -194,7 +194,7 @@ func (r *Reconciler) claimTaken(ctx context.Context, vm *vmv1.VirtualMachine, cl
 // under a strategy that restarts it (Always; RerunOnFailure after a failure) shows a terminal
 // phase only until its restart is counted, and must not lose its claims in that moment.
 func wantsToRun(vm *vmv1.VirtualMachine) bool {
-	if halted(vm) {
+	if vm.Spec.Halted() {
 		return false
 	}
 	p := vm.Status.Phase

@@ -61,12 +61,12 @@ func nodeLost(vm *vmv1.VirtualMachine, pod *corev1.Pod, node *corev1.Node) *caus
 
 func afterLoss(vm *vmv1.VirtualMachine) string {
 	switch {
-	case halted(vm):
+	case vm.Spec.Halted():
 		return "the VM is Stopped (runStrategy Halted)"
 	case restarts(vm.Spec.RunStrategy, true):
-		return fmt.Sprintf("the guest starts on another node (runStrategy %s)", strategy(vm))
+		return fmt.Sprintf("the guest starts on another node (runStrategy %s)", vm.Spec.EffectiveRunStrategy())
 	}
-	return fmt.Sprintf("the VM is marked Failed (runStrategy %s)", strategy(vm))
+	return fmt.Sprintf("the VM is marked Failed (runStrategy %s)", vm.Spec.EffectiveRunStrategy())
 }
 
 func nodeReady(node *corev1.Node) *corev1.NodeCondition {

@@ -34,7 +34,7 @@ func (r *Reconciler) runnerPod(ctx context.Context, vm *vmv1.VirtualMachine) (*c
 		return nil, r.fail("get-pod", err)
 	}
 	if !ownedBy(pod, vm) {
-		if halted(vm) {
+		if vm.Spec.Halted() {
 			return nil, nil // a halted VM needs no pod, so no name either
 		}
 		return nil, r.checkOwner(ctx, vm, pod)
@@ -84,7 +84,7 @@ func (r *Reconciler) podGone(ctx context.Context, vm *vmv1.VirtualMachine) (bool
 
 // startPod creates the runner pod, after the restart back-off when the guest is restarting.
 func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine, opts podspec.Options) (reconcile.Result, *corev1.Pod, error) {
-	if stopped(vm) || halted(vm) {
+	if stopped(vm) || vm.Spec.Halted() {
 		return reconcile.Result{}, nil, nil
 	}
 	if wait := restartWait(vm, r.now()); wait > 0 {

@@ -44,7 +44,7 @@ func (r *Reconciler) reconcilePower(ctx context.Context, s *scope) (done bool, e
 	}
 	switch runStateOf(s.vm, s.pod, moving, hold != nil) {
 	case runDeleting:
-		if halted(s.vm) && runnerEnded(s.pod) {
+		if s.vm.Spec.Halted() && runnerEnded(s.pod) {
 			s.next.Status.LastTermination = termination(s.pod, r.now()) // how the guest took the power-down
 		}
 	case runEnded:
@@ -168,7 +168,7 @@ func (r *Reconciler) restart(ctx context.Context, s *scope, why string) error {
 	if pod != nil {
 		related = pod
 	}
-	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, runStrategy %s): %s", next.Status.RestartCount, strategy(vm), why)
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, runStrategy %s): %s", next.Status.RestartCount, vm.Spec.EffectiveRunStrategy(), why)
 	vm.Status = next.Status // what the server now holds; the final patch diffs against it
 	if pod == nil {
 		return nil
@@ -234,7 +234,7 @@ func (r *Reconciler) rerun(ctx context.Context, s *scope) error {
 				by(vm, fieldRunRequestedAt), at, next.Status.UserRestartCount)
 		} else {
 			r.Recorder.Eventf(vm, nil, corev1.EventTypeNormal, "Started", "Start", "Started %s(runRequestedAt %s): a new run after the last one ended (runStrategy %s, user restart %d)",
-				by(vm, fieldRunRequestedAt), at, strategy(vm), next.Status.UserRestartCount)
+				by(vm, fieldRunRequestedAt), at, vm.Spec.EffectiveRunStrategy(), next.Status.UserRestartCount)
 		}
 	}
 	if pod == nil {
@@ -280,8 +280,8 @@ func (r *Reconciler) announcePower(vm, next *vmv1.VirtualMachine, pod *corev1.Po
 	switch {
 	case vm.Status.Phase != vmv1.PhaseStopped && next.Status.Phase == vmv1.PhaseStopped:
 		r.Recorder.Eventf(vm, nil, corev1.EventTypeNormal, "Stopped", "Stop", "Stopped %s(runStrategy Halted)", by(vm, fieldRunStrategy))
-	case wasHalted(&vm.Status) && !halted(vm) && !wasHalted(&next.Status) && pod != nil && pod.DeletionTimestamp == nil:
-		r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Started", "Start", "Started %s(runStrategy %s)", by(vm, fieldRunStrategy), strategy(vm))
+	case wasHalted(&vm.Status) && !vm.Spec.Halted() && !wasHalted(&next.Status) && pod != nil && pod.DeletionTimestamp == nil:
+		r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "Started", "Start", "Started %s(runStrategy %s)", by(vm, fieldRunStrategy), vm.Spec.EffectiveRunStrategy())
 	}
 }
 
@@ -296,10 +296,10 @@ func (r *Reconciler) announceEnd(vm, next *vmv1.VirtualMachine, pod *corev1.Pod)
 		related = pod
 	}
 	if next.Status.Phase == vmv1.PhaseFailed {
-		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and runStrategy is %s: %s", strategy(vm), describe(next.Status.LastTermination))
+		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, "Failed", "Stop", "Guest failed and runStrategy is %s: %s", vm.Spec.EffectiveRunStrategy(), describe(next.Status.LastTermination))
 		return
 	}
-	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and runStrategy is %s", strategy(vm))
+	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Stopped", "Stop", "Guest powered off and runStrategy is %s", vm.Spec.EffectiveRunStrategy())
 }
 
 // guestGrace is the time the guest gets to power off (spec.terminationGracePeriodSeconds, which

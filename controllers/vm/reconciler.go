@@ -126,7 +126,7 @@ func (r *Reconciler) reconcilePod(ctx context.Context, s *scope) error {
 // copy of this pod at its size now, so the size is frozen.
 func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
 	vm, pod := s.vm, s.pod
-	if pod == nil || pod.DeletionTimestamp != nil || podEnded(pod) || halted(vm) || !guestStarted(pod) || s.next.Status.PodUID != string(pod.UID) {
+	if pod == nil || pod.DeletionTimestamp != nil || podEnded(pod) || vm.Spec.Halted() || !guestStarted(pod) || s.next.Status.PodUID != string(pod.UID) {
 		return nil
 	}
 	if migrating(pod) {
@@ -157,7 +157,7 @@ func (r *Reconciler) reconcileStatus(ctx context.Context, s *scope) (reconcile.R
 		return reconcile.Result{}, err
 	}
 	st, gen := &next.Status, vm.Generation
-	observe(st, gen, pod, halted(vm))
+	observe(st, gen, pod, vm.Spec.Halted())
 	setScheduled(st, gen, f)
 	setReady(st, gen, f)
 	setImagesCurrent(st, gen, pod, s.images, false)

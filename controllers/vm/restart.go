@@ -43,9 +43,6 @@ func restarts(s vmv1.RunStrategy, failed bool) bool {
 	}
 }
 
-// halted is a VM that wants no guest.
-func halted(vm *vmv1.VirtualMachine) bool { return vm.Spec.RunStrategy == vmv1.RunHalted }
-
 // terminal is a phase the guest stays in until a restart.
 func terminal(p vmv1.Phase) bool { return p == vmv1.PhaseSucceeded || p == vmv1.PhaseFailed }
 
@@ -117,7 +114,7 @@ func satisfiedRequest(vm *vmv1.VirtualMachine) *metav1.Time {
 // the request the pod was made for. Halted wins over any request.
 func replaceRequested(vm *vmv1.VirtualMachine, pod *corev1.Pod) bool {
 	req := vm.Spec.RunRequestedAt
-	return req != nil && !halted(vm) && req.After(podRequest(pod))
+	return req != nil && !vm.Spec.Halted() && req.After(podRequest(pod))
 }
 
 // requestCounted says the spec's run request (if any) was acted on: it is no later than
@@ -129,7 +126,7 @@ func requestCounted(vm *vmv1.VirtualMachine) bool {
 
 // rerunRequested is an ended run, its pod gone, that a new run request starts again.
 func rerunRequested(vm *vmv1.VirtualMachine) bool {
-	return stopped(vm) && !halted(vm) && !requestCounted(vm)
+	return stopped(vm) && !vm.Spec.Halted() && !requestCounted(vm)
 }
 
 // runState is where the VM's run stands as this reconcile finds it: it picks what the power step
@@ -161,7 +158,7 @@ func runStateOf(vm *vmv1.VirtualMachine, pod *corev1.Pod, moving, held bool) run
 		return runLive
 	case vm.Status.PodUID != "":
 		return runMissing
-	case halted(vm):
+	case vm.Spec.Halted():
 		return runHalted
 	case held:
 		return runHeld
@@ -187,7 +184,7 @@ const (
 // new run on request, or the end kept (the Stopped or Failed event follows the status write).
 func endedAction(vm *vmv1.VirtualMachine, pod *corev1.Pod) action {
 	switch {
-	case halted(vm):
+	case vm.Spec.Halted():
 		return actStop
 	case restarts(vm.Spec.RunStrategy, pod.Status.Phase == corev1.PodFailed):
 		return actRestart
@@ -202,7 +199,7 @@ func endedAction(vm *vmv1.VirtualMachine, pod *corev1.Pod) action {
 // event), replaced on a run request, or recreated for images it does not use yet.
 func liveAction(vm *vmv1.VirtualMachine, pod *corev1.Pod, images vmv1.Images) action {
 	switch {
-	case halted(vm):
+	case vm.Spec.Halted():
 		return actStop
 	case migrating(pod):
 		return actKeep
@@ -218,7 +215,7 @@ func liveAction(vm *vmv1.VirtualMachine, pod *corev1.Pod, images vmv1.Images) ac
 // per the run strategy; an ended run's pod removed, or a halted VM's, is only let go of.
 func vanishedAction(vm *vmv1.VirtualMachine) action {
 	switch {
-	case stopped(vm) || halted(vm):
+	case stopped(vm) || vm.Spec.Halted():
 		return actLetGo
 	case restarts(vm.Spec.RunStrategy, true):
 		return actRestart

@@ -10,6 +10,8 @@ import (
 	"net"
 	"strings"
 	"unicode/utf8"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // VMConfig is the subset of the API's VmConfig the runner sets.
@@ -38,9 +40,6 @@ type MemoryConfig struct {
 
 // HotplugVirtioMem is the memory hotplug method the runner uses, as with QEMU (docs/runner.md).
 const HotplugVirtioMem = "VirtioMem"
-
-// memoryBlockMiB is the Linux memory block: a resizable guest's memory is a multiple of it.
-const memoryBlockMiB = 128
 
 type PayloadConfig struct {
 	// Firmware boots the guest from its disk's bootloader, instead of Kernel: a firmware built
@@ -107,12 +106,8 @@ type Spec struct {
 // virtio console is off so the guest has one console.
 func Build(s Spec) (VMConfig, error) {
 	var errs []error
-	if s.CPUs < 1 {
-		errs = append(errs, fmt.Errorf("cpus %d: must be at least 1", s.CPUs))
-	}
-	if s.MemoryMiB < 16 {
-		errs = append(errs, fmt.Errorf("memory %d MiB: must be at least 16", s.MemoryMiB))
-	}
+	size := vmv1.GuestSize{CPUs: s.CPUs, MaxCPUs: s.MaxCPUs, MemoryMiB: s.MemoryMiB, MaxMemoryMiB: s.MaxMemoryMiB}
+	errs = append(errs, size.Validate(vmv1.SizeWords)...)
 	if s.DiskPath == "" || s.SerialSocket == "" {
 		errs = append(errs, errors.New("disk path and serial socket are required"))
 	}
@@ -144,15 +139,6 @@ func Build(s Spec) (VMConfig, error) {
 			errs = append(errs, fmt.Errorf("%q is not UTF-8, which cloud-hypervisor's JSON API cannot carry", v))
 		}
 	}
-	if s.MaxCPUs != 0 && (s.MaxCPUs < s.CPUs || s.MaxCPUs > 255) {
-		errs = append(errs, fmt.Errorf("max cpus %d: must be between cpus (%d) and 255, or 0 for a fixed count", s.MaxCPUs, s.CPUs))
-	}
-	if s.MaxMemoryMiB != 0 && s.MaxMemoryMiB < s.MemoryMiB {
-		errs = append(errs, fmt.Errorf("max memory %d MiB: must be at least memory (%d MiB), or 0 for a fixed size", s.MaxMemoryMiB, s.MemoryMiB))
-	}
-	if s.MaxMemoryMiB > s.MemoryMiB && (s.MemoryMiB%memoryBlockMiB != 0 || s.MaxMemoryMiB%memoryBlockMiB != 0) {
-		errs = append(errs, fmt.Errorf("memory %d MiB, max memory %d MiB: a resizable guest's memory is a multiple of %d MiB", s.MemoryMiB, s.MaxMemoryMiB, memoryBlockMiB))
-	}
 	if s.MaxMemoryMiB > math.MaxInt64>>20 {
 		errs = append(errs, fmt.Errorf("max memory %d MiB: too large to count in bytes", s.MaxMemoryMiB))
 	}
@@ -173,10 +159,10 @@ func Build(s Spec) (VMConfig, error) {
 		Console: &ConsoleConfig{Mode: "Off"},
 		Pvpanic: true,
 	}
-	if s.MaxCPUs > s.CPUs {
+	if size.CPUHotplug() {
 		c.CPUs.MaxVCPUs = s.MaxCPUs
 	}
-	if s.MaxMemoryMiB > s.MemoryMiB {
+	if size.MemoryHotplug() {
 		c.Memory.HotplugSize, c.Memory.HotplugMethod = (s.MaxMemoryMiB-s.MemoryMiB)<<20, HotplugVirtioMem
 	}
 	if s.SeedPath != "" {

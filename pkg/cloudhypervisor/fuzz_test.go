@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/cloudhypervisor"
 )
 
@@ -116,7 +117,7 @@ func checkArgs(t *testing.T, socket string) {
 // refusable says why Build must refuse s, or "" when it must accept it.
 func refusable(s cloudhypervisor.Spec) string {
 	switch {
-	case s.CPUs < 1, s.MemoryMiB < 16:
+	case s.CPUs < vmv1.MinGuestCPUs, s.MemoryMiB < vmv1.MinBootMemoryMiB:
 		return "cpus or memory too small"
 	case s.DiskPath == "", s.SerialSocket == "":
 		return "a required path is empty"

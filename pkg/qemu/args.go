@@ -9,6 +9,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // Cache modes the builder accepts. Both honour the guest's flush requests, so a guest that
@@ -201,12 +203,7 @@ func (s Spec) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("acceleration %q: use kvm or tcg", s.Acceleration))
 	}
-	if s.CPUs < 1 {
-		errs = append(errs, fmt.Errorf("cpus %d: must be at least 1", s.CPUs))
-	}
-	if s.MemoryMiB < 16 {
-		errs = append(errs, fmt.Errorf("memory %d MiB: must be at least 16", s.MemoryMiB))
-	}
+	errs = append(errs, s.size().Validate(vmv1.SizeWords)...)
 	switch s.DiskFormat {
 	case "qcow2", "raw":
 	default:
@@ -242,7 +239,6 @@ func (s Spec) validate() error {
 	if s.DiskBlock && s.DiskFormat != "raw" {
 		errs = append(errs, errors.New("a root disk on a block device is raw"))
 	}
-	errs = append(errs, s.validateHotplug()...)
 	errs = append(errs, s.validateIncoming()...)
 	errs = append(errs, validateDrives(s.Disks)...)
 	if s.TapFD > 0 && len(s.MAC) != 6 {

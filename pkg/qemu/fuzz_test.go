@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/qemu"
 )
 
@@ -116,7 +117,7 @@ func FuzzArgs(f *testing.F) {
 // refusable says why Args must refuse s, or "" when it must accept it.
 func refusable(s qemu.Spec) string {
 	switch {
-	case s.CPUs < 1, s.MemoryMiB < 16:
+	case s.CPUs < vmv1.MinGuestCPUs, s.MemoryMiB < vmv1.MinBootMemoryMiB:
 		return "cpus or memory too small"
 	case s.DiskPath == "", s.SerialSocket == "", s.QMPSocket == "":
 		return "a required path is empty"

@@ -3,20 +3,17 @@ package qemu
 import (
 	"fmt"
 	"strconv"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // Hotplug layout of a resizable guest. CPUs: one core per socket, so QEMU can add and remove
 // each vCPU on its own (q35 hot-adds whole sockets' worth of what query-hotpluggable-cpus lists);
 // every CPU but the first is a -device with an id, so any of them can be unplugged later.
 // Memory: the boot RAM plus one virtio-mem device over a RAM backend of MaxMemoryMiB-MemoryMiB,
-// plugged in 128 MiB blocks (the Linux x86_64 memory block, so each block onlines and offlines
-// whole). docs/runner.md says why virtio-mem and not DIMMs.
+// plugged in vmv1.MemoryHotplugBlock blocks (the Linux x86_64 memory block, so each block
+// onlines and offlines whole). docs/runner.md says why virtio-mem and not DIMMs.
 const (
-	// MemoryBlockMiB is the Linux x86_64 memory block size, virtio-mem's block size here, and the
-	// unit of a resizable guest's memory (apis/vm/v1alpha1 MemoryHotplugBlock).
-	MemoryBlockMiB = 128
-	// MaxHotplugCPUs bounds maxcpus: APIC IDs stay below 255, so no interrupt remapping is needed.
-	MaxHotplugCPUs = 255
 	// VirtioMemID is the virtio-mem device's id: the runner sets its requested-size over QMP at
 	// /machine/peripheral/<id>.
 	VirtioMemID      = "vmem0"
@@ -42,10 +39,14 @@ func (s Spec) cpuModel() string {
 }
 
 // CPUHotplug reports whether the guest's vCPUs can be added and removed at run time.
-func (s Spec) CPUHotplug() bool { return s.MaxCPUs > s.CPUs }
+func (s Spec) CPUHotplug() bool { return s.size().CPUHotplug() }
 
 // MemoryHotplug reports whether the guest has a virtio-mem device to grow into.
-func (s Spec) MemoryHotplug() bool { return s.MaxMemoryMiB > s.MemoryMiB }
+func (s Spec) MemoryHotplug() bool { return s.size().MemoryHotplug() }
+
+func (s Spec) size() vmv1.GuestSize {
+	return vmv1.GuestSize{CPUs: s.CPUs, MaxCPUs: s.MaxCPUs, MemoryMiB: s.MemoryMiB, MaxMemoryMiB: s.MaxMemoryMiB}
+}
 
 // sizeArgs are -smp and -m, with the CPUs beyond the first as unpluggable devices.
 func (s Spec) sizeArgs() []string {
@@ -72,20 +73,6 @@ func (s Spec) memoryDeviceArgs() []string {
 	}
 	return []string{
 		"-object", fmt.Sprintf("memory-backend-ram,id=%s,size=%dM", virtioMemBackend, s.MaxMemoryMiB-s.MemoryMiB),
-		"-device", fmt.Sprintf("virtio-mem-pci,id=%s,memdev=%s,block-size=%dM,requested-size=0", VirtioMemID, virtioMemBackend, MemoryBlockMiB),
+		"-device", fmt.Sprintf("virtio-mem-pci,id=%s,memdev=%s,block-size=%dM,requested-size=0", VirtioMemID, virtioMemBackend, vmv1.MemoryHotplugBlockMiB),
 	}
-}
-
-func (s Spec) validateHotplug() []error {
-	var errs []error
-	if s.MaxCPUs != 0 && (s.MaxCPUs < s.CPUs || s.MaxCPUs > MaxHotplugCPUs) {
-		errs = append(errs, fmt.Errorf("max cpus %d: must be between cpus (%d) and %d, or 0 for a fixed count", s.MaxCPUs, s.CPUs, MaxHotplugCPUs))
-	}
-	if s.MaxMemoryMiB != 0 && s.MaxMemoryMiB < s.MemoryMiB {
-		errs = append(errs, fmt.Errorf("max memory %d MiB: must be at least memory (%d MiB), or 0 for a fixed size", s.MaxMemoryMiB, s.MemoryMiB))
-	}
-	if s.MemoryHotplug() && (s.MemoryMiB%MemoryBlockMiB != 0 || s.MaxMemoryMiB%MemoryBlockMiB != 0) {
-		errs = append(errs, fmt.Errorf("memory %d MiB, max memory %d MiB: a resizable guest's memory is a multiple of %d MiB (the memory block)", s.MemoryMiB, s.MaxMemoryMiB, MemoryBlockMiB))
-	}
-	return errs
 }

@@ -50,8 +50,6 @@ const (
 	// DefaultControlSocket is where the runner serves its control API (docs/runner.md): the
 	// directory the device plugin mounts, which only the node agent reaches from the host.
 	DefaultControlSocket = "/run/virtpod/control/runner.sock"
-	// MemoryBlockMiB is the unit of a resizable guest's memory (the Linux memory block).
-	MemoryBlockMiB = 128
 )
 
 // Port is a guest port published at the pod IP.
@@ -150,13 +148,8 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--accel: %q is not an acceleration; use kvm or tcg", c.Acceleration))
 	}
-	if c.CPUs < 1 {
-		errs = append(errs, fmt.Errorf("--cpus: must be at least 1, got %d", c.CPUs))
-	}
-	if c.MemoryMiB < 16 {
-		errs = append(errs, fmt.Errorf("--memory-mib: must be at least 16, got %d", c.MemoryMiB))
-	}
-	errs = append(errs, c.validateResize()...)
+	errs = append(errs, c.size().Validate(sizeFlags)...)
+	errs = append(errs, c.validateControl()...)
 	if c.Kernel == "" {
 		switch c.Firmware {
 		case FirmwareBIOS, FirmwareUEFI:
@@ -204,18 +197,17 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateResize checks the bounds of a resizable guest.
-func (c *Config) validateResize() []error {
+// sizeFlags names the size's flags in the errors of Validate.
+var sizeFlags = vmv1.SizeNames{CPUs: "--cpus", MaxCPUs: "--max-cpus", Memory: "--memory-mib", MaxMemory: "--max-memory-mib"}
+
+func (c *Config) size() vmv1.GuestSize {
+	return vmv1.GuestSize{CPUs: c.CPUs, MaxCPUs: c.MaxCPUs, MemoryMiB: c.MemoryMiB, MaxMemoryMiB: c.MaxMemoryMiB}
+}
+
+// validateControl checks the control socket a resizable guest is resized through, and a
+// migration's target, which receives on it.
+func (c *Config) validateControl() []error {
 	var errs []error
-	if c.MaxCPUs != 0 && (c.MaxCPUs < c.CPUs || c.MaxCPUs > 255) {
-		errs = append(errs, fmt.Errorf("--max-cpus: %d must be between --cpus (%d) and 255, or 0 for a fixed count", c.MaxCPUs, c.CPUs))
-	}
-	if c.MaxMemoryMiB != 0 && c.MaxMemoryMiB < c.MemoryMiB {
-		errs = append(errs, fmt.Errorf("--max-memory-mib: %d must be at least --memory-mib (%d), or 0 for a fixed size", c.MaxMemoryMiB, c.MemoryMiB))
-	}
-	if c.MaxMemoryMiB > c.MemoryMiB && (c.MemoryMiB%MemoryBlockMiB != 0 || c.MaxMemoryMiB%MemoryBlockMiB != 0) {
-		errs = append(errs, fmt.Errorf("--memory-mib, --max-memory-mib: %d and %d must be multiples of %d (the memory block) when the guest is resizable", c.MemoryMiB, c.MaxMemoryMiB, MemoryBlockMiB))
-	}
 	if c.ControlSocket != "" && !filepath.IsAbs(c.ControlSocket) {
 		errs = append(errs, fmt.Errorf("--control-socket: %q must be an absolute path, or empty for none", c.ControlSocket))
 	}
@@ -231,10 +223,10 @@ func (c *Config) validateResize() []error {
 }
 
 // EffectiveMaxCPUs is the most vCPUs the guest can have: MaxCPUs, or CPUs when unset.
-func (c *Config) EffectiveMaxCPUs() int32 { return max(c.MaxCPUs, c.CPUs) }
+func (c *Config) EffectiveMaxCPUs() int32 { return c.size().EffectiveMaxCPUs() }
 
 // EffectiveMaxMemoryMiB is the most memory the guest can have.
-func (c *Config) EffectiveMaxMemoryMiB() int64 { return max(c.MaxMemoryMiB, c.MemoryMiB) }
+func (c *Config) EffectiveMaxMemoryMiB() int64 { return c.size().EffectiveMaxMemoryMiB() }
 
 // HTTPEndpoint resolves an --http-addr: "unix:PATH" is a unix socket, PATH relative to the
 // state directory unless absolute; anything else is a TCP host:port.

@@ -12,11 +12,6 @@ import (
 // guest really has into the guest-* annotations, which the controller copies into
 // status.guest.
 
-// MemoryHotplugBlock is the Linux x86_64 memory block: memory is plugged and unplugged in it, so
-// guest.memory and guest.maxMemory are multiples of it when maxMemory is above memory. The CRD's
-// rule repeats it (134217728; markers cannot name constants).
-const MemoryHotplugBlock int64 = 128 << 20
-
 // Pod annotations of a live resize. Desired ones are the controller's; guest ones and the error
 // are the node agent's (a ValidatingAdmissionPolicy lets it change nothing else, and only on
 // pods of its own node). Memory is a quantity such as 768Mi.

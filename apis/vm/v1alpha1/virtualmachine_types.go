@@ -50,6 +50,18 @@ const (
 	RunHalted RunStrategy = "Halted"
 )
 
+// EffectiveRunStrategy is runStrategy as the CRD defaults it: Always when empty (an object
+// read from before the default, or built in Go without it).
+func (s *VirtualMachineSpec) EffectiveRunStrategy() RunStrategy {
+	if s.RunStrategy == "" {
+		return RunAlways
+	}
+	return s.RunStrategy
+}
+
+// Halted says whether the VM wants no guest (runStrategy Halted).
+func (s *VirtualMachineSpec) Halted() bool { return s.RunStrategy == RunHalted }
+
 // VirtualMachineSpec is the desired virtual machine.
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'cloud-hypervisor' || self.acceleration == 'KVM'",message="spec.acceleration: cloud-hypervisor has no software emulation; use acceleration KVM or provider qemu"
 type VirtualMachineSpec struct {
@@ -448,6 +460,15 @@ const (
 	PhaseSucceeded  Phase = "Succeeded"  // guest powered off and will not be restarted
 	PhaseFailed     Phase = "Failed"     // guest or runner failed and will not be restarted
 )
+
+// EffectivePhase is the phase, or Pending for a VM the controller has not written a status for
+// yet.
+func (s *VirtualMachineStatus) EffectivePhase() Phase {
+	if s.Phase == "" {
+		return PhasePending
+	}
+	return s.Phase
+}
 
 // Termination records how a runner pod ended.
 type Termination struct {

@@ -81,7 +81,7 @@ refused), 2 wrong command line, 4 --timeout passed before the VM was Stopped.`,
 			if err != nil {
 				return err
 			}
-			if halted(p.vm) && p.vm.Status.Phase == vmv1.PhaseStopped && !force {
+			if p.vm.Spec.Halted() && p.vm.Status.Phase == vmv1.PhaseStopped && !force {
 				return p.say("is already stopped (runStrategy Halted)")
 			}
 			if err := p.patch(map[string]any{"runStrategy": vmv1.RunHalted}); err != nil {
@@ -145,7 +145,7 @@ before the VM was Running.`,
 			}
 			was := p.vm.Status.PodUID
 			switch {
-			case halted(p.vm):
+			case p.vm.Spec.Halted():
 				if err := p.patch(map[string]any{"runStrategy": next}); err != nil {
 					return err
 				}
@@ -154,7 +154,7 @@ before the VM was Running.`,
 				}
 			case p.ended():
 				if cmd.Flags().Changed("strategy") {
-					fmt.Fprintf(a.stderr, "note: --strategy applies to a Halted VM; runStrategy stays %s\n", strategyOf(p.vm))
+					fmt.Fprintf(a.stderr, "note: --strategy applies to a Halted VM; runStrategy stays %s\n", p.vm.Spec.EffectiveRunStrategy())
 				}
 				at, err := p.request()
 				if err != nil {
@@ -164,7 +164,7 @@ before the VM was Running.`,
 					return err
 				}
 			default:
-				return p.say("is already running or on its way (phase %s, runStrategy %s)", phaseOf(p.vm), strategyOf(p.vm))
+				return p.say("is already running or on its way (phase %s, runStrategy %s)", p.vm.Status.EffectivePhase(), p.vm.Spec.EffectiveRunStrategy())
 			}
 			if !f.wait {
 				return nil
@@ -198,7 +198,7 @@ passed before the VM was Running in a new pod.`,
 			if err != nil {
 				return err
 			}
-			if halted(p.vm) {
+			if p.vm.Spec.Halted() {
 				fmt.Fprintf(a.stderr, "error: VM %s is Halted (runStrategy Halted), so there is nothing to restart; start it with `vmctl start %s`\n", p, p.vm.Name)
 				return exitError{code: exitRefused}
 			}
@@ -302,7 +302,7 @@ func (p *powerOp) forceDelete() error {
 
 // ended is a VM whose run ended and stays ended under its run strategy.
 func (p *powerOp) ended() bool {
-	ph, s := p.vm.Status.Phase, strategyOf(p.vm)
+	ph, s := p.vm.Status.Phase, p.vm.Spec.EffectiveRunStrategy()
 	return (ph == vmv1.PhaseSucceeded || ph == vmv1.PhaseFailed) &&
 		(s != vmv1.RunAlways && !(s == vmv1.RunRerunOnFailure && ph == vmv1.PhaseFailed))
 }
@@ -340,7 +340,7 @@ func (p *powerOp) await(timeout time.Duration, want vmv1.Phase, done func(*vmv1.
 			return nil, fmt.Errorf("VM %s failed: %s", p, why(vm))
 		}
 		if !p.a.now().Before(deadline) {
-			fmt.Fprintf(p.a.stderr, "error: VM %s is not %s after %s: it is %s: %s; the request stands\n", p, want, timeout, phaseOf(vm), why(vm))
+			fmt.Fprintf(p.a.stderr, "error: VM %s is not %s after %s: it is %s: %s; the request stands\n", p, want, timeout, vm.Status.EffectivePhase(), why(vm))
 			return nil, exitError{code: exitTimedOut}
 		}
 		time.Sleep(pollEvery)
@@ -353,22 +353,6 @@ func (p *powerOp) say(format string, args ...any) error {
 }
 
 func (p *powerOp) since() time.Duration { return p.a.now().Sub(p.start).Round(time.Second) }
-
-func halted(vm *vmv1.VirtualMachine) bool { return vm.Spec.RunStrategy == vmv1.RunHalted }
-
-func strategyOf(vm *vmv1.VirtualMachine) vmv1.RunStrategy {
-	if vm.Spec.RunStrategy == "" {
-		return vmv1.RunAlways
-	}
-	return vm.Spec.RunStrategy
-}
-
-func phaseOf(vm *vmv1.VirtualMachine) vmv1.Phase {
-	if vm.Status.Phase == "" {
-		return vmv1.PhasePending
-	}
-	return vm.Status.Phase
-}
 
 // why is the VM's Ready message: what it waits for, or what went wrong.
 func why(vm *vmv1.VirtualMachine) string {
