@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/virtpod/virtpod/tests/loopback"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/kvm"
 )
@@ -48,7 +50,14 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("guest did not get the pod IP from ip=: %s", tail(r.stdout.String(), 5))
 	}
 
-	// QEMU runs with no capabilities and cannot regain any, though the runner keeps NET_ADMIN.
+	// The runner is the runner pod's user with no capability at all (the node agent plumbed the
+	// namespace), and QEMU, its child, the same.
+	self := readFile(fmt.Sprintf("/proc/%d/status", r.cmd.Process.Pid))
+	for _, want := range []string{fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d", vmv1.RunnerUID, vmv1.RunnerUID, vmv1.RunnerUID, vmv1.RunnerUID), "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000"} {
+		if !strings.Contains(self, want) {
+			t.Errorf("the runner's /proc status lacks %q:\n%s", want, self)
+		}
+	}
 	status := childStatus(t, r.cmd.Process.Pid, "qemu-system")
 	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"} {
 		if !strings.Contains(status, want) {

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,8 +23,13 @@ import (
 	"testing"
 	"time"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/podnetwork"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/tests/bootcount"
 	"github.com/virtpod/virtpod/tests/prereq"
+	"golang.org/x/sys/unix"
 )
 
 const marker = "VIRTPOD-GUEST-READY"
@@ -69,6 +77,9 @@ func TestMain(m *testing.M) {
 	if runnerBin != "" {
 		_ = os.RemoveAll(filepath.Dir(runnerBin))
 	}
+	if shareDir != "" {
+		_ = os.RemoveAll(shareDir)
+	}
 	os.Exit(code)
 }
 
@@ -87,6 +98,7 @@ func runnerBinary(t testing.TB) string {
 			buildErr = err
 			return
 		}
+		_ = os.Chmod(dir, 0o755) // the runner's user runs it too
 		runnerBin = filepath.Join(dir, "runner")
 		args := []string{"build", "-o", runnerBin}
 		if os.Getenv("VIRTPOD_TEST_RACE") == "1" {
@@ -140,6 +152,9 @@ func newPodNetns(t *testing.T, n int) *podNetns {
 	run(t, "ip", "-n", p.name, "addr", "add", p.podIP+"/24", "dev", "eth0")
 	run(t, "ip", "-n", p.name, "link", "set", "eth0", "up")
 	run(t, "ip", "-n", p.name, "link", "set", "lo", "up")
+	// As the runner pod sets it (a safe sysctl): the runner's user may serve DHCP on port 67
+	// and relay the guest's low ports.
+	run(t, "ip", "netns", "exec", p.name, "sysctl", "-q", "-w", "net.ipv4.ip_unprivileged_port_start=0")
 	run(t, "ip", "-n", p.name, "route", "add", "default", "via", p.gwIP)
 	var links []struct {
 		Address string `json:"address"`
@@ -175,7 +190,11 @@ func (p *podNetns) onNodeBridge(t *testing.T, hairpin bool) string {
 
 // runnerProc is a started runner with its console output captured.
 type runnerProc struct {
-	cmd        *exec.Cmd
+	cmd *exec.Cmd
+	// ns is the pod namespace the test's node agent took from the runner (nil before, or
+	// with no network); agentErr what that agent met.
+	ns         atomic.Pointer[os.File]
+	agentErr   atomic.Pointer[error]
 	stdout     lockedBuffer
 	stderr     lockedBuffer
 	markerSeen chan struct{}
@@ -241,12 +260,20 @@ func startRunner(t testing.TB, netns string, args ...string) *runnerProc {
 }
 
 // startRunnerVia starts the runner through the command wrap (which must exec its arguments),
-// inside netns when it is not empty.
+// inside netns when it is not empty, as a runner pod runs it at Pod Security restricted: with
+// no capability, and in a pod's namespace as the runner's user (vmv1.RunnerUID), while this
+// test plays the node agent (runAgent). Without a namespace the runner is root with no
+// capability: those tests hand it root's files (claims, disks in temporary directories).
 func startRunnerVia(t testing.TB, netns string, wrap []string, args ...string) *runnerProc {
 	t.Helper()
 	bin := runnerBinary(t)
 	r := &runnerProc{markerSeen: make(chan struct{}), exited: make(chan struct{})}
+	asRunner := netns != ""
 	dir := t.TempDir()
+	if asRunner {
+		dir = runnerDir(t)
+		args = reachable(t, args)
+	}
 	r.termLog = filepath.Join(dir, "termination-log")
 	r.stateDir = filepath.Join(dir, "state")
 	args = append(args, "--termination-log="+r.termLog, "--state-dir="+r.stateDir)
@@ -255,7 +282,10 @@ func startRunnerVia(t testing.TB, netns string, wrap []string, args ...string) *
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--control-socket=") }) {
 		args = append(args, "--control-socket="+r.control)
 	}
-	argv := append(append(append([]string(nil), wrap...), bin), args...)
+	argv := append(append(append(append([]string(nil), wrap...), dropPrivileges(asRunner)...), bin), args...)
+	if asRunner {
+		argv = append(tunOwnedByRunner(t), argv...)
+	}
 	if netns != "" {
 		argv = append([]string{"ip", "netns", "exec", netns}, argv...)
 	}
@@ -285,6 +315,9 @@ func startRunnerVia(t testing.TB, netns string, wrap []string, args ...string) *
 		r.exitCode = r.cmd.ProcessState.ExitCode()
 		close(r.exited)
 	}()
+	if req, ok := agentRequest(t, args); ok && netns != "" {
+		go r.runAgent(req)
+	}
 	t.Cleanup(func() {
 		select {
 		case <-r.exited:
@@ -292,12 +325,178 @@ func startRunnerVia(t testing.TB, netns string, wrap []string, args ...string) *
 			_ = r.cmd.Process.Kill()
 			<-r.exited
 		}
+		if ns := r.ns.Load(); ns != nil {
+			ns.Close()
+		}
 		if t.Failed() {
 			t.Logf("runner stdout (guest console):\n%s", tail(r.stdout.String(), 40))
 			t.Logf("runner stderr:\n%s", tail(r.stderr.String(), 40))
+			if err := r.agentErr.Load(); err != nil {
+				t.Logf("node agent: %v", *err)
+			}
 		}
 	})
 	return r
+}
+
+// dropPrivileges is the runner's setpriv: no capability in any set, none to gain by exec, and
+// as a pod's runner the runner's user and group with no other group.
+func dropPrivileges(asRunner bool) []string {
+	p := []string{"setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--no-new-privs"}
+	if asRunner {
+		p = append(p, fmt.Sprintf("--reuid=%d", vmv1.RunnerUID), fmt.Sprintf("--regid=%d", vmv1.RunnerGID), "--clear-groups")
+	}
+	return append(p, "--")
+}
+
+// tunOwnedByRunner is a wrap that gives its command /dev/net/tun as the runner container has it:
+// the runtime hands devices to a non-root container owned by its user
+// (device_ownership_from_security_context, docs/security.md), here a node of the runner's user
+// bind-mounted over the host's in a mount namespace of its own.
+func tunOwnedByRunner(t testing.TB) []string {
+	t.Helper()
+	reachable(t, nil) // makes shareDir
+	tun := filepath.Join(shareDir, "tun")
+	if _, err := os.Stat(tun); err != nil {
+		if err := unix.Mknod(tun, unix.S_IFCHR|0o600, int(unix.Mkdev(10, 200))); err != nil && !os.IsExist(err) {
+			t.Fatalf("a tun device node for the runner's user: %v", err)
+		}
+		if err := os.Chown(tun, int(vmv1.RunnerUID), int(vmv1.RunnerGID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", `mount --bind "$0" /dev/net/tun && exec "$@"`, tun}
+}
+
+// runnerDir is a directory of the runner's user for its state, control socket and termination
+// log, as the pod's emptyDir and control directory are.
+func runnerDir(t testing.TB) string {
+	dir, err := os.MkdirTemp("", "virtpod-runner-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chown(dir, int(vmv1.RunnerUID), int(vmv1.RunnerGID)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+var (
+	shareOnce sync.Once
+	shareDir  string
+)
+
+// reachable gives the runner's user what the test hands it: each absolute path that exists in
+// a --flag=value argument (the guest fixture in root's cache, a resolv.conf in a temporary
+// directory) is linked into a directory everyone may read, its files made readable, and the
+// argument rewritten; as a pod's image and ConfigMap volumes are readable by the runner.
+func reachable(t testing.TB, args []string) []string {
+	t.Helper()
+	shareOnce.Do(func() {
+		if shareDir, _ = os.MkdirTemp("", "virtpod-runner-share-"); shareDir != "" {
+			_ = os.Chmod(shareDir, 0o755)
+		}
+	})
+	out := append([]string(nil), args...)
+	for i, a := range out {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || !strings.HasPrefix(k, "--") || !filepath.IsAbs(v) {
+			continue
+		}
+		if _, err := os.Stat(v); err != nil {
+			continue
+		}
+		dst := filepath.Join(shareDir, fmt.Sprintf("%x", sha256.Sum256([]byte(v)))[:16], filepath.Base(v))
+		if err := linkTree(v, dst); err != nil {
+			t.Fatalf("making %s readable for the runner's user: %v", v, err)
+		}
+		out[i] = k + "=" + dst
+	}
+	return out
+}
+
+// linkTree hard-links src (a file, or a directory's files) at dst, directories 0755 and files
+// readable by all.
+func linkTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		if err := os.Link(p, to); err != nil && !os.IsExist(err) {
+			return err
+		}
+		st, err := os.Stat(to)
+		if err != nil {
+			return err
+		}
+		return os.Chmod(to, st.Mode().Perm()|0o044)
+	})
+}
+
+// agentRequest is what the node agent would read from the runner pod's arguments.
+func agentRequest(t testing.TB, args []string) (podnetwork.Request, bool) {
+	req := podnetwork.Request{Mode: runnerconfig.NetworkPod, Interface: "eth0",
+		Owner: guestnet.TapOwner{UID: uint32(vmv1.RunnerUID), GID: uint32(vmv1.RunnerGID)}}
+	for _, a := range args {
+		k, v, _ := strings.Cut(a, "=")
+		switch k {
+		case "--network":
+			req.Mode = v
+		case "--name":
+			req.VMName = v
+		case "--port":
+			p, err := runnerconfig.ParsePort(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Ports = append(req.Ports, p)
+		}
+	}
+	return req, req.Mode != runnerconfig.NetworkNone
+}
+
+// runAgent does for the runner what the node agent does for a runner pod: it connects to the
+// runner's netns.sock once it is there and plumbs the namespace handed over (podnetwork.Handle).
+func (r *runnerProc) runAgent(req podnetwork.Request) {
+	sock := filepath.Join(filepath.Dir(r.control), vmv1.NetnsSocketName)
+	for {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Net: "unix", Name: sock})
+		if err == nil {
+			ns, _, err := podnetwork.Handle(c, req)
+			c.Close()
+			if err != nil {
+				r.agentErr.Store(&err)
+				return
+			}
+			r.ns.Store(ns)
+			return
+		}
+		select {
+		case <-r.exited:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// netns is the pod namespace the test's agent plumbed, once it has.
+func (r *runnerProc) netns() *os.File {
+	for range 100 {
+		if ns := r.ns.Load(); ns != nil {
+			return ns
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	panic("the test's node agent never plumbed the runner's namespace")
 }
 
 func tail(s string, n int) string {

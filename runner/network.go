@@ -2,14 +2,18 @@ package runner
 
 import (
 	"context"
-	"net"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
 
 	"go.uber.org/zap"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/guestnet"
-	"github.com/virtpod/virtpod/pkg/podnat"
+	"github.com/virtpod/virtpod/pkg/nethandoff"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/spoofguard"
 )
 
 // guestNetwork is the guest's wiring in the pod for one run.
@@ -20,14 +24,20 @@ type guestNetwork struct {
 }
 
 // close stops what setupNetwork started, last first. The devices and tables stay: they are
-// gone with the pod's namespace, and a runner restarted in the pod replaces them.
+// the pod's, gone with its namespace.
 func (n *guestNetwork) close() {
 	for i := len(n.stops) - 1; i >= 0; i-- {
 		n.stops[i]()
 	}
 }
 
-// setupNetwork wires the guest into the pod's namespace as cfg.Network says (docs/runner.md):
+// waitingForAgent is the runner's state while the node agent has not plumbed the pod network.
+const waitingForAgent = "waiting for the node agent to plumb the pod network"
+
+// setupNetwork wires the guest into the pod's namespace as cfg.Network says (docs/runner.md).
+// The runner holds no capability, so the node agent builds the wiring (pkg/podnetwork): the
+// runner hands it the pod's network namespace on its control directory's netns.sock and waits
+// (pkg/nethandoff), then opens the tap the agent made its own:
 //
 //   - pod: the guest takes over the pod interface's IP and MAC through a bridge; the runner
 //     reaches it from the link-local relay address.
@@ -36,9 +46,9 @@ func (n *guestNetwork) close() {
 //     are DNATed to it and its own traffic masqueraded (pkg/podnat); the runner reaches it at
 //     10.0.2.2 from 10.0.2.1.
 //
-// Either way the spoof guard keeps the guest to its own MAC and address, the runner serves its
-// DHCP, relays its TCP ports from the pod's loopback and runs its readiness probe. On error,
-// what was started is stopped.
+// Either way the agent's spoof guard keeps the guest to its own MAC and address, and the
+// runner serves its DHCP, relays its TCP ports from the pod's loopback and runs its readiness
+// probe, all on ordinary sockets. On error, what was started is stopped.
 func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard) (_ *guestNetwork, err error) {
 	log := o.Log
 	n := &guestNetwork{}
@@ -50,51 +60,35 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 			n.close()
 		}
 	}()
-	pod, err := guestnet.Discover(o.PodInterface, o.ResolvConf)
+	if cfg.ControlSocket == "" {
+		return nil, errors.New("the node agent plumbs the guest's network through the control directory: --control-socket must not be empty")
+	}
+	dns, search, err := guestnet.ReadResolvConf(o.ResolvConf)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	pl, err := waitPlumbing(ctx, filepath.Join(filepath.Dir(cfg.ControlSocket), vmv1.NetnsSocketName), board, n, log)
 	if err != nil {
 		return nil, err
 	}
-	// cloud-hypervisor opens the tap by name, so it must outlive the runner's handle.
-	keepOpen := cfg.Provider == runnerconfig.ProviderQEMU
-	var (
-		pl    *guestnet.Plumbing
-		relay *spoofguard.Relay
-		src   net.IP // the runner's own address towards the guest
-	)
-	switch cfg.Network {
-	case runnerconfig.NetworkMasquerade:
-		if pl, err = guestnet.PlumbMasquerade(pod, cfg.Name, guestnet.DefaultBridge, guestnet.DefaultTap, keepOpen); err != nil {
+	pl.WithResolver(dns, search)
+	src := guestnet.RelayIP // the runner's own address towards the guest
+	if cfg.Network == runnerconfig.NetworkMasquerade {
+		if err := guestnet.MasqueradeOverlap(pl.Pod); err != nil {
 			return nil, err
 		}
-		nat := podnat.Config{PodInterface: pod.Name, PodIP: pod.Addr.IP, Bridge: pl.Bridge, GuestIP: pl.Guest.Addr.IP}
-		for _, p := range cfg.Ports {
-			nat.Ports = append(nat.Ports, podnat.Port{Protocol: p.Protocol, Port: uint16(p.Port)})
-		}
-		if err := podnat.Install(nat); err != nil {
-			return nil, err
-		}
-		log.Info("guest NAT", zap.Stringer("podIP", pod.Addr.IP), zap.Stringer("guestIP", pl.Guest.Addr.IP), zap.Int("ports", len(nat.Ports)),
-			zap.String("table", podnat.Table), zap.Strings("forwarding", []string{pod.Name, pl.Bridge}))
 		src = guestnet.MasqueradeGatewayIP
-	default:
-		if pl, err = guestnet.Plumb(pod, guestnet.DefaultBridge, guestnet.DefaultTap, keepOpen); err != nil {
+	}
+	// cloud-hypervisor opens the tap by name; QEMU is handed an open queue.
+	if cfg.Provider == runnerconfig.ProviderQEMU {
+		if pl.TapFile, err = guestnet.OpenTap(pl.Tap); err != nil {
 			return nil, err
 		}
-		// The runner's own path to the guest, for the port relay (docs/runner.md).
-		if err := pl.AddRelay(); err != nil {
-			return nil, err
-		}
-		// The guest's replies to the relay address are turned to the bridge before the guard
-		// judges them.
-		relay = &spoofguard.Relay{IP: guestnet.RelayIP, BridgeMAC: pl.BridgeMAC}
-		src = guestnet.RelayIP
+		tap := pl.TapFile
+		n.stops = append(n.stops, func() { tap.Close() })
 	}
 	n.plumbing = pl
 	guestIP := pl.Guest.Addr.IP
-	// The guest may speak only as itself (docs/security.md).
-	if err := spoofguard.Install(pl.Tap, pl.GuestMAC, guestIP, relay); err != nil {
-		return nil, err
-	}
 	n.stops = append(n.stops, startRelay(cfg.Ports, guestIP, src, log).Close)
 	if cfg.ReadinessProbe.IsSet() {
 		probe := newGuestProbe(cfg.ReadinessProbe, guestIP, src, log)
@@ -103,10 +97,9 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 		go probe.run(probeCtx)
 		board.setProbe(probe)
 	}
-	board.setDropped(spoofguard.Dropped)
 	dhcpCtx, stopDHCP := context.WithCancel(ctx)
 	n.stops = append(n.stops, stopDHCP)
-	if err := startDHCP(dhcpCtx, pl, cfg.Name, log); err != nil {
+	if err := startDHCP(dhcpCtx, pl, src, cfg.Name, log); err != nil {
 		if cfg.Kernel == "" { // a disk's own OS configures its network by DHCP
 			return nil, err
 		}
@@ -114,6 +107,33 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 	}
 	n.ipArg = pl.Guest.KernelIPArg(cfg.Name)
 	log.Info("guest network", zap.String("mode", cfg.Network), zap.String("ip", pl.Guest.Addr.String()), zap.Stringer("gateway", pl.Guest.Gateway),
-		zap.Stringer("podIP", pod.Addr.IP), zap.Stringer("guestMAC", pl.GuestMAC), zap.Stringer("podMAC", pl.PodMAC), zap.String("tap", pl.Tap))
+		zap.Stringer("podIP", pl.Pod.Addr.IP), zap.Stringer("guestMAC", pl.GuestMAC), zap.Stringer("podMAC", pl.PodMAC), zap.String("tap", pl.Tap))
 	return n, nil
+}
+
+// waitPlumbing hands the pod's network namespace to the node agent on socket and waits for its
+// plumbing, saying so in the runner's status meanwhile. The socket keeps answering (later
+// agents learn the namespace is plumbed) until the run ends.
+func waitPlumbing(ctx context.Context, socket string, board *statusBoard, n *guestNetwork, log *zap.Logger) (*guestnet.Plumbing, error) {
+	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+		return nil, fmt.Errorf("control directory: %w", err)
+	}
+	srv, err := nethandoff.Listen(socket)
+	if err != nil {
+		return nil, err
+	}
+	n.stops = append(n.stops, func() { _ = srv.Close() })
+	board.set(StatePreparing, waitingForAgent)
+	log.Info(waitingForAgent, zap.String("socket", socket))
+	start := time.Now()
+	pl, err := srv.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if pl.Guest.Addr == nil || len(pl.GuestMAC) != 6 || pl.Tap == "" || pl.Bridge == "" {
+		return nil, fmt.Errorf("the node agent's plumbing is incomplete: %+v", pl)
+	}
+	board.set(StatePreparing, "")
+	log.Info("pod network plumbed by the node agent", zap.Duration("waited", time.Since(start)), zap.String("bridge", pl.Bridge), zap.String("tap", pl.Tap))
+	return pl, nil
 }

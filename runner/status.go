@@ -9,9 +9,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Guest states reported by /status.
@@ -37,9 +34,6 @@ type Status struct {
 	Acceleration  string  `json:"acceleration"`
 	UptimeSeconds float64 `json:"uptimeSeconds"`
 	Reason        string  `json:"reason,omitempty"`
-	// SpoofDropped counts the frames the guest sent as someone else (by counter: mac, arp, ip,
-	// other), dropped on its tap; absent when the guest has no pod network.
-	SpoofDropped map[string]uint64 `json:"spoofDropped,omitempty"`
 	// ReadinessProbe is the guest readiness probe's last result; absent without one.
 	ReadinessProbe *ProbeStatus `json:"readinessProbe,omitempty"`
 }
@@ -48,8 +42,6 @@ type statusBoard struct {
 	mu      sync.Mutex
 	s       Status
 	running time.Time // when the guest last started running
-	// dropped reads the anti-spoofing counters; nil until the guard is installed.
-	dropped func() (map[string]uint64, error)
 	// probe is the guest readiness probe; nil without one.
 	probe *guestProbe
 }
@@ -111,16 +103,12 @@ func (b *statusBoard) handler() http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		s := b.get()
-		s.SpoofDropped = b.spoofDropped()
 		if p := b.guestProbe(); p != nil {
 			ps := p.status()
 			s.ReadinessProbe = &ps
 		}
 		_ = json.NewEncoder(w).Encode(s)
 	})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(dropCollector{b})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
 }
 
@@ -147,23 +135,6 @@ func (b *statusBoard) serve(network, addr string) (func(), error) {
 	}, nil
 }
 
-// spoofDropped reads the anti-spoofing counters from the kernel, outside the board's lock, and
-// only for /status and /metrics: the kubelet's readiness probe needs none of it. nil before the
-// guard is installed, or when the read fails (the field is left out, never the document).
-func (b *statusBoard) spoofDropped() map[string]uint64 {
-	b.mu.Lock()
-	read := b.dropped
-	b.mu.Unlock()
-	if read == nil {
-		return nil
-	}
-	m, err := read()
-	if err != nil {
-		return nil
-	}
-	return m
-}
-
 func (b *statusBoard) setProbe(p *guestProbe) {
 	b.mu.Lock()
 	b.probe = p
@@ -174,25 +145,4 @@ func (b *statusBoard) guestProbe() *guestProbe {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.probe
-}
-
-func (b *statusBoard) setDropped(f func() (map[string]uint64, error)) {
-	b.mu.Lock()
-	b.dropped = f
-	b.mu.Unlock()
-}
-
-var spoofDroppedDesc = prometheus.NewDesc("virtpod_runner_spoofed_frames_dropped_total",
-	"Frames the guest sent with a source other than its own MAC and the pod IP, dropped on its tap, by counter (mac, arp, ip, other).",
-	[]string{"counter"}, nil)
-
-// dropCollector reads the guard's counters at scrape time: the kernel keeps them.
-type dropCollector struct{ b *statusBoard }
-
-func (c dropCollector) Describe(ch chan<- *prometheus.Desc) { ch <- spoofDroppedDesc }
-
-func (c dropCollector) Collect(ch chan<- prometheus.Metric) {
-	for k, v := range c.b.spoofDropped() {
-		ch <- prometheus.MustNewConstMetric(spoofDroppedDesc, prometheus.CounterValue, float64(v), k)
-	}
 }

@@ -85,12 +85,13 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestServeRealExchange runs the server on one end of a veth pair, as the runner does on the tap,
-// and the library's real DHCP client on the other end, as the guest: the whole exchange, what the
+// TestServeRealExchange runs the server on one end of a veth pair, as the runner does on the
+// bridge, without any capability's help (a UDP socket), and the library's real DHCP client on
+// the other end, as the guest: the whole exchange, what the
 // lease says, the same answer on a second run (a reboot), the /32 case with its classless route,
 // and silence for another MAC and on another interface.
 func TestServeRealExchange(t *testing.T) {
-	prereq.Need(t, os.Geteuid() == 0, "needs root: a network namespace and packet sockets")
+	prereq.Need(t, os.Geteuid() == 0, "needs root: a network namespace, and the client's packet socket")
 	type result struct {
 		first, again, slash32 *nclient4.Lease
 		otherErr, otherIfErr  error
@@ -137,7 +138,19 @@ func TestServeRealExchange(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			srvMAC := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x67}
+			// As the node agent leaves the pod's bridge: an address towards the guest and the
+			// guest's address pinned to its MAC, so answers need no ARP.
+			srv, _ := netlink.LinkByName("srv0")
+			for _, a := range []string{"10.213.9.1/24", "169.254.1.1/32"} {
+				addr, _ := netlink.ParseAddr(a)
+				if err := netlink.AddrAdd(srv, addr); err != nil {
+					return err
+				}
+			}
+			if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: srv.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+				IP: net.ParseIP("10.213.9.2"), HardwareAddr: guestMAC}); err != nil {
+				return err
+			}
 			// stop returns once the server has: a server still reading for up to 200 ms after its
 			// cancel would offer its old lease beside the next one, and a client that takes that
 			// offer asks a server that is gone (seen as a request timing out now and then).
@@ -150,7 +163,7 @@ func TestServeRealExchange(t *testing.T) {
 					if err := netns.Set(ns); err != nil {
 						panic(err)
 					}
-					if err := Serve(ctx, "srv0", srvMAC, l, nil); err != nil {
+					if err := Serve(ctx, "srv0", l, nil); err != nil {
 						panic(err)
 					}
 				}()

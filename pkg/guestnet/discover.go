@@ -27,7 +27,8 @@ type PodInterface struct {
 	Search  []string
 }
 
-// Discover reads the interface named ifName and the resolver configuration at resolvConf.
+// Discover reads the interface named ifName and the resolver configuration at resolvConf ("":
+// none; the node agent, which discovers the interface, cannot see the pod's resolv.conf).
 func Discover(ifName, resolvConf string) (PodInterface, error) {
 	link, err := netlink.LinkByName(ifName)
 	if err != nil {
@@ -61,7 +62,10 @@ func Discover(ifName, resolvConf string) (PodInterface, error) {
 			break
 		}
 	}
-	p.DNS, p.Search, err = readResolvConf(resolvConf)
+	if resolvConf == "" {
+		return p, nil
+	}
+	p.DNS, p.Search, err = ReadResolvConf(resolvConf)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return p, err
 	}
@@ -73,8 +77,8 @@ func isZeroMask(m net.IPMask) bool {
 	return ones == 0
 }
 
-// readResolvConf returns the IPv4 nameservers and search domains of a resolv.conf.
-func readResolvConf(path string) ([]net.IP, []string, error) {
+// ReadResolvConf returns the IPv4 nameservers and search domains of a resolv.conf.
+func ReadResolvConf(path string) ([]net.IP, []string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err

@@ -44,7 +44,7 @@ func TestReadResolvConf(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# comment\nnameserver 10.96.0.10\nnameserver fd00::10\nsearch ns.svc.cluster.local svc.cluster.local\noptions ndots:5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dns, search, err := readResolvConf(path)
+	dns, search, err := ReadResolvConf(path)
 	if err != nil || len(dns) != 1 || !dns[0].Equal(net.IPv4(10, 96, 0, 10)) || len(search) != 2 {
 		t.Fatalf("readResolvConf = %v %v %v", dns, search, err)
 	}
@@ -89,6 +89,7 @@ func TestPlumbInNetns(t *testing.T) {
 	type result struct {
 		pod  PodInterface
 		pl   *Plumbing
+		pl2  *Plumbing
 		err  error
 		eth0 netlink.Link
 		tap  netlink.Link
@@ -120,7 +121,18 @@ func TestPlumbInNetns(t *testing.T) {
 		if r.pod, r.err = Discover("eth0", resolv); r.err != nil {
 			return
 		}
-		if r.pl, r.err = Plumb(r.pod, DefaultBridge, DefaultTap, true); r.err != nil {
+		if r.pl, r.err = Plumb(r.pod, DefaultBridge, DefaultTap, TapOwner{UID: 107, GID: 108}); r.err != nil {
+			return
+		}
+		// An agent that died after the move plumbs again: the pod's identity comes back from
+		// the bridge, and the second result is the first.
+		again, resumed, err := Resume(PodInterface{Name: "eth0", Index: r.pod.Index, MTU: r.pod.MTU}, DefaultBridge)
+		if err != nil || !resumed {
+			r.err = fmt.Errorf("Resume = %v, %v", resumed, err)
+			return
+		}
+		r.pl2, r.err = Plumb(again, DefaultBridge, DefaultTap, TapOwner{UID: 107, GID: 108})
+		if r.err != nil {
 			return
 		}
 		r.eth0, _ = netlink.LinkByName("eth0")
@@ -154,7 +166,13 @@ func TestPlumbInNetns(t *testing.T) {
 	if err := <-echoErr; err != nil {
 		t.Fatalf("echoing a guest frame from the pod network: %v", err)
 	}
-	defer r.pl.TapFile.Close()
+	if r.pl2.GuestMAC.String() != r.pl.GuestMAC.String() || r.pl2.Guest.Addr.String() != r.pl.Guest.Addr.String() ||
+		!r.pl2.Guest.Gateway.Equal(r.pl.Guest.Gateway) || r.pl2.PodMAC.String() != r.pl.PodMAC.String() || r.pl2.BridgeMAC.String() != r.pl.BridgeMAC.String() {
+		t.Errorf("plumbing again after Resume = %+v, want the first %+v", r.pl2, r.pl)
+	}
+	if tt, ok := r.tap.(*netlink.Tuntap); !ok || tt.Owner != 107 || tt.Group != 108 || tt.NonPersist {
+		t.Errorf("tap %+v: want a persistent tap owned by 107:108, which the runner opens without a capability", r.tap)
+	}
 
 	if r.pod.Addr.String() != "10.213.200.2/24" || !r.pod.Gateway.Equal(net.IPv4(10, 213, 200, 1)) || len(r.pod.DNS) != 1 {
 		t.Fatalf("Discover = %+v", r.pod)

@@ -2,11 +2,11 @@ package guestnet
 
 import (
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"net"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // The masquerade network: a fixed /24 inside every pod, the same in every pod, so a guest
@@ -55,9 +55,11 @@ func MasqueradeGuest(p PodInterface, guestMAC net.HardwareAddr) PodInterface {
 //
 // The bridge and guest MACs come from MasqueradeMACs(vmName). IPv4 forwarding is switched on for
 // the pod interface and the bridge through netlink (SetForwarding), since /proc/sys is read-only
-// in a container. A bridge or tap left by an earlier runner in the same pod is replaced.
-func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, keepOpen bool) (*Plumbing, error) {
-	if err := masqueradeOverlap(p); err != nil {
+// in a container. A bridge or tap left by an earlier, unfinished plumbing is replaced. The tap
+// persists, owned by owner. The runner answers the guest's DHCP from 10.0.2.1 to 10.0.2.2 before
+// the guest can answer ARP, so the guest's neighbour entry is made permanent here.
+func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, owner TapOwner) (*Plumbing, error) {
+	if err := MasqueradeOverlap(p); err != nil {
 		return nil, err
 	}
 	if err := ensureTunDevice(); err != nil {
@@ -79,35 +81,39 @@ func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, keepOpe
 	}
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName, MTU: p.MTU, HardwareAddr: bridgeMAC}}
 	if err := netlink.LinkAdd(br); err != nil {
-		return nil, fmt.Errorf("create bridge %s: %w (the runner needs CAP_NET_ADMIN)", bridgeName, err)
+		return nil, fmt.Errorf("create bridge %s: %w (the node agent needs CAP_NET_ADMIN)", bridgeName, err)
 	}
 	_ = netlink.LinkSetIP6AddrGenMode(br, 1) // IN6_ADDR_GEN_MODE_NONE: IPv4 only, as the NAT
 	gw := &netlink.Addr{IPNet: &net.IPNet{IP: MasqueradeGatewayIP, Mask: MasqueradeNet.Mask}}
 	if err := netlink.AddrAdd(br, gw); err != nil {
 		return nil, fmt.Errorf("gateway address %s on %s: %w", gw.IPNet, bridgeName, err)
 	}
-	tapLink, err := pl.addTap(p.MTU, keepOpen, br)
+	tapLink, err := pl.addTap(p.MTU, owner, br)
 	if err != nil {
 		return nil, err
 	}
 	for _, l := range []netlink.Link{tapLink, br} {
 		if err := netlink.LinkSetUp(l); err != nil {
-			return nil, errors.Join(fmt.Errorf("set %s up: %w", l.Attrs().Name, err), pl.close())
+			return nil, fmt.Errorf("set %s up: %w", l.Attrs().Name, err)
 		}
+	}
+	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET,
+		State: netlink.NUD_PERMANENT, IP: MasqueradeGuestIP, HardwareAddr: guestMAC}); err != nil {
+		return nil, fmt.Errorf("neighbour entry for the guest at %s: %w", MasqueradeGuestIP, err)
 	}
 	// Forwarding is judged on the interface a packet comes in on: the pod interface for traffic
 	// to the guest's ports, the bridge for the guest's own.
 	for _, l := range []netlink.Link{link, br} {
 		if err := SetForwarding(l, true); err != nil {
-			return nil, errors.Join(err, pl.close())
+			return nil, err
 		}
 	}
 	return pl, nil
 }
 
-// masqueradeOverlap refuses a pod whose own network reaches into the masquerade network: its
+// MasqueradeOverlap refuses a pod whose own network reaches into the masquerade network: its
 // traffic there would go to the bridge instead.
-func masqueradeOverlap(p PodInterface) error {
+func MasqueradeOverlap(p PodInterface) error {
 	if p.Addr == nil {
 		return fmt.Errorf("pod interface %s has no IPv4 address", p.Name)
 	}

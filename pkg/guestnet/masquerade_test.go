@@ -56,7 +56,7 @@ func TestMasqueradeGuestAndKernelArg(t *testing.T) {
 	if guest.MTU != 1450 || len(guest.Search) != 1 || guest.MAC.String() != g.String() {
 		t.Errorf("MasqueradeGuest = %+v", guest)
 	}
-	if err := masqueradeOverlap(pod); err != nil {
+	if err := MasqueradeOverlap(pod); err != nil {
 		t.Errorf("pod %s refused: %v", pod.Addr, err)
 	}
 	for name, mod := range map[string]func(*PodInterface){
@@ -69,8 +69,8 @@ func TestMasqueradeGuestAndKernelArg(t *testing.T) {
 	} {
 		p := pod
 		mod(&p)
-		if err := masqueradeOverlap(p); err == nil || !strings.Contains(err.Error(), "use network mode Pod") {
-			t.Errorf("%s: masqueradeOverlap = %v, want a refusal naming network mode Pod", name, err)
+		if err := MasqueradeOverlap(p); err == nil || !strings.Contains(err.Error(), "use network mode Pod") {
+			t.Errorf("%s: MasqueradeOverlap = %v, want a refusal naming network mode Pod", name, err)
 		}
 	}
 }
@@ -129,10 +129,7 @@ func TestPlumbMasqueradeInNetns(t *testing.T) {
 			return err
 		}
 		for range 2 {
-			if r.pl != nil && r.pl.TapFile != nil {
-				r.pl.TapFile.Close()
-			}
-			if r.pl, err = PlumbMasquerade(r.pod, "vm-1", DefaultBridge, DefaultTap, true); err != nil {
+			if r.pl, err = PlumbMasquerade(r.pod, "vm-1", DefaultBridge, DefaultTap, TapOwner{UID: 107, GID: 107}); err != nil {
 				return err
 			}
 		}
@@ -159,7 +156,6 @@ func TestPlumbMasqueradeInNetns(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	defer r.pl.TapFile.Close()
 	guestMAC, bridgeMAC := MasqueradeMACs("vm-1")
 	if r.pod2.Addr.String() != "10.213.40.2/24" || r.pod2.MAC.String() != r.pod.MAC.String() || r.eth0.Attrs().MasterIndex != 0 {
 		t.Errorf("pod interface changed: %+v, master %d", r.pod2, r.eth0.Attrs().MasterIndex)

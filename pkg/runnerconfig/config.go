@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -396,4 +397,22 @@ func (v int32Value) Set(s string) error {
 	}
 	*v.p = int32(n)
 	return nil
+}
+
+// Parse reads runner flags into a Config the way virtpod-runner does (Bind, Defaults, then
+// Validate); anything that is not a configuration flag is an error. The node agent reads a
+// runner pod's arguments, which the controller wrote, with it.
+func Parse(args []string) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.Bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	c.Defaults()
+	return c, c.Validate()
 }

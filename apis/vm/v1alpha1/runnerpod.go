@@ -10,3 +10,16 @@ const (
 	// RunnerContainer is the runner pod's container that runs the runner (and the guest).
 	RunnerContainer = "runner"
 )
+
+// The runner's user and group: every runner pod runs as them (runAsNonRoot, no capability, Pod
+// Security restricted). The node agent makes the guest's tap and the control directory theirs.
+// 107 is the qemu user of KubeVirt's containerDisk convention (`COPY --chown=107:107`), so
+// published containerDisks are readable as they are.
+const (
+	RunnerUID int64 = 107
+	RunnerGID int64 = 107
+)
+
+// NetnsSocketName is the runner's socket in its control directory on which it hands the node
+// agent its network namespace and waits for the guest's network (pkg/nethandoff).
+const NetnsSocketName = "netns.sock"

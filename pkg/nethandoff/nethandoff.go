@@ -1,0 +1,211 @@
+// Package nethandoff is how a runner without capabilities gets its guest's network: it hands
+// the node agent its pod's network namespace and waits for the agent to plumb it.
+//
+// The runner listens on vmv1.NetnsSocketName in its control directory. The agent connects;
+// the runner sends one message, a Hello with a descriptor of its own network namespace
+// (/proc/self/ns/net) attached (SCM_RIGHTS); unless the namespace is plumbed already, the agent
+// plumbs it and answers with one Result, a JSON line. The runner keeps listening for its whole
+// life and tells every later agent (one restarted, say) that it is plumbed, with the
+// descriptor, so the agent can read the spoof guard's counters there.
+//
+// Why a descriptor from the runner rather than the CRI's sandbox status or /proc/<pid>/ns/net:
+// the kernel lets an unprivileged process open only a namespace it is in, so the runner can
+// name no namespace but its own pod's; the agent then needs no host PID namespace, no ptrace
+// right and no container runtime socket. Which pod the socket is whose, the kubelet says
+// (runner/podcontrol), and what to build comes from that pod's spec, never from the runner.
+package nethandoff
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/virtpod/virtpod/pkg/guestnet"
+)
+
+// Hello is the runner's first and only message on a connection.
+type Hello struct {
+	// Plumbed: an agent plumbed the namespace before (this runner heard its Result).
+	Plumbed bool `json:"plumbed"`
+}
+
+// Result is the agent's answer to a Hello that was not Plumbed: the plumbing, or why not.
+type Result struct {
+	Plumbing *guestnet.Plumbing `json:"plumbing,omitempty"`
+	Error    string             `json:"error,omitempty"`
+}
+
+// Server is the runner's side.
+type Server struct {
+	l  *net.UnixListener
+	ns *os.File
+
+	mu      sync.Mutex
+	plumbed bool
+	wg      sync.WaitGroup
+}
+
+// Listen makes the socket at path (replacing a stale one) and opens the runner's network
+// namespace to hand over.
+func Listen(path string) (*Server, error) {
+	ns, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("the runner's network namespace: %w", err)
+	}
+	_ = os.Remove(path)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Net: "unix", Name: path})
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("listening for the node agent on %s: %w", path, err)
+	}
+	return &Server{l: l, ns: ns}, nil
+}
+
+// Wait serves agents until one plumbs the namespace and returns its plumbing, or the error it
+// reported (a pod the guest cannot take over, say: final, the runner fails with it). A
+// connection that breaks first (an agent that died) is forgotten; the next agent starts over.
+// Afterwards the server goes on answering Plumbed until Close.
+func (s *Server) Wait(ctx context.Context) (*guestnet.Plumbing, error) {
+	type answer struct {
+		pl  *guestnet.Plumbing
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		for {
+			c, err := s.l.AcceptUnix()
+			if err != nil {
+				done <- answer{err: fmt.Errorf("waiting for the node agent: %w", err)}
+				return
+			}
+			pl, err := s.handoff(c)
+			var refused *agentError
+			switch {
+			case err == nil:
+				done <- answer{pl: pl}
+				s.wg.Add(1)
+				go s.serveRest()
+				return
+			case errors.As(err, &refused):
+				done <- answer{err: err}
+				return
+			}
+			// A broken connection: the next agent tries again.
+		}
+	}()
+	select {
+	case a := <-done:
+		return a.pl, a.err
+	case <-ctx.Done():
+		s.l.Close()
+		return nil, ctx.Err()
+	}
+}
+
+type agentError struct{ msg string }
+
+func (e *agentError) Error() string {
+	return "the node agent could not plumb the pod network: " + e.msg
+}
+
+// handoff sends the Hello and the namespace and reads the agent's Result.
+func (s *Server) handoff(c *net.UnixConn) (*guestnet.Plumbing, error) {
+	defer c.Close()
+	if err := s.hello(c, false); err != nil {
+		return nil, err
+	}
+	var r Result
+	if err := json.NewDecoder(bufio.NewReader(c)).Decode(&r); err != nil {
+		return nil, fmt.Errorf("reading the agent's answer: %w", err)
+	}
+	if r.Error != "" {
+		return nil, &agentError{r.Error}
+	}
+	if r.Plumbing == nil {
+		return nil, &agentError{"it answered with no plumbing"}
+	}
+	s.mu.Lock()
+	s.plumbed = true
+	s.mu.Unlock()
+	return r.Plumbing, nil
+}
+
+func (s *Server) hello(c *net.UnixConn, plumbed bool) error {
+	b, _ := json.Marshal(Hello{Plumbed: plumbed})
+	_, _, err := c.WriteMsgUnix(append(b, '\n'), unix.UnixRights(int(s.ns.Fd())), nil)
+	return err
+}
+
+// serveRest tells every later agent that the namespace is plumbed.
+func (s *Server) serveRest() {
+	defer s.wg.Done()
+	for {
+		c, err := s.l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		_ = s.hello(c, true)
+		c.Close()
+	}
+}
+
+// Close stops listening and removes the socket.
+func (s *Server) Close() error {
+	err := s.l.Close()
+	s.wg.Wait()
+	s.ns.Close()
+	return err
+}
+
+// Receive is the agent's side of a connection: the runner's Hello and its namespace, as an open
+// descriptor the caller closes.
+func Receive(c *net.UnixConn) (Hello, *os.File, error) {
+	buf, oob := make([]byte, 512), make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return Hello{}, nil, fmt.Errorf("reading the runner's hello: %w", err)
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if got, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return Hello{}, nil, fmt.Errorf("the runner sent %d descriptors with its hello, want its network namespace alone", len(fds))
+	}
+	ns := os.NewFile(uintptr(fds[0]), "netns")
+	var h Hello
+	if err := json.Unmarshal(buf[:n], &h); err != nil {
+		ns.Close()
+		return Hello{}, nil, fmt.Errorf("the runner's hello %q: %w", buf[:n], err)
+	}
+	// setns checks the type too; this says so before anything is tried there.
+	if t, err := unix.IoctlRetInt(fds[0], unix.NS_GET_NSTYPE); err != nil || t != unix.CLONE_NEWNET {
+		ns.Close()
+		return Hello{}, nil, fmt.Errorf("the descriptor the runner sent is not a network namespace")
+	}
+	return h, ns, nil
+}
+
+// Reply sends the agent's Result.
+func Reply(c *net.UnixConn, r Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(append(b, '\n'))
+	return err
+}

@@ -1,0 +1,195 @@
+// Package podnetwork is what the node agent builds in a runner pod's network namespace so
+// that a runner without capabilities can run the guest there (docs/runner.md, "The guest's
+// network"): the bridge and a persistent tap the runner's user owns (pkg/guestnet), the relay
+// path or the masquerade NAT (pkg/podnat), and the spoof guard (pkg/spoofguard). It changes
+// only what is inside that namespace and removes nothing the pod owns; the namespace, and all
+// of it, goes with the pod.
+package podnetwork
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/nethandoff"
+	"github.com/virtpod/virtpod/pkg/podnat"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/spoofguard"
+)
+
+// Request is what to build, read from the runner pod's spec (RequestFor), which only the
+// controller writes: never from the runner.
+type Request struct {
+	Mode   string // runnerconfig.NetworkPod or NetworkMasquerade
+	VMName string // masquerade MACs are derived from it
+	Ports  []runnerconfig.Port
+	Owner  guestnet.TapOwner
+	// Interface is the pod's interface the guest takes over or sits behind.
+	Interface string
+	// PodIP, when known, must be the interface's address: a namespace that holds another is
+	// not this pod's, and is refused.
+	PodIP net.IP
+}
+
+// RequestFor reads the request from the runner container's arguments and the pod's security
+// context. ok is false for a VM with no network (--network=none): nothing to build.
+func RequestFor(pod *corev1.Pod) (r Request, ok bool, err error) {
+	var c *corev1.Container
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == vmv1.RunnerContainer {
+			c = &pod.Spec.Containers[i]
+		}
+	}
+	if c == nil {
+		return r, false, fmt.Errorf("pod %s/%s has no %s container", pod.Namespace, pod.Name, vmv1.RunnerContainer)
+	}
+	cfg, err := runnerconfig.Parse(c.Args)
+	if err != nil {
+		return r, false, fmt.Errorf("pod %s/%s: the runner's arguments: %w", pod.Namespace, pod.Name, err)
+	}
+	if cfg.Network == runnerconfig.NetworkNone {
+		return r, false, nil
+	}
+	uid, gid := vmv1.RunnerUID, vmv1.RunnerGID
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			uid = *sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			gid = *sc.RunAsGroup
+		}
+	}
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			uid = *sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			gid = *sc.RunAsGroup
+		}
+	}
+	r = Request{Mode: cfg.Network, VMName: cfg.Name, Ports: cfg.Ports, Owner: guestnet.TapOwner{UID: uint32(uid), GID: uint32(gid)},
+		Interface: "eth0", PodIP: net.ParseIP(pod.Status.PodIP)}
+	return r, true, nil
+}
+
+// Setup builds r in the network namespace nsfd refers to and returns what the runner needs to
+// know of it. It may run again over its own unfinished work (an agent restarted half-way).
+func Setup(nsfd int, r Request) (*guestnet.Plumbing, error) {
+	var pl *guestnet.Plumbing
+	err := guestnet.InNetns(nsfd, func() error {
+		var err error
+		pl, err = setup(r)
+		return err
+	})
+	return pl, err
+}
+
+func setup(r Request) (*guestnet.Plumbing, error) {
+	pod, err := discover(r.Interface)
+	if err != nil {
+		return nil, err
+	}
+	if r.PodIP != nil && !r.PodIP.Equal(pod.Addr.IP) {
+		return nil, fmt.Errorf("the network namespace handed over holds %s, not the pod's IP %s: not this pod's; refused", pod.Addr.IP, r.PodIP)
+	}
+	var (
+		pl    *guestnet.Plumbing
+		relay *spoofguard.Relay
+	)
+	switch r.Mode {
+	case runnerconfig.NetworkMasquerade:
+		if pl, err = guestnet.PlumbMasquerade(pod, r.VMName, guestnet.DefaultBridge, guestnet.DefaultTap, r.Owner); err != nil {
+			return nil, err
+		}
+		nat := podnat.Config{PodInterface: pod.Name, PodIP: pod.Addr.IP, Bridge: pl.Bridge, GuestIP: pl.Guest.Addr.IP}
+		for _, p := range r.Ports {
+			nat.Ports = append(nat.Ports, podnat.Port{Protocol: p.Protocol, Port: uint16(p.Port)})
+		}
+		if err := podnat.Install(nat); err != nil {
+			return nil, err
+		}
+	case runnerconfig.NetworkPod:
+		if pl, err = guestnet.Plumb(pod, guestnet.DefaultBridge, guestnet.DefaultTap, r.Owner); err != nil {
+			return nil, err
+		}
+		// The runner's own path to the guest, for its port relay, probe and DHCP answers.
+		if err := pl.AddRelay(); err != nil {
+			return nil, err
+		}
+		// The guest's packets to the relay address are turned to the bridge before the guard
+		// judges them.
+		relay = &spoofguard.Relay{IP: guestnet.RelayIP, BridgeMAC: pl.BridgeMAC}
+	default:
+		return nil, fmt.Errorf("network mode %q: want %s or %s", r.Mode, runnerconfig.NetworkPod, runnerconfig.NetworkMasquerade)
+	}
+	// The guest may speak only as itself (docs/security.md).
+	if err := spoofguard.Install(pl.Tap, pl.GuestMAC, pl.Guest.Addr.IP, relay); err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+// discover reads the pod interface, or the identity an earlier, unfinished plumbing saved.
+func discover(ifName string) (guestnet.PodInterface, error) {
+	pod, err := guestnet.Discover(ifName, "")
+	if err == nil {
+		return pod, nil
+	}
+	resumed, ok, rerr := guestnet.Resume(pod, guestnet.DefaultBridge)
+	if rerr != nil {
+		return pod, rerr
+	}
+	if ok {
+		return resumed, nil
+	}
+	return pod, err
+}
+
+// Dropped reads the spoof guard's counters in the namespace nsfd refers to.
+func Dropped(nsfd int) (map[string]uint64, error) {
+	var m map[string]uint64
+	err := guestnet.InNetns(nsfd, func() error {
+		var err error
+		m, err = spoofguard.Dropped()
+		return err
+	})
+	return m, err
+}
+
+// String names a request in logs.
+func (r Request) String() string {
+	return r.Mode + " network of VM " + r.VMName + " for uid " + strconv.FormatUint(uint64(r.Owner.UID), 10)
+}
+
+// Handle is the agent's side of one handoff (pkg/nethandoff) on a connection to a runner's
+// netns.sock: it takes the runner's network namespace and, unless the runner says it is
+// plumbed already, builds r there and answers with the plumbing or the error. It returns the
+// namespace (the caller closes it; the spoof guard's counters are read there) and whether it
+// built anything now. An error is also the runner's answer when it could be sent.
+func Handle(c *net.UnixConn, r Request) (ns *os.File, built bool, err error) {
+	h, ns, err := nethandoff.Receive(c)
+	if err != nil {
+		return nil, false, err
+	}
+	if h.Plumbed {
+		return ns, false, nil
+	}
+	pl, err := Setup(int(ns.Fd()), r)
+	if err != nil {
+		if rerr := nethandoff.Reply(c, nethandoff.Result{Error: err.Error()}); rerr != nil {
+			err = fmt.Errorf("%w (and telling the runner: %v)", err, rerr)
+		}
+		ns.Close()
+		return nil, false, err
+	}
+	if err := nethandoff.Reply(c, nethandoff.Result{Plumbing: pl}); err != nil {
+		ns.Close()
+		return nil, true, fmt.Errorf("telling the runner its network is plumbed: %w", err)
+	}
+	return ns, true, nil
+}
