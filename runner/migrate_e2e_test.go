@@ -19,6 +19,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
 // TestLiveMigration boots one guest, printing a numbered heartbeat every 50 ms, and drives the
@@ -493,8 +494,8 @@ func newMigrationRelay(t testing.TB, src, dst *runnerProc) {
 	t.Helper()
 	out := filepath.Join(filepath.Dir(src.control), controlapi.MigrateOutSocket)
 	in := filepath.Join(filepath.Dir(dst.control), controlapi.MigrateInSocket)
-	_ = os.Remove(out)
-	l, err := net.Listen("unix", out)
+	// As the agent makes it: the runner's user's, whose QEMU connects.
+	l, err := podcontrol.Control{Root: filepath.Dir(filepath.Dir(out)), Device: filepath.Base(filepath.Dir(out))}.Listen(controlapi.MigrateOutSocket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // A runner's container can write its control directory: it may replace any socket there with
@@ -127,9 +129,10 @@ func (c Control) HTTPClient(name string, timeout time.Duration) *http.Client {
 	}}
 }
 
-// Listen makes socket name in the directory, mode 0600 (root's), and listens on it. A socket
-// left there (an agent that died) is replaced; anything else there, a symlink above all, is
-// refused. Closing the listener removes the socket.
+// Listen makes socket name in the directory, mode 0600 and owned by the runner's user
+// (vmv1.RunnerUID, whose QEMU connects to it), and listens on it. A socket left there (an agent
+// that died) is replaced; anything else there, a symlink above all, is refused. Closing the
+// listener removes the socket.
 func (c Control) Listen(name string) (net.Listener, error) {
 	if filepath.Base(name) != name {
 		return nil, fmt.Errorf("socket name %q: a name, not a path", name)
@@ -168,14 +171,18 @@ func (c Control) listen(dir int, name string) (net.Listener, error) {
 	// Its path names a descriptor number that may be another file's after Close.
 	l.SetUnlinkOnClose(false)
 	sl := &listener{UnixListener: l, dir: dir, name: name}
+	// Through the very inode's O_PATH descriptor: nothing swapped in meanwhile is changed.
 	f, err := c.openSocket(name)
 	if err == nil {
 		err = os.Chmod("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), 0o600)
+		if err == nil {
+			err = unix.Fchownat(int(f.Fd()), "", int(vmv1.RunnerUID), int(vmv1.RunnerGID), unix.AT_EMPTY_PATH)
+		}
 		f.Close()
 	}
 	if err != nil {
 		sl.Close()
-		return nil, fmt.Errorf("making %s root's alone: %w", path, err)
+		return nil, fmt.Errorf("making %s the runner's user's alone (the node agent needs CAP_CHOWN): %w", path, err)
 	}
 	return sl, nil
 }

@@ -7,7 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // serve listens on path and counts the connections it takes.
@@ -143,6 +146,10 @@ func TestListenRefusesLinks(t *testing.T) {
 	fi, err := os.Lstat(sock)
 	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the agent's socket: %v %v", fi, err)
+	}
+	// The runner's user's alone: its QEMU connects, nobody else.
+	if st := fi.Sys().(*syscall.Stat_t); int64(st.Uid) != vmv1.RunnerUID || int64(st.Gid) != vmv1.RunnerGID {
+		t.Fatalf("the agent's socket is %d:%d, want the runner's %d:%d", st.Uid, st.Gid, vmv1.RunnerUID, vmv1.RunnerGID)
 	}
 	go func() {
 		if c, err := l.Accept(); err == nil {
