@@ -141,7 +141,7 @@ func (e *podRefused) Error() string { return e.err.Error() }
 func (e *podRefused) cause() *cause {
 	if e.podSecurity != "" {
 		return &cause{vmv1.ReasonPodSecurityForbidden, fmt.Sprintf("the namespace enforces Pod Security level %q, which refuses runner pods "+
-			"(they need NET_ADMIN, NET_RAW and MKNOD): label the namespace %s=privileged, or run the VM in a namespace that allows it: %s",
+			"(they need no more than level restricted: no capability, not root): label the namespace %s=restricted, or run the VM in a namespace that allows it: %s",
 			e.podSecurity, podSecurityEnforceLabel, trim(e.err.Error()))}
 	}
 	return &cause{vmv1.ReasonRunnerPodInvalid, "the API server refused the runner pod (spec.nodeSelector, " +

@@ -1,9 +1,12 @@
 package podspec_test
 
 import (
+	psaapi "k8s.io/pod-security-admission/api"
+	psapolicy "k8s.io/pod-security-admission/policy"
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,10 +45,14 @@ func checkLabels(t *testing.T, vm *vmv1.VirtualMachine, got map[string]string) {
 	}
 }
 
-// checkUnprivileged: no container is privileged, may escalate, writes its root or keeps a
-// capability beyond the runner's NET_ADMIN, NET_RAW and MKNOD; no host namespace, no host path.
+// checkUnprivileged: the pod passes Pod Security restricted (the library the API server's
+// admission runs), and beyond it no container is privileged, may escalate, writes its root or
+// keeps any capability; no host namespace, no host path, no service account token.
 func checkUnprivileged(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
+	if bad := restrictedViolations(pod); bad != "" {
+		t.Fatalf("the runner pod violates Pod Security restricted: %s", bad)
+	}
 	s := pod.Spec
 	if s.HostNetwork || s.HostPID || s.HostIPC || s.HostUsers != nil && *s.HostUsers || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
 		t.Fatalf("the pod shares a host namespace or mounts a token: %+v", s)
@@ -55,20 +62,38 @@ func checkUnprivileged(t *testing.T, pod *corev1.Pod) {
 			t.Fatalf("hostPath volume %s", v.Name)
 		}
 	}
-	allowed := []corev1.Capability{"NET_ADMIN", "NET_RAW", "MKNOD"}
+	if sc := s.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != vmv1.RunnerUID || sc.RunAsGroup == nil || *sc.RunAsGroup != vmv1.RunnerGID {
+		t.Fatalf("the pod does not run as the runner's user %d:%d: %+v", vmv1.RunnerUID, vmv1.RunnerGID, sc)
+	}
 	for _, c := range slices.Concat(s.InitContainers, s.Containers) {
 		sc := c.SecurityContext
 		if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
-			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") ||
+			len(sc.Capabilities.Add) > 0 || sc.RunAsUser != nil && *sc.RunAsUser == 0 {
 			t.Fatalf("container %s may be privileged: %+v", c.Name, sc)
-		}
-		for _, add := range sc.Capabilities.Add {
-			if c.Name != vmv1.RunnerContainer || !slices.Contains(allowed, add) {
-				t.Fatalf("container %s adds capability %s", c.Name, add)
-			}
 		}
 	}
 }
+
+// restrictedViolations is what Pod Security admission at level restricted (latest) would say
+// of the pod, "" when it admits it.
+func restrictedViolations(pod *corev1.Pod) string {
+	var bad []string
+	for _, r := range psaEvaluator.EvaluatePod(psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec) {
+		if !r.Allowed {
+			bad = append(bad, r.ForbiddenReason+" ("+r.ForbiddenDetail+")")
+		}
+	}
+	return strings.Join(bad, "; ")
+}
+
+var psaEvaluator = func() psapolicy.Evaluator {
+	e, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}()
 
 // checkRunnerArgs: the runner reads back exactly the VM's configuration, and each user string
 // (the VM's name, its kernel arguments, each port) is one whole argument: it adds none.

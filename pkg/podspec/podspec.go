@@ -243,11 +243,19 @@ func Build(vm *vmv1.VirtualMachine, opts Options) *corev1.Pod {
 			NodeSelector:                  maps.Clone(vm.Spec.NodeSelector),
 			Affinity:                      affinity(vm.Spec.Affinity, nodeRequirements(vm, opts.Class)),
 			Tolerations:                   tolerations(vm, opts.Class),
+			// Pod Security restricted: the runner's user, never root, and the claims and
+			// emptyDirs the kubelet hands it writable by its group (docs/security.md).
 			SecurityContext: &corev1.PodSecurityContext{
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				RunAsNonRoot:        ptr.To(true),
+				RunAsUser:           ptr.To(vmv1.RunnerUID),
+				RunAsGroup:          ptr.To(vmv1.RunnerGID),
+				FSGroup:             ptr.To(vmv1.RunnerGID),
+				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 				// The runner relays the guest's ports, 22 and 80 among them, on the pod's
-				// loopback without CAP_NET_BIND_SERVICE. A namespaced sysctl of Kubernetes' safe
-				// set (Pod Security baseline allows it); it concerns this pod's network only.
+				// loopback and serves its DHCP on port 67, without CAP_NET_BIND_SERVICE. A
+				// namespaced sysctl of Kubernetes' safe set (Pod Security restricted allows it);
+				// it concerns this pod's network only.
 				Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}},
 			},
 			Containers: []corev1.Container{runner(vm, images, opts, dp)},
@@ -275,13 +283,20 @@ func copier(name, image, src, mount string) corev1.Container {
 		ImagePullPolicy:          pullPolicy(image),
 		Command:                  []string{vmimage.CopierPath, src, mount + src},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		SecurityContext: &corev1.SecurityContext{
-			Privileged:               ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
-		VolumeMounts: []corev1.VolumeMount{{Name: name, MountPath: mount}},
+		SecurityContext:          restricted(),
+		VolumeMounts:             []corev1.VolumeMount{{Name: name, MountPath: mount}},
+	}
+}
+
+// restricted is every container's security context: what Pod Security restricted asks, with a
+// read-only root filesystem besides.
+func restricted() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		Privileged:               ptr.To(false),
+		RunAsNonRoot:             ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }
 
@@ -311,20 +326,11 @@ func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskPa
 			TimeoutSeconds:   5,
 			FailureThreshold: 1,
 		},
-		SecurityContext: &corev1.SecurityContext{
-			Privileged:               ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			// The runner moves the pod's interface onto a bridge with a tap (NET_ADMIN),
-			// answers the guest's DHCP on a packet socket on that tap (NET_RAW) and creates
-			// /dev/net/tun when the runtime did not (MKNOD); nothing else. The same set for
-			// every VM, whatever it boots: no VM field changes the runner's privileges.
-			Capabilities: &corev1.Capabilities{
-				Drop: []corev1.Capability{"ALL"},
-				Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW", "MKNOD"},
-			},
-		},
-		VolumeMounts: []corev1.VolumeMount{{Name: "state", MountPath: runnerconfig.DefaultStateDir}},
+		// No capability: the node agent builds the guest's network in the pod's namespace and
+		// makes the tap the runner's user's; /dev/kvm and /dev/net/tun come from the device
+		// plugin. The same for every VM, whatever it boots: no VM field changes it.
+		SecurityContext: restricted(),
+		VolumeMounts:    []corev1.VolumeMount{{Name: "state", MountPath: runnerconfig.DefaultStateDir}},
 	}
 	if images.Kernel != "" {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: kernelVolume, MountPath: kernelMount, ReadOnly: true})

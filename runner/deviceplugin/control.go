@@ -17,6 +17,9 @@ import (
 // which mounts vmv1.HostControlDir, finds which directory is which pod's through the kubelet's
 // pod-resources API. VM pods get it without a hostPath volume, and see only their own.
 
+// TunDevice is the tun/tap device every runner container gets with its control directory.
+const TunDevice = "/dev/net/tun"
+
 // ControlSocket is the control plugin's socket name in the device-plugin directory.
 const ControlSocket = "virtpod-control.sock"
 
@@ -52,12 +55,20 @@ func (p *Plugin) allocateControl(req *pluginapi.AllocateRequest) (*pluginapi.All
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, fmt.Errorf("emptying control directory %s: %w", dir, err)
 		}
-		// 0700: the runner (root in its container) and the agent (root on the host) only.
+		// 0700 and the runner's user's: the runner (vmv1.RunnerUID in its container) makes its
+		// sockets there, and the agent (root on the host, CAP_DAC_OVERRIDE) reaches them.
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("control directory %s (is %s mounted from the node?): %w", dir, p.o.ControlRoot, err)
 		}
+		if err := os.Chown(dir, int(vmv1.RunnerUID), int(vmv1.RunnerGID)); err != nil {
+			return nil, fmt.Errorf("control directory %s for the runner's user (the device plugin needs CAP_CHOWN): %w", dir, err)
+		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
 			Mounts: []*pluginapi.Mount{{ContainerPath: vmv1.ControlDir, HostPath: filepath.Join(hostDir, id)}},
+			// The runner opens the tap the agent made its own; it cannot create the device node
+			// (no CAP_MKNOD), so the runtime does, owned by the container's user where containerd
+			// has device_ownership_from_security_context (docs/security.md).
+			Devices: []*pluginapi.DeviceSpec{{ContainerPath: TunDevice, HostPath: TunDevice, Permissions: "rw"}},
 		})
 	}
 	return resp, nil

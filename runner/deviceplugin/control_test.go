@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -36,8 +37,11 @@ func TestControlAllocate(t *testing.T) {
 	}
 	for i, id := range []string{"control1", "control2"} {
 		cr := resp.ContainerResponses[i]
-		if len(cr.Devices) != 0 || len(cr.Envs) != 0 || len(cr.Mounts) != 1 {
-			t.Fatalf("container %d: %+v, want one mount and nothing else", i, cr)
+		if len(cr.Devices) != 1 || len(cr.Envs) != 0 || len(cr.Mounts) != 1 {
+			t.Fatalf("container %d: %+v, want one mount, the tun device and nothing else", i, cr)
+		}
+		if d := cr.Devices[0]; d.ContainerPath != "/dev/net/tun" || d.HostPath != "/dev/net/tun" || d.Permissions != "rw" {
+			t.Errorf("container %d device %+v, want /dev/net/tun read-write", i, d)
 		}
 		m := cr.Mounts[0]
 		if m.ContainerPath != vmv1.ControlDir || m.HostPath != "/var/lib/virtpod/control/"+id || m.ReadOnly {
@@ -45,7 +49,11 @@ func TestControlAllocate(t *testing.T) {
 		}
 		fi, err := os.Stat(filepath.Join(root, "seen", id))
 		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
-			t.Errorf("%s: %v, %v; want a 0700 directory", id, fi, err)
+			t.Fatalf("%s: %v, %v; want a 0700 directory", id, fi, err)
+		}
+		// The runner's user's: the runner, with no capability, makes its sockets there.
+		if st := fi.Sys().(*syscall.Stat_t); int64(st.Uid) != vmv1.RunnerUID || int64(st.Gid) != vmv1.RunnerGID {
+			t.Errorf("%s is %d:%d, want the runner's %d:%d", id, st.Uid, st.Gid, vmv1.RunnerUID, vmv1.RunnerGID)
 		}
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {

@@ -6,6 +6,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"strings"
@@ -17,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
@@ -73,9 +76,20 @@ func setup() error {
 	if err != nil {
 		return err
 	}
-	if kube, err = client.New(cfg, client.Options{Scheme: manager.Scheme()}); err != nil {
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
 		return err
 	}
+	// The tests' own client pods run in the VMs' namespaces, which enforce Pod Security
+	// restricted: they get what that level asks, unless they say otherwise.
+	kube = interceptor.NewClient(c, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+			if p, ok := o.(*corev1.Pod); ok {
+				restrict(p)
+			}
+			return c.Create(ctx, o, opts...)
+		},
+	})
 	if kubeset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
@@ -105,9 +119,27 @@ func run(args ...string) (string, error) {
 	return string(out), err
 }
 
+// restrictedLabels make a namespace enforce Pod Security restricted, as every namespace the tests
+// run VMs in does: runner pods need no more (docs/security.md).
+var restrictedLabels = map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
+
+// restrict gives a test's client pod what Pod Security restricted asks, where it set nothing.
+func restrict(p *corev1.Pod) {
+	if p.Spec.SecurityContext == nil {
+		nobody := int64(65534)
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: &nobody, RunAsGroup: &nobody, FSGroup: &nobody,
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	}
+	for i := range p.Spec.Containers {
+		if c := &p.Spec.Containers[i]; c.SecurityContext == nil {
+			c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+		}
+	}
+}
+
 func namespace(t testing.TB) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-", Labels: maps.Clone(restrictedLabels)}}
 	if err := kube.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}

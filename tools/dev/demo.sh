@@ -20,6 +20,9 @@ release=${1:?usage: demo.sh RELEASE_DIR}
 echo "== installing virtpod from $release (kubectl apply --server-side, images from the cluster's registry)"
 tools/dev/install-release.sh "$release"
 
+echo "== the VM's namespace enforces Pod Security restricted: runner pods need nothing more"
+k label namespace default pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest --overwrite >/dev/null
+
 echo "== applying the sample VM ($sample)"
 k apply -k $sample
 if ! k wait --for=jsonpath='{.status.phase}'=Running vm/$vm --timeout=$boot >/dev/null; then

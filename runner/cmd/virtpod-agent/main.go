@@ -1,8 +1,9 @@
 // Command virtpod-agent is virtpod's node agent, run by a DaemonSet from the runner image so it
 // probes exactly the binaries the runner will use. Every --interval it probes the node and
 // keeps the node's virtpod labels and its HypervisorNode up to date (runner/agent). It opens
-// /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe. It also carries out live
-// resizes of the node's runner pods (runner/resizeagent) and carries their live migrations'
+// /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe. It builds each runner pod's
+// guest network in the pod's namespace, which the runner, holding no capability, cannot
+// (runner/netagent), carries out live resizes of the node's runner pods (runner/resizeagent) and carries their live migrations'
 // streams to and from other nodes' agents (runner/migrationagent).
 // `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe,
 // devices.virtpod.io/kvm and devices.virtpod.io/control to the kubelet (runner/deviceplugin),
@@ -35,6 +36,7 @@ import (
 	"github.com/virtpod/virtpod/runner/deviceplugin"
 	"github.com/virtpod/virtpod/runner/kvm"
 	"github.com/virtpod/virtpod/runner/migrationagent"
+	"github.com/virtpod/virtpod/runner/netagent"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/resizeagent"
 )
@@ -157,7 +159,7 @@ func run(o options) error {
 	o.probe.AgentVersion = version
 	log.Info("virtpod-agent started", zap.String("version", version), zap.Duration("interval", o.interval))
 	fatal := make(chan error, 1)
-	if o.resize || o.migrate {
+	{
 		cfg, err := restConfig(o.kubeconfig)
 		if err != nil {
 			return err
@@ -166,6 +168,15 @@ func run(o options) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
+		// Every runner waits for it before its guest starts: without it no VM runs here, so
+		// the agent stops, and its pod restarts, rather than run on half-able.
+		nx := &netagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("network")}
+		go func() {
+			if err := nx.Run(ctx); err != nil {
+				fatal <- fmt.Errorf("pod networks: %w", err)
+				stop()
+			}
+		}()
 		if o.resize {
 			ex := &resizeagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
 			go func() {

@@ -81,7 +81,10 @@ state = %q
 %s
 [plugins.'io.containerd.cri.v1.runtime']
   # root lacks CAP_SYS_RESOURCE here: runc must not lower oom_score_adj below its own.
-  restrict_oom_score_adj = true%s
+  restrict_oom_score_adj = true
+  # A non-root container gets its devices (/dev/kvm, /dev/net/tun, Block claims) owned by its
+  # user and group, as virtpod's runner needs (docs/security.md).
+  device_ownership_from_security_context = true%s
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = 'runc'
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

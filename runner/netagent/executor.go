@@ -1,0 +1,192 @@
+// Package netagent is the node agent's part of the guest's network. The runner holds no
+// capability (Pod Security restricted), so for each runner pod on its node the agent takes the
+// pod's network namespace from the runner (pkg/nethandoff, on the pod's control directory) and
+// builds the guest's wiring there (pkg/podnetwork): what to build comes from the pod's spec,
+// which only the controller writes, and only for a pod the controller's objects name
+// (podcontrol.Authorize). It keeps no state the pods do not: after a restart it asks every
+// runner again, and a runner already plumbed says so and is left as it is.
+package netagent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podnetwork"
+	"github.com/virtpod/virtpod/runner/podcontrol"
+)
+
+// Executor plumbs the runner pods of one node.
+type Executor struct {
+	Client kubernetes.Interface
+	// Kube reads VirtualMachines and their migrations, uncached (podcontrol.Authorize).
+	Kube client.Reader
+	Node string
+	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
+	// kubelet's pod-resources socket.
+	ControlDir   string
+	PodResources string
+	Log          *zap.Logger
+
+	mu   sync.Mutex
+	pods map[types.UID]*podState
+}
+
+// podState is what the executor learnt of one pod: whether it may act for it, where its
+// control directory is, and whether it is done with it.
+type podState struct {
+	authorized bool
+	ctl        *podcontrol.Control
+	done       bool
+}
+
+// Polling for a runner's socket: fast while the runner container runs (it listens at once),
+// slower while the pod starts, and not at all for a pod that has been starting for long: its
+// container's start is a pod event that brings it back.
+const (
+	pollRunning  = 10 * time.Millisecond
+	pollStarting = 50 * time.Millisecond
+	pollFor      = 30 * time.Second
+	workers      = 4
+)
+
+// Run follows the node's runner pods until ctx ends.
+func (e *Executor) Run(ctx context.Context) error {
+	if e.Node == "" || e.Kube == nil {
+		return errors.New("network executor: no node name, or no client to read VirtualMachines")
+	}
+	if e.Log == nil {
+		e.Log = zap.NewNop()
+	}
+	e.mu.Lock()
+	e.pods = map[types.UID]*podState{}
+	e.mu.Unlock()
+	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
+		MaxDelay: 30 * time.Second, Retrying: "pod network not plumbed; retrying", Log: e.Log,
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Shutdown()
+	e.Log.Info("network executor started")
+	w.Run(ctx, workers, e.handle)
+	return nil
+}
+
+func (e *Executor) state(uid types.UID) *podState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.pods[uid]
+	if s == nil {
+		s = &podState{}
+		e.pods[uid] = s
+	}
+	return s
+}
+
+func (e *Executor) forget(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.pods, uid)
+}
+
+// handle plumbs one pod, once: it waits for the runner's socket, hands the namespace to
+// podnetwork and remembers it. A pod that ended is forgotten.
+func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || runnerEnded(pod) {
+		e.forget(pod.UID)
+		return 0, nil
+	}
+	s := e.state(pod.UID)
+	if s.done {
+		return 0, nil
+	}
+	req, ok, err := podnetwork.RequestFor(pod)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		s.done = true // no network to build
+		return 0, nil
+	}
+	log := e.Log.With(zap.String("pod", pod.Namespace+"/"+pod.Name))
+	if !s.authorized {
+		// A VM's status names its new pod a moment after the pod exists: refusals are retried
+		// with back-off, never acted on.
+		if _, err := podcontrol.Authorize(ctx, e.Kube, pod); err != nil {
+			return 0, err
+		}
+		s.authorized = true
+	}
+	if s.ctl == nil {
+		ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+		if err != nil {
+			return e.later(pod), nil // the kubelet lists the pod once it admits it
+		}
+		s.ctl = &ctl
+	}
+	c, err := s.ctl.Dial(ctx, vmv1.NetnsSocketName)
+	if errors.Is(err, os.ErrNotExist) {
+		return e.later(pod), nil // the runner is not listening yet
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	start := time.Now()
+	ns, built, err := podnetwork.Handle(c.(*net.UnixConn), req)
+	if err != nil {
+		// The runner was told, and fails the VM with it; nothing to retry in this pod.
+		log.Error("pod network not plumbed", zap.Stringer("request", req), zap.Error(err))
+		s.done = true
+		return 0, nil
+	}
+	ns.Close()
+	s.done = true
+	if built {
+		log.Info("pod network plumbed", zap.Stringer("request", req), zap.Duration("took", time.Since(start)))
+	} else {
+		log.Info("pod network found plumbed", zap.Stringer("request", req))
+	}
+	return 0, nil
+}
+
+// later is when to look for the runner's socket again, or 0 to wait for the pod's next event.
+func (e *Executor) later(pod *corev1.Pod) time.Duration {
+	if runnerRunning(pod) {
+		return pollRunning
+	}
+	if time.Since(pod.CreationTimestamp.Time) < pollFor {
+		return pollStarting
+	}
+	return 0
+}
+
+func runnerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == vmv1.RunnerContainer {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+func runnerRunning(pod *corev1.Pod) bool {
+	cs := runnerStatus(pod)
+	return cs != nil && cs.State.Running != nil
+}
+
+func runnerEnded(pod *corev1.Pod) bool {
+	cs := runnerStatus(pod)
+	return cs != nil && cs.State.Terminated != nil
+}
