@@ -49,6 +49,14 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(r.stdout.String(), "ip="+ns.podIP) {
 		t.Fatalf("guest did not get the pod IP from ip=: %s", tail(r.stdout.String(), 5))
 	}
+	// A node agent restarted while the guest runs asks again: the runner says its network is
+	// plumbed, nothing is rebuilt, and the guest still answers at the pod IP.
+	if built, err := r.agentAgain(t); err != nil || built {
+		t.Fatalf("a restarted agent's handoff: built %v, %v; want nothing rebuilt", built, err)
+	}
+	if _, err := httpGet(ctx, "http://"+ns.podIP+"/"); err != nil {
+		t.Fatalf("guest HTTP after the agent's restart: %v", err)
+	}
 
 	// The runner is the runner pod's user with no capability at all (the node agent plumbed the
 	// namespace), and QEMU, its child, the same.

@@ -488,6 +488,23 @@ func (r *runnerProc) runAgent(req podnetwork.Request) {
 	}
 }
 
+// agentAgain is a restarted node agent's handoff: whether it built anything.
+func (r *runnerProc) agentAgain(t testing.TB) (bool, error) {
+	t.Helper()
+	sock := filepath.Join(filepath.Dir(r.control), vmv1.NetnsSocketName)
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Net: "unix", Name: sock})
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	req, _ := agentRequest(t, nil)
+	ns, built, err := podnetwork.Handle(c, req)
+	if ns != nil {
+		ns.Close()
+	}
+	return built, err
+}
+
 // netns is the pod namespace the test's agent plumbed, once it has.
 func (r *runnerProc) netns() *os.File {
 	for range 100 {

@@ -192,7 +192,9 @@ func startingReason(pod *corev1.Pod) (string, string) {
 			return vmv1.ReasonStarting, "runner container is waiting: " + msg
 		}
 		if cs.State.Running != nil {
-			return vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"
+			return vmv1.ReasonGuestBooting, fmt.Sprintf("the runner is up and the guest is booting; the guest starts once the node agent "+
+				"(virtpod-agent on node %s) has plumbed the pod network, so a VM that stays here waits for that agent: "+
+				"kubectl -n virtpod-system get pods -l app.kubernetes.io/name=virtpod-agent --field-selector spec.nodeName=%s", pod.Spec.NodeName, pod.Spec.NodeName)
 		}
 	}
 	msg := fmt.Sprintf("runner pod is starting on node %s", pod.Spec.NodeName)

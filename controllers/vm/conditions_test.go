@@ -43,6 +43,11 @@ func pod(state ...func(*corev1.Pod)) *corev1.Pod {
 }
 
 func onNode(p *corev1.Pod) { p.Spec.NodeName = "node-a" }
+
+// booting is Ready's message while the runner waits for its node agent or the guest boots.
+const booting = "the runner is up and the guest is booting; the guest starts once the node agent (virtpod-agent on node node-a) has plumbed " +
+	"the pod network, so a VM that stays here waits for that agent: " +
+	"kubectl -n virtpod-system get pods -l app.kubernetes.io/name=virtpod-agent --field-selector spec.nodeName=node-a"
 func deleting(p *corev1.Pod) {
 	p.DeletionTimestamp = ptr.To(metav1.Now())
 }
@@ -123,13 +128,13 @@ func TestScheduledAndReady(t *testing.T) {
 			ready:     want{"False", vmv1.ReasonStarting, `runner container is waiting: ImagePullBackOff: Back-off pulling image "r:1"`}},
 		{name: "guest booting", f: facts{pod: pod(onNode, runnerUp)}, phase: vmv1.PhaseStarting,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
-			ready:     want{"False", vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"}},
+			ready:     want{"False", vmv1.ReasonGuestBooting, booting}},
 		{name: "running", f: facts{pod: pod(onNode, runnerUp, ready)}, phase: vmv1.PhaseRunning,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running"}},
 		{name: "probed guest booting", f: facts{pod: pod(onNode, probed, runnerUp)}, phase: vmv1.PhaseStarting,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
-			ready:     want{"False", vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"}},
+			ready:     want{"False", vmv1.ReasonGuestBooting, booting}},
 		{name: "probed guest running, probe not passed", f: facts{pod: pod(onNode, probed, guestUp)}, phase: vmv1.PhaseRunning,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready: want{"False", vmv1.ReasonGuestNotReady, "the guest is running but has not passed its readiness probe (HTTP GET of /healthz on port 8080); " +
@@ -142,7 +147,7 @@ func TestScheduledAndReady(t *testing.T) {
 			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running"}},
 		{name: "started without a startup probe says nothing of the guest", f: facts{pod: pod(onNode, guestUp)}, phase: vmv1.PhaseStarting,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
-			ready:     want{"False", vmv1.ReasonGuestBooting, "the runner is up and the guest is booting"}},
+			ready:     want{"False", vmv1.ReasonGuestBooting, booting}},
 		{name: "node lost while running", f: facts{pod: pod(onNode, runnerUp, ready), lost: lost}, phase: vmv1.PhaseRunning,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"False", vmv1.ReasonNodeNotReady, lost.message}},

@@ -73,4 +73,3 @@ func Serve(ctx context.Context, ifname string, l Lease, answered func(req, resp 
 	}
 	return nil
 }
-

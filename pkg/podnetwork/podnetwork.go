@@ -128,7 +128,7 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 		return nil, fmt.Errorf("network mode %q: want %s or %s", r.Mode, runnerconfig.NetworkPod, runnerconfig.NetworkMasquerade)
 	}
 	// The guest may speak only as itself (docs/security.md).
-	if err := spoofguard.Install(pl.Tap, pl.GuestMAC, pl.Guest.Addr.IP, relay); err != nil {
+	if err := spoofguard.Install(pl.Tap, pl.GuestMAC, pl.Guest.Addr.IP, pl.BridgeMAC, relay); err != nil {
 		return nil, err
 	}
 	return pl, nil

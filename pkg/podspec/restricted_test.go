@@ -17,14 +17,21 @@ import (
 // a resizable guest and a live migration's target.
 func runnerPodShapes() map[string]*corev1.Pod {
 	shapes := map[string]func(*vmv1.VirtualMachine, *podspec.Options){
-		"kernel boot":      func(*vmv1.VirtualMachine, *podspec.Options) {},
-		"emulated":         func(vm *vmv1.VirtualMachine, _ *podspec.Options) { vm.Spec.Acceleration = vmv1.AccelerationEmulated },
-		"firmware UEFI":    func(vm *vmv1.VirtualMachine, _ *podspec.Options) { vm.Spec.Guest.KernelImage, vm.Spec.Guest.Firmware = "", "UEFI" },
-		"every disk":       func(vm *vmv1.VirtualMachine, o *podspec.Options) { withDisks(vm); o.Claims = claims() },
-		"masquerade":       func(vm *vmv1.VirtualMachine, _ *podspec.Options) { vm.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade },
-		"copied images":    func(vm *vmv1.VirtualMachine, o *podspec.Options) { withDisks(vm); o.Claims, o.CopyImages = claims(), true },
-		"cloud-init":       func(vm *vmv1.VirtualMachine, _ *podspec.Options) { vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "ud"}} },
-		"resizable":        func(vm *vmv1.VirtualMachine, _ *podspec.Options) { vm.Spec.Guest.MaxCPUs = ptr.To[int32](4) },
+		"kernel boot": func(*vmv1.VirtualMachine, *podspec.Options) {},
+		"emulated":    func(vm *vmv1.VirtualMachine, _ *podspec.Options) { vm.Spec.Acceleration = vmv1.AccelerationEmulated },
+		"firmware UEFI": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
+			vm.Spec.Guest.KernelImage, vm.Spec.Guest.Firmware = "", "UEFI"
+		},
+		"every disk": func(vm *vmv1.VirtualMachine, o *podspec.Options) { withDisks(vm); o.Claims = claims() },
+		"masquerade": func(vm *vmv1.VirtualMachine, _ *podspec.Options) { vm.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade },
+		"copied images": func(vm *vmv1.VirtualMachine, o *podspec.Options) {
+			withDisks(vm)
+			o.Claims, o.CopyImages = claims(), true
+		},
+		"cloud-init": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
+			vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "ud"}}
+		},
+		"resizable": func(vm *vmv1.VirtualMachine, _ *podspec.Options) { vm.Spec.Guest.MaxCPUs = ptr.To[int32](4) },
 		"root block claim": func(vm *vmv1.VirtualMachine, o *podspec.Options) {
 			vm.Spec.Guest.RootDisk = vmv1.RootDisk{PersistentVolumeClaim: &vmv1.RootDiskClaim{ClaimName: "web-root-dev"}}
 			o.Claims = claims()

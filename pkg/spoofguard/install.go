@@ -17,10 +17,11 @@ const Table = "virtpod-guard"
 const chainName = "guest-ingress"
 
 // Install adds the guard to the tap in the current network namespace, replacing an earlier
-// one (a runner restarted in the same pod), with relay's rule before it when relay is not nil.
-// It needs CAP_NET_ADMIN, which the runner has.
-func Install(tap string, mac net.HardwareAddr, ip net.IP, relay *Relay) error {
-	rules, err := Rules(mac, ip)
+// one (an agent plumbing the pod again), with relay's rule before it when relay is not nil;
+// bridge is the bridge's MAC, to which the guest's DHCP is turned. It needs CAP_NET_ADMIN in
+// the namespace: the node agent's.
+func Install(tap string, mac net.HardwareAddr, ip net.IP, bridge net.HardwareAddr, relay *Relay) error {
+	rules, err := Rules(mac, ip, bridge)
 	if err != nil {
 		return err
 	}

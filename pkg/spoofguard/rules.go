@@ -1,8 +1,8 @@
 // Package spoofguard keeps a guest on the pod network speaking only as itself: a netdev ingress
 // filter on the guest's tap passes frames from the guest's own MAC carrying the pod's IPv4
-// address (plus ARP probes, which must come from 0.0.0.0), drops the guest's DHCP (the runner
-// answers it on the tap) uncounted, and counts and drops everything else before it reaches the
-// bridge and the pod network.
+// address (plus ARP probes, which must come from 0.0.0.0), turns the guest's DHCP to the bridge
+// itself (the runner answers it there; it never reaches the pod network), and counts and drops
+// everything else before it reaches the bridge and the pod network.
 //
 // Before the guard, an optional relay rule (RelayRules) steers the guest's replies to the
 // runner's link-local relay address to the bridge itself, so the pod's namespace receives them
@@ -130,16 +130,21 @@ var (
 )
 
 // Rules are the tap's ingress rules for a guest with this MAC and IPv4 address, evaluated in
-// order; the last drops whatever no earlier rule accepted.
-func Rules(mac net.HardwareAddr, ip net.IP) ([]Rule, error) {
+// order; the last drops whatever no earlier rule accepted. bridge is the bridge's own MAC, to
+// which the guest's DHCP is turned.
+func Rules(mac net.HardwareAddr, ip net.IP, bridge net.HardwareAddr) ([]Rule, error) {
 	if len(mac) != 6 {
 		return nil, fmt.Errorf("guest MAC %q is not a 48-bit Ethernet address", mac)
+	}
+	if len(bridge) != 6 {
+		return nil, fmt.Errorf("bridge MAC %q is not a 48-bit Ethernet address", bridge)
 	}
 	ip4 := ip.To4()
 	if ip4 == nil || ip4.Equal(net.IPv4zero) {
 		return nil, fmt.Errorf("guest address %q is not a usable IPv4 address", ip)
 	}
 	m, a := []byte(mac), []byte(ip4)
+	toBridge := &Set{Field: EtherDaddr, Value: []byte(bridge)}
 	isARP := Match{EtherType, true, etherTypeARP}
 	isIPv4 := Match{EtherType, true, etherTypeIPv4}
 	return []Rule{
@@ -149,11 +154,12 @@ func Rules(mac net.HardwareAddr, ip net.IP) ([]Rule, error) {
 		// An ARP probe (RFC 5227) asks about an address before using it, from 0.0.0.0.
 		{Matches: []Match{isARP, {ARPSpa, true, ipAny}}, Verdict: Accept},
 		{Matches: []Match{isARP}, Counter: CounterARP, Verdict: Drop},
-		// DHCP is answered on the tap by the runner, whose packet socket sees the guest's frames
-		// before this hook: past it they would only leak to the pod network. Not spoofing, so not
-		// counted: discovery comes from 0.0.0.0, renewals from the pod IP.
-		{Matches: []Match{isIPv4, {IPSaddr, true, ipAny}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Verdict: Drop},
-		{Matches: []Match{isIPv4, {IPSaddr, true, a}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Verdict: Drop},
+		// DHCP is answered by the runner on a socket bound to the bridge: its broadcasts get the
+		// bridge's MAC, so the bridge hands them to the pod's namespace alone and never floods
+		// them to the pod network. Not spoofing: discovery comes from 0.0.0.0, renewals from the
+		// pod IP.
+		{Matches: []Match{isIPv4, {IPSaddr, true, ipAny}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Set: toBridge, Verdict: Accept},
+		{Matches: []Match{isIPv4, {IPSaddr, true, a}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Set: toBridge, Verdict: Accept},
 		{Matches: []Match{isIPv4, {IPSaddr, true, a}}, Verdict: Accept},
 		{Matches: []Match{isIPv4}, Counter: CounterIP, Verdict: Drop},
 		{Counter: CounterOther, Verdict: Drop},

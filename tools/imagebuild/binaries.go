@@ -45,9 +45,10 @@ func goBinary(flag, prebuilt, pkg, dir string) (string, error) {
 // controller runs as.
 const (
 	passwd = "root:x:0:0:root:/root:/sbin/nologin\n" +
+		"virtpod-runner:x:107:107:virtpod runner:/nonexistent:/sbin/nologin\n" +
 		"nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n" +
 		"nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"
-	group = "root:x:0:\nnonroot:x:65532:\nnobody:x:65534:\n"
+	group = "root:x:0:\nvirtpod-runner:x:107:\nnonroot:x:65532:\nnobody:x:65534:\n"
 )
 
 // baseLayer is the same in every image that has one, so containerd stores it once.
