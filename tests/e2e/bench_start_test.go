@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,6 +44,9 @@ var stages = []string{
 type timeline struct {
 	applied, podAdded, scheduled, mounted, sandbox, running time.Time
 	logs                                                    [4]time.Time // first line, starting qemu, guest started, marker
+	// agentWait is how long the runner waited for the node agent to plumb the pod network
+	// (its log's "waited"), a part of the "runner" stage.
+	agentWait time.Duration
 }
 
 func (t timeline) points() []time.Time {
@@ -131,13 +135,13 @@ func (tr *tracker) waitReady(b *testing.B, ns string, vms []string, timeout time
 			if done {
 				continue
 			}
-			logs, ok := runnerLogTimes(ns, podspec.PodName(vm))
+			logs, wait, ok := runnerLogTimes(ns, podspec.PodName(vm))
 			if !ok {
 				pending++
 				continue
 			}
 			tr.mu.Lock()
-			tr.get(vm).logs = logs
+			tr.get(vm).logs, tr.get(vm).agentWait = logs, wait
 			tr.mu.Unlock()
 		}
 		if pending > 0 {
@@ -159,11 +163,12 @@ func (tr *tracker) waitReady(b *testing.B, ns string, vms []string, timeout time
 }
 
 // runnerLogTimes returns the kubelet's timestamps of the runner's first log line, its "starting
-// qemu" and "guest started" lines and the guest's marker; ok once all are there.
-func runnerLogTimes(ns, pod string) (out [4]time.Time, ok bool) {
+// qemu" and "guest started" lines and the guest's marker, and how long it waited for the node
+// agent's plumbing; ok once all are there.
+func runnerLogTimes(ns, pod string) (out [4]time.Time, agentWait time.Duration, ok bool) {
 	raw, err := kubeset.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Timestamps: true}).Do(context.Background()).Raw()
 	if err != nil {
-		return out, false
+		return out, 0, false
 	}
 	sc := bufio.NewScanner(strings.NewReader(string(raw)))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -181,9 +186,14 @@ func runnerLogTimes(ns, pod string) (out [4]time.Time, ok bool) {
 			setOnce(&out[2], at)
 		case strings.Contains(line, marker):
 			setOnce(&out[3], at)
+		case strings.Contains(line, `"pod network plumbed by the node agent"`):
+			var l struct{ Waited float64 }
+			if json.Unmarshal([]byte(line), &l) == nil {
+				agentWait = time.Duration(l.Waited * float64(time.Second))
+			}
 		}
 	}
-	return out, !out[3].IsZero() && !out[2].IsZero() && !out[1].IsZero()
+	return out, agentWait, !out[3].IsZero() && !out[2].IsZero() && !out[1].IsZero()
 }
 
 // report prints p50/p95/max of apply -> Running, apply -> ready and each stage.
@@ -191,13 +201,14 @@ func (tr *tracker) report(b *testing.B, ns, label string, vms []string) {
 	kubeletLog, containerdLog := nodeLogs(b)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	var toRunning, toReady, runningLag []time.Duration
+	var toRunning, toReady, runningLag, agentWait []time.Duration
 	per := make([][]time.Duration, len(stages))
 	for _, vm := range vms {
 		tl := tr.get(vm)
 		tl.mounted, tl.sandbox = nodeTimes(kubeletLog, containerdLog, ns, podspec.PodName(vm))
 		toRunning = append(toRunning, tl.running.Sub(tl.applied))
 		runningLag = append(runningLag, tl.running.Sub(tl.logs[2]))
+		agentWait = append(agentWait, tl.agentWait)
 		toReady = append(toReady, tl.logs[3].Sub(tl.applied))
 		p := tl.points()
 		for i := range stages {
@@ -214,6 +225,9 @@ func (tr *tracker) report(b *testing.B, ns, label string, vms []string) {
 	row("apply -> guest ready", toReady)
 	for i, s := range stages {
 		row("  "+s, per[i])
+		if s == "runner" {
+			row("    of which node agent", agentWait)
+		}
 	}
 	row("guest started -> Running", runningLag)
 	b.Log(sb.String())
@@ -224,6 +238,8 @@ func (tr *tracker) report(b *testing.B, ns, label string, vms []string) {
 	b.ReportMetric(mx.Seconds(), "s-max-ready-"+metric)
 	p50, _, _ = quantiles(toRunning)
 	b.ReportMetric(p50.Seconds(), "s-p50-running-"+metric)
+	p50, _, _ = quantiles(agentWait)
+	b.ReportMetric(p50.Seconds(), "s-p50-agent-"+metric)
 }
 
 // nodeLogs reads the local cluster's kubelet and containerd logs (localcluster keeps them beside
