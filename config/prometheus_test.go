@@ -46,7 +46,7 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 }
 func (r *recorder) Unregister(prometheus.Collector) bool { return false }
 
-// exported are the names of every metric virtpod's controller and runner register.
+// exported are the names of every metric virtpod's controller and node agent register.
 func exported(t *testing.T) []string {
 	t.Helper()
 	rec := &recorder{}
@@ -67,9 +67,9 @@ func exported(t *testing.T) []string {
 		}
 		names = append(names, m[1])
 	}
-	// The runner's only metric is a constant description in package runner (runner/status.go),
-	// which this package cannot import without the runner's dependencies: read it from the source.
-	src, err := os.ReadFile("../runner/status.go")
+	// The node agent's only metric is a constant description in package netagent, which this
+	// package cannot import without the node side's dependencies: read it from the source.
+	src, err := os.ReadFile("../runner/netagent/executor.go")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,11 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,11 +45,14 @@ type Executor struct {
 }
 
 // podState is what the executor learnt of one pod: whether it may act for it, where its
-// control directory is, and whether it is done with it.
+// control directory is, whether it is done with it and, once plumbed, its network namespace,
+// where the spoof guard's counters are read (Collect).
 type podState struct {
 	authorized bool
 	ctl        *podcontrol.Control
 	done       bool
+	pod        string // namespace/name
+	ns         *os.File
 }
 
 // Polling for a runner's socket: fast while the runner container runs (it listens at once),
@@ -68,9 +73,6 @@ func (e *Executor) Run(ctx context.Context) error {
 	if e.Log == nil {
 		e.Log = zap.NewNop()
 	}
-	e.mu.Lock()
-	e.pods = map[types.UID]*podState{}
-	e.mu.Unlock()
 	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
 		MaxDelay: 30 * time.Second, Retrying: "pod network not plumbed; retrying", Log: e.Log,
 	})
@@ -80,12 +82,23 @@ func (e *Executor) Run(ctx context.Context) error {
 	defer w.Shutdown()
 	e.Log.Info("network executor started")
 	w.Run(ctx, workers, e.handle)
+	e.mu.Lock()
+	for _, s := range e.pods {
+		if s.ns != nil {
+			s.ns.Close()
+		}
+	}
+	e.pods = nil
+	e.mu.Unlock()
 	return nil
 }
 
 func (e *Executor) state(uid types.UID) *podState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.pods == nil {
+		e.pods = map[types.UID]*podState{}
+	}
 	s := e.pods[uid]
 	if s == nil {
 		s = &podState{}
@@ -97,6 +110,9 @@ func (e *Executor) state(uid types.UID) *podState {
 func (e *Executor) forget(uid types.UID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if s := e.pods[uid]; s != nil && s.ns != nil {
+		s.ns.Close()
+	}
 	delete(e.pods, uid)
 }
 
@@ -151,8 +167,9 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 		s.done = true
 		return 0, nil
 	}
-	ns.Close()
-	s.done = true
+	e.mu.Lock()
+	s.done, s.pod, s.ns = true, pod.Namespace+"/"+pod.Name, ns
+	e.mu.Unlock()
 	if built {
 		log.Info("pod network plumbed", zap.Stringer("request", req), zap.Duration("took", time.Since(start)))
 	} else {
@@ -189,4 +206,32 @@ func runnerRunning(pod *corev1.Pod) bool {
 func runnerEnded(pod *corev1.Pod) bool {
 	cs := runnerStatus(pod)
 	return cs != nil && cs.State.Terminated != nil
+}
+
+var droppedDesc = prometheus.NewDesc("virtpod_agent_spoofed_frames_dropped_total",
+	"Frames a guest on this node sent with a source other than its own MAC and address, dropped on its tap, by runner pod and counter (mac, arp, ip, other).",
+	[]string{"namespace", "pod", "counter"}, nil)
+
+// Describe and Collect make the executor a Prometheus collector of the spoof guards' counters,
+// read from the kernel at scrape time in each plumbed pod's namespace.
+func (e *Executor) Describe(ch chan<- *prometheus.Desc) { ch <- droppedDesc }
+
+// Collect reads every plumbed pod's counters. It holds the lock throughout, so no namespace
+// descriptor is closed (a pod forgotten) while it is read.
+func (e *Executor) Collect(ch chan<- prometheus.Metric) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.pods {
+		if s.ns == nil {
+			continue
+		}
+		m, err := podnetwork.Dropped(int(s.ns.Fd()))
+		if err != nil {
+			continue // a pod going away; its counters go with it
+		}
+		ns, name, _ := strings.Cut(s.pod, "/")
+		for counter, v := range m {
+			ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(v), ns, name, counter)
+		}
+	}
 }

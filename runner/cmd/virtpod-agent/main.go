@@ -16,11 +16,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,6 +63,8 @@ type options struct {
 	migrationListen string
 	podIP           string
 	namespace       string
+	// metricsAddr serves /metrics (the spoof guards' counters); "" serves none.
+	metricsAddr string
 }
 
 type pluginOptions struct {
@@ -109,6 +114,7 @@ func newCommand() *cobra.Command {
 	root.Flags().BoolVar(&o.migrate, "migration", true, "carry live migrations' streams between this node's runner pods and other nodes' agents (mutual TLS)")
 	root.Flags().StringVar(&o.migrationListen, "migration-listen", fmt.Sprintf(":%d", migrationagent.DefaultPort), "where to take migration streams from other nodes' agents")
 	root.Flags().StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this agent pod's IP, where other agents send streams (env POD_IP, from the downward API's status.podIP)")
+	root.Flags().StringVar(&o.metricsAddr, "metrics-addr", ":9441", "where to serve /metrics: the runner pods' spoof guard counters (empty: nowhere)")
 	root.Flags().StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "virtpod-system"), "the agents' namespace, which holds Secret "+migrationagent.SecretName+" (env POD_NAMESPACE)")
 
 	var po pluginOptions
@@ -177,6 +183,17 @@ func run(o options) error {
 				stop()
 			}
 		}()
+		if o.metricsAddr != "" {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(nx)
+			srv := &http.Server{Addr: o.metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+			go func() {
+				if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("metrics endpoint stopped", zap.String("addr", o.metricsAddr), zap.Error(err))
+				}
+			}()
+			defer srv.Close()
+		}
 		if o.resize {
 			ex := &resizeagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
 			go func() {
