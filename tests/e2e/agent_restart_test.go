@@ -21,7 +21,9 @@ import (
 // rollout or a crash replaces them, after what the agent publishes was removed: the new pods
 // bring back the node labels and a fresh HypervisorNode with the host's own KVM verdict (which
 // the agent gets only through the new device plugin's kvm-probe device), both resources are in
-// the node's capacity again, and a VM running meanwhile is not restarted.
+// the node's capacity again, a VM running meanwhile is not restarted and still answers at its IP
+// (the new agent finds its network plumbed), and a VM created while the agent is away starts once
+// the new agent has plumbed its pod's network.
 func TestAgentRestart(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -56,6 +58,11 @@ func TestAgentRestart(t *testing.T) {
 		if err := kube.Delete(ctx, &p); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A VM created while the agent is away: its runner waits for the new agent to plumb its
+	// pod network, then boots.
+	if err := kube.Create(ctx, newVM(ns, "late")); err != nil {
+		t.Fatal(err)
 	}
 
 	eventually(t, "new agent and device-plugin pods", 3*time.Minute, func() error {
@@ -109,5 +116,13 @@ func TestAgentRestart(t *testing.T) {
 		if cs.RestartCount != 0 {
 			t.Fatalf("container %s restarted %d times", cs.Name, cs.RestartCount)
 		}
+	}
+	// Its network too: the new agent found it plumbed and changed nothing.
+	if err := contains(fetchFrom(t, ns, after.Status.PodIP, 80), "virtpod guest steady"); err != nil {
+		t.Fatalf("the guest after the agent's restart: %v", err)
+	}
+	waitRunning(t, ns, "late", 0)
+	if err := contains(podLogs(ns, podspec.PodName("late")), `"pod network plumbed by the node agent"`); err != nil {
+		t.Fatalf("the VM created while the agent was away: %v", err)
 	}
 }

@@ -41,6 +41,26 @@ func runningPod(t *testing.T, ctx context.Context, name string) corev1.Pod {
 	return pod
 }
 
+// agentOn is the Running virtpod-agent pod on node.
+func agentOn(t *testing.T, ctx context.Context, node string) corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	eventually(t, "virtpod-agent Running on "+node, 3*time.Minute, func() error {
+		pods := &corev1.PodList{}
+		if err := kube.List(ctx, pods, client.InNamespace("virtpod-system"), client.MatchingLabels{"app.kubernetes.io/name": "virtpod-agent"}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				pod = p
+				return nil
+			}
+		}
+		return fmt.Errorf("no Running agent on %s among %d", node, len(pods.Items))
+	})
+	return pod
+}
+
 // TestNodeAgent: the device-plugin and agent DaemonSets from config/default run unprivileged
 // on the node; the agent gets /dev/kvm through devices.virtpod.io/kvm-probe and so reports the
 // host's own KVM verdict (kvm_pvm here, so KVM unusable, the reason `virtpod-agent probe` gives

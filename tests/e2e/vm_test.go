@@ -96,6 +96,12 @@ func TestVMLifecycle(t *testing.T) {
 	if err := contains(got, "virtpod guest web"); err != nil {
 		t.Fatal(err)
 	}
+	// The node agent that plumbed the pod network serves its spoof guard's counters.
+	agent := agentOn(t, ctx, vm.Status.Node)
+	metrics := fetchPathFrom(t, ns, "metrics", agent.Status.PodIP, 9441, "/metrics")
+	if err := contains(metrics, fmt.Sprintf(`virtpod_agent_spoofed_frames_dropped_total{counter="ip",namespace=%q,pod=%q}`, ns, pod)); err != nil {
+		t.Errorf("the node agent's metrics: %v", err)
+	}
 
 	// Kill the hypervisor: the runner reports it, the controller restarts the guest.
 	qemu := findQEMU(t, "web")
@@ -138,10 +144,16 @@ func TestProviderBinaryMissing(t *testing.T) {
 // does not resolve.)
 func fetchFrom(t *testing.T, ns, ip string, port int) string {
 	t.Helper()
+	return fetchPathFrom(t, ns, "client", ip, port, "/")
+}
+
+// fetchPathFrom is fetchFrom for another path, from a pod of another name.
+func fetchPathFrom(t *testing.T, ns, name, ip string, port int, path string) string {
+	t.Helper()
 	return runPod(t, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
-			Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, ip, port)}}}},
+			Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, path, ip, port)}}}},
 	})
 }
 
