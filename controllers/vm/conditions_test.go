@@ -48,6 +48,7 @@ func onNode(p *corev1.Pod) { p.Spec.NodeName = "node-a" }
 const booting = "the runner is up and the guest is booting; the guest starts once the node agent (virtpod-agent on node node-a) has plumbed " +
 	"the pod network, so a VM that stays here waits for that agent: " +
 	"kubectl -n virtpod-system get pods -l app.kubernetes.io/name=virtpod-agent --field-selector spec.nodeName=node-a"
+
 func deleting(p *corev1.Pod) {
 	p.DeletionTimestamp = ptr.To(metav1.Now())
 }

@@ -59,6 +59,12 @@ func Listen(path string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the runner's network namespace: %w", err)
 	}
+	return ListenWith(path, ns)
+}
+
+// ListenWith is Listen handing over ns, which the server closes: for a test standing in for a
+// runner whose pod namespace is not its own.
+func ListenWith(path string, ns *os.File) (*Server, error) {
 	_ = os.Remove(path)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Net: "unix", Name: path})
 	if err != nil {
