@@ -30,13 +30,14 @@ func TestSecurityAdmission(t *testing.T) {
 	})
 
 	// The VMs' namespaces enforce Pod Security restricted, and every VM of these tests runs there;
-	// what a runner pod used to need (a privileged pod, say) is refused there.
-	priv := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "privileged"}, Spec: corev1.PodSpec{
-		SecurityContext: &corev1.PodSecurityContext{},
+	// what a runner pod used to need (root with NET_ADMIN, NET_RAW and MKNOD) is refused there.
+	// (A privileged pod the local cluster's --allow-privileged=false refuses before Pod Security.)
+	root := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "net-admin"}, Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)},
 		Containers: []corev1.Container{{Name: "c", Image: "localhost/virtpod/toolbox:dev",
-			SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}}
-	err := kube.Create(context.Background(), priv)
+			SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "NET_RAW", "MKNOD"}}}}}}}
+	err := kube.Create(context.Background(), root)
 	if err == nil || !strings.Contains(err.Error(), `violates PodSecurity "restricted`) {
-		t.Errorf("a privileged pod in a VM namespace: %v, want Pod Security restricted's refusal", err)
+		t.Errorf("a root pod with the runner's old capabilities in a VM namespace: %v, want Pod Security restricted's refusal", err)
 	}
 }

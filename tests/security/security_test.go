@@ -261,7 +261,7 @@ func contains(caps []corev1.Capability, want string) bool {
 }
 
 // TestMigrationPortOnlyFromAgents: the release lets only the agents' own pods reach their
-// migration port, and nothing else reach them at all.
+// migration port, anyone their metrics port (read-only counters), and nothing else reach them.
 func TestMigrationPortOnlyFromAgents(t *testing.T) {
 	var agentLabels map[string]string
 	for _, doc := range documents(t)["DaemonSet"] {
@@ -287,8 +287,11 @@ func TestMigrationPortOnlyFromAgents(t *testing.T) {
 			continue
 		}
 		found = true
-		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || len(np.Spec.Ingress) != 1 {
-			t.Fatalf("NetworkPolicy %s: want one ingress rule, Ingress enforced: %+v", np.Name, np.Spec)
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || len(np.Spec.Ingress) != 2 {
+			t.Fatalf("NetworkPolicy %s: want two ingress rules (migration, metrics), Ingress enforced: %+v", np.Name, np.Spec)
+		}
+		if m := np.Spec.Ingress[1]; len(m.From) != 0 || len(m.Ports) != 1 || m.Ports[0].Port == nil || m.Ports[0].Port.IntValue() != 9441 {
+			t.Errorf("NetworkPolicy %s: second rule %+v, want port 9441 (metrics) alone", np.Name, m)
 		}
 		rule := np.Spec.Ingress[0]
 		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.IntValue() != 9440 {
