@@ -60,7 +60,7 @@ type podState struct {
 // container's start is a pod event that brings it back.
 const (
 	pollRunning  = 10 * time.Millisecond
-	pollStarting = 50 * time.Millisecond
+	pollStarting = 20 * time.Millisecond
 	pollFor      = 30 * time.Second
 	workers      = 4
 )
@@ -136,14 +136,9 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 		return 0, nil
 	}
 	log := e.Log.With(zap.String("pod", pod.Namespace+"/"+pod.Name))
-	if !s.authorized {
-		// A VM's status names its new pod a moment after the pod exists: refusals are retried
-		// with back-off, never acted on.
-		if _, err := podcontrol.Authorize(ctx, e.Kube, pod); err != nil {
-			return 0, err
-		}
-		s.authorized = true
-	}
+	// Local checks first (the kubelet's device, the runner's socket), the API's last: by the
+	// time a runner listens, the controller has long named its pod in the VM's status, so
+	// authorizing then is neither refused for being early nor asked again and again.
 	if s.ctl == nil {
 		ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
 		if err != nil {
@@ -151,10 +146,18 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 		}
 		s.ctl = &ctl
 	}
-	c, err := s.ctl.Dial(ctx, vmv1.NetnsSocketName)
-	if errors.Is(err, os.ErrNotExist) {
+	if !s.ctl.IsSocket(vmv1.NetnsSocketName) {
 		return e.later(pod), nil // the runner is not listening yet
 	}
+	if !s.authorized {
+		// A pod the controller's objects do not name is refused, logged and retried with
+		// back-off (a VM's status may name its new pod a moment late), never acted on.
+		if _, err := podcontrol.Authorize(ctx, e.Kube, pod); err != nil {
+			return 0, err
+		}
+		s.authorized = true
+	}
+	c, err := s.ctl.Dial(ctx, vmv1.NetnsSocketName)
 	if err != nil {
 		return 0, err
 	}
