@@ -42,6 +42,12 @@ type Executor struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
+
+	// The kubelet's pod-resources answer, shared by every starting pod and asked at most every
+	// devicesEvery: the kubelet rate-limits that API (100 requests a second, node-wide).
+	devMu   sync.Mutex
+	devAt   time.Time
+	devices podcontrol.PodDevices
 }
 
 // podState is what the executor learnt of one pod: whether it may act for it, where its
@@ -63,6 +69,7 @@ const (
 	pollStarting = 20 * time.Millisecond
 	pollFor      = 30 * time.Second
 	workers      = 4
+	devicesEvery = 50 * time.Millisecond
 )
 
 // Run follows the node's runner pods until ctx ends.
@@ -140,11 +147,11 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 	// time a runner listens, the controller has long named its pod in the VM's status, so
 	// authorizing then is neither refused for being early nor asked again and again.
 	if s.ctl == nil {
-		ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+		id, err := e.device(ctx, pod)
 		if err != nil {
 			return e.later(pod), nil // the kubelet lists the pod once it admits it
 		}
-		s.ctl = &ctl
+		s.ctl = &podcontrol.Control{Root: e.ControlDir, Device: id}
 	}
 	if !s.ctl.IsSocket(vmv1.NetnsSocketName) {
 		return e.later(pod), nil // the runner is not listening yet
@@ -179,6 +186,21 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 		log.Info("pod network found plumbed", zap.Stringer("request", req))
 	}
 	return 0, nil
+}
+
+// device is the pod's control device from the kubelet's latest answer, asked again when that
+// is older than devicesEvery.
+func (e *Executor) device(ctx context.Context, pod *corev1.Pod) (string, error) {
+	e.devMu.Lock()
+	defer e.devMu.Unlock()
+	if e.devices == nil || time.Since(e.devAt) >= devicesEvery {
+		devs, err := podcontrol.Devices(ctx, e.PodResources)
+		if err != nil {
+			return "", err
+		}
+		e.devices, e.devAt = devs, time.Now()
+	}
+	return e.devices.Of(pod.Namespace, pod.Name)
 }
 
 // later is when to look for the runner's socket again, or 0 to wait for the pod's next event.

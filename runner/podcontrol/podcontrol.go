@@ -23,34 +23,59 @@ const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 // of pod namespace/name: the kubelet, not the pod, says which socket is whose, so a pod cannot
 // point the agent at another VM's runner.
 func Device(ctx context.Context, socket, namespace, name string) (string, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	devs, err := Devices(ctx, socket)
 	if err != nil {
 		return "", err
+	}
+	return devs.Of(namespace, name)
+}
+
+// PodDevices is the kubelet's answer for every pod: the control device of each pod's runner
+// container ("" for a listed pod without one), by namespace/name.
+type PodDevices map[string]string
+
+// Devices asks the kubelet for every pod's control device at once (the pod-resources API is
+// rate-limited: one List serves every pod it names).
+func Devices(ctx context.Context, socket string) (PodDevices, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	list, err := podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
-		return "", fmt.Errorf("the kubelet's pod-resources API (%s): %w", socket, err)
+		return nil, fmt.Errorf("the kubelet's pod-resources API (%s): %w", socket, err)
 	}
+	devs := PodDevices{}
 	for _, p := range list.GetPodResources() {
-		if p.GetNamespace() != namespace || p.GetName() != name {
-			continue
-		}
+		key := p.GetNamespace() + "/" + p.GetName()
+		devs[key] = ""
 		for _, c := range p.GetContainers() {
 			if c.GetName() != vmv1.RunnerContainer {
 				continue
 			}
 			for _, d := range c.GetDevices() {
 				if d.GetResourceName() == string(vmv1.ResourceControl) && len(d.GetDeviceIds()) == 1 {
-					return d.GetDeviceIds()[0], nil
+					devs[key] = d.GetDeviceIds()[0]
 				}
 			}
 		}
+	}
+	return devs, nil
+}
+
+// Of is pod namespace/name's control device, or why there is none.
+func (d PodDevices) Of(namespace, name string) (string, error) {
+	id, listed := d[namespace+"/"+name]
+	switch {
+	case !listed:
+		return "", fmt.Errorf("the kubelet does not list pod %s/%s", namespace, name)
+	case id == "":
 		return "", fmt.Errorf("the kubelet gave pod %s/%s no %s device (a runner pod made before the control channel: it has one after its next start)", namespace, name, vmv1.ResourceControl)
 	}
-	return "", fmt.Errorf("the kubelet does not list pod %s/%s", namespace, name)
+	return id, nil
 }
 
 // Lookup is the control directory of pod namespace/name's runner as the agent sees it: the

@@ -298,6 +298,9 @@ func setup(o options) (*zap.Logger, client.Client, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A node's runners all wait on the agent's authorization when many start at once (a
+	// node's VMs after it reboots): client-go's default of 5 requests a second would queue them.
+	cfg.QPS, cfg.Burst = 20, 40
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, nil, err
