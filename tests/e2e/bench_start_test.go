@@ -230,6 +230,8 @@ func (tr *tracker) report(b *testing.B, ns, label string, vms []string) {
 		}
 	}
 	row("guest started -> Running", runningLag)
+	// Whole on stderr too: go test cuts a benchmark's log after a few lines.
+	fmt.Fprint(os.Stderr, sb.String())
 	b.Log(sb.String())
 	p50, p95, mx := quantiles(toReady)
 	metric := strings.ReplaceAll(label, " ", "-")
