@@ -32,7 +32,6 @@ type Options struct {
 	// SkipKVMProbe leaves only the boot watchdog to catch a KVM that cannot run guests.
 	SkipKVMProbe bool
 	CPUModel     string // QEMU -cpu; "" for the default
-	PodInterface string // the pod's interface the guest takes over
 	ResolvConf   string
 	// BootWatchdog: under kvm, a guest that prints nothing on its console for this long is
 	// taken as one KVM cannot run. 0 disables it.

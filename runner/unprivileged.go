@@ -10,10 +10,11 @@ import (
 
 // ExecUnprivileged replaces the current process with argv after giving up every capability for
 // good: no_new_privs first, so execve cannot hand root's capabilities back, then the ambient,
-// effective, permitted and inheritable sets emptied. The runner needs NET_ADMIN, NET_RAW and MKNOD to
-// plumb the guest's network; QEMU, which gets the tap as an open file descriptor and opens only
-// files it owns and /dev/kvm, needs none. Capabilities and no_new_privs belong to a thread, so
-// everything happens on one locked thread, the one that calls execve.
+// effective, permitted and inheritable sets emptied. The runner pod holds none (the node agent
+// plumbs the guest's network), so this is a second fence: were the runner run with some, QEMU,
+// which gets the tap as an open file descriptor and opens only files it owns and /dev/kvm,
+// still gets none. Capabilities and no_new_privs belong to a thread, so everything happens on
+// one locked thread, the one that calls execve.
 func ExecUnprivileged(argv []string) error {
 	if len(argv) == 0 {
 		return fmt.Errorf("exec-unprivileged: no command")

@@ -62,7 +62,6 @@ func execute(args []string) int {
 	f.StringVar(&o.KVMDevice, "kvm-device", kvm.DefaultDevice, "KVM device node")
 	f.StringVar(&o.CPUModel, "cpu-model", "", "QEMU CPU model (default: host under kvm, QEMU's default under tcg)")
 	f.BoolVar(&o.SkipKVMProbe, "skip-kvm-probe", false, "under kvm, boot without probing KVM first (the boot watchdog still applies)")
-	f.StringVar(&o.PodInterface, "pod-interface", "eth0", "the pod's network interface the guest takes over")
 	f.StringVar(&o.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the pod's resolver configuration, passed on to the guest")
 	f.DurationVar(&o.BootWatchdog, "boot-watchdog", 60*time.Second, "under kvm, fail when the guest kernel prints nothing on its console for this long (0 disables)")
 	f.StringVar(&terminationLog, "termination-log", "/dev/termination-log", "file the exit reason is written to (the container's terminationMessagePath)")
