@@ -3,8 +3,9 @@
 // keeps the node's virtpod labels and its HypervisorNode up to date (runner/agent). It opens
 // /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe. It builds each runner pod's
 // guest network in the pod's namespace, which the runner, holding no capability, cannot
-// (runner/netagent), carries out live resizes of the node's runner pods (runner/resizeagent) and carries their live migrations'
-// streams to and from other nodes' agents (runner/migrationagent).
+// (runner/netagent), carries out live resizes of the node's runner pods (runner/resizeagent)
+// and carries their live migrations' streams to and from other nodes' agents
+// (runner/migrationagent).
 // `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe,
 // devices.virtpod.io/kvm and devices.virtpod.io/control to the kubelet (runner/deviceplugin),
 // kvm healthy while runner/kvm reads KVM as usable from the node's HypervisorNode.
@@ -164,56 +165,61 @@ func run(o options) error {
 
 	o.probe.AgentVersion = version
 	log.Info("virtpod-agent started", zap.String("version", version), zap.Duration("interval", o.interval))
+	// The first executor that cannot go on ends the agent; a second one's error is logged.
 	fatal := make(chan error, 1)
-	{
-		cfg, err := restConfig(o.kubeconfig)
-		if err != nil {
-			return err
+	quit := func(err error) {
+		select {
+		case fatal <- err:
+		default:
+			log.Error("executor stopped", zap.Error(err))
 		}
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("kubernetes client: %w", err)
+		stop()
+	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	// Every runner waits for it before its guest starts: without it no VM runs here, so
+	// the agent stops, and its pod restarts, rather than run on half-able.
+	nx := &netagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("network")}
+	go func() {
+		if err := nx.Run(ctx); err != nil {
+			quit(fmt.Errorf("pod networks: %w", err))
 		}
-		// Every runner waits for it before its guest starts: without it no VM runs here, so
-		// the agent stops, and its pod restarts, rather than run on half-able.
-		nx := &netagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("network")}
+	}()
+	if o.metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(nx)
+		srv := &http.Server{Addr: o.metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
-			if err := nx.Run(ctx); err != nil {
-				fatal <- fmt.Errorf("pod networks: %w", err)
-				stop()
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics endpoint stopped", zap.String("addr", o.metricsAddr), zap.Error(err))
 			}
 		}()
-		if o.metricsAddr != "" {
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(nx)
-			srv := &http.Server{Addr: o.metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
-			go func() {
-				if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					log.Error("metrics endpoint stopped", zap.String("addr", o.metricsAddr), zap.Error(err))
-				}
-			}()
-			defer srv.Close()
-		}
-		if o.resize {
-			ex := &resizeagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
-			go func() {
-				if err := ex.Run(ctx); err != nil {
-					log.Error("resize executor stopped", zap.Error(err))
-				}
-			}()
-		}
-		if o.migrate {
-			mx := &migrationagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen,
-				ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("migration")}
-			// Without it no VM can leave or reach this node: the agent stops, and its pod
-			// restarts, rather than run on half-able.
-			go func() {
-				if err := mx.Run(ctx); err != nil {
-					fatal <- fmt.Errorf("live migration: %w", err)
-					stop()
-				}
-			}()
-		}
+		defer srv.Close()
+	}
+	if o.resize {
+		ex := &resizeagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
+		go func() {
+			if err := ex.Run(ctx); err != nil {
+				log.Error("resize executor stopped", zap.Error(err))
+			}
+		}()
+	}
+	if o.migrate {
+		mx := &migrationagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen,
+			ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("migration")}
+		// Without it no VM can leave or reach this node: the agent stops, and its pod
+		// restarts, rather than run on half-able.
+		go func() {
+			if err := mx.Run(ctx); err != nil {
+				quit(fmt.Errorf("live migration: %w", err))
+			}
+		}()
 	}
 	// The device plugin runs apart (virtpod-agent device-plugin) and follows the HypervisorNode.
 	agent.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return agent.Probe(ctx, o.probe) },
