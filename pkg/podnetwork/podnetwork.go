@@ -7,6 +7,7 @@
 package podnetwork
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -55,22 +56,21 @@ func RequestFor(pod *corev1.Pod) (r Request, ok bool, err error) {
 	if cfg.Network == runnerconfig.NetworkNone {
 		return r, false, nil
 	}
+	// The container's user and group, as the kubelet resolves them: its own over the pod's.
 	uid, gid := vmv1.RunnerUID, vmv1.RunnerGID
-	if sc := pod.Spec.SecurityContext; sc != nil {
-		if sc.RunAsUser != nil {
-			uid = *sc.RunAsUser
+	runAs := func(user, group *int64) {
+		if user != nil {
+			uid = *user
 		}
-		if sc.RunAsGroup != nil {
-			gid = *sc.RunAsGroup
+		if group != nil {
+			gid = *group
 		}
 	}
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		runAs(sc.RunAsUser, sc.RunAsGroup)
+	}
 	if sc := c.SecurityContext; sc != nil {
-		if sc.RunAsUser != nil {
-			uid = *sc.RunAsUser
-		}
-		if sc.RunAsGroup != nil {
-			gid = *sc.RunAsGroup
-		}
+		runAs(sc.RunAsUser, sc.RunAsGroup)
 	}
 	r = Request{Mode: cfg.Network, VMName: cfg.Name, Ports: cfg.Ports, Owner: guestnet.TapOwner{UID: uint32(uid), GID: uint32(gid)},
 		Interface: "eth0", PodIP: net.ParseIP(pod.Status.PodIP)}
@@ -166,6 +166,10 @@ func (r Request) String() string {
 	return r.Mode + " network of VM " + r.VMName + " for uid " + strconv.FormatUint(uint64(r.Owner.UID), 10)
 }
 
+// ErrNoHandoff is in Handle's error when the runner handed nothing over (the connection broke
+// first): nothing was built or told, so the handoff may be tried again.
+var ErrNoHandoff = errors.New("no handoff from the runner")
+
 // Handle is the agent's side of one handoff (pkg/nethandoff) on a connection to a runner's
 // netns.sock: it takes the runner's network namespace and, unless the runner says it is
 // plumbed already, builds r there and answers with the plumbing or the error. It returns the
@@ -174,7 +178,7 @@ func (r Request) String() string {
 func Handle(c *net.UnixConn, r Request) (ns *os.File, built bool, err error) {
 	h, ns, err := nethandoff.Receive(c)
 	if err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("%w: %w", ErrNoHandoff, err)
 	}
 	if h.Plumbed {
 		return ns, false, nil

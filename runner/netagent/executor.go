@@ -54,6 +54,7 @@ type Executor struct {
 // control directory is, whether it is done with it and, once plumbed, its network namespace,
 // where the spoof guard's counters are read (Collect).
 type podState struct {
+	req        *podnetwork.Request // what to build, read once from the pod's spec (its PodIP not kept)
 	authorized bool
 	ctl        *podcontrol.Control
 	done       bool
@@ -134,14 +135,19 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 	if s.done {
 		return 0, nil
 	}
-	req, ok, err := podnetwork.RequestFor(pod)
-	if err != nil {
-		return 0, err
+	if s.req == nil {
+		req, ok, err := podnetwork.RequestFor(pod)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			s.done = true // no network to build
+			return 0, nil
+		}
+		s.req = &req
 	}
-	if !ok {
-		s.done = true // no network to build
-		return 0, nil
-	}
+	req := *s.req
+	req.PodIP = net.ParseIP(pod.Status.PodIP) // the status, unlike the spec, fills in as the pod starts
 	log := e.Log.With(zap.String("pod", pod.Namespace+"/"+pod.Name))
 	// Local checks first (the kubelet's device, the runner's socket), the API's last: by the
 	// time a runner listens, the controller has long named its pod in the VM's status, so
@@ -171,6 +177,9 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 	defer c.Close()
 	start := time.Now()
 	ns, built, err := podnetwork.Handle(c.(*net.UnixConn), req)
+	if errors.Is(err, podnetwork.ErrNoHandoff) {
+		return 0, err // the runner is still waiting: try again, with back-off
+	}
 	if err != nil {
 		// The runner was told, and fails the VM with it; nothing to retry in this pod.
 		log.Error("pod network not plumbed", zap.Stringer("request", req), zap.Error(err))
