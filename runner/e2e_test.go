@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -188,12 +187,10 @@ func startRunnerEnv(t *testing.T, env []string, args ...string) *runnerProc {
 }
 
 // TestKVMFailsFast runs the runner with acceleration kvm on this host. Where KVM cannot run a
-// guest (kvm-pvm here) it must fail within seconds with the reason; it must never hang or fall
-// back to TCG. On a host with hardware KVM the guest boots instead.
+// guest (no /dev/kvm at all, or kvm-pvm) it must fail within seconds with the reason; it must
+// never hang or fall back to TCG. On a host with hardware KVM the guest boots instead.
 func TestKVMFailsFast(t *testing.T) {
 	guest := needGuestHost(t)
-	_, err := os.Stat(kvm.DefaultDevice)
-	need(t, err == nil, "no /dev/kvm on this host")
 	probe := kvm.Probe(context.Background(), kvm.Options{})
 	t.Logf("kvm probe: %s", probe)
 	args := baseArgs(t, guest, "vm-kvm")
@@ -213,6 +210,9 @@ func TestKVMFailsFast(t *testing.T) {
 	if code != runner.ExitKVMUnusable || !strings.Contains(msg, "acceleration kvm: KVM cannot run a guest on this node") {
 		t.Fatalf("exit %d, termination message %q", code, msg)
 	}
+	if probe.Absent && !strings.Contains(msg, kvm.DefaultDevice+": no such file or directory") {
+		t.Fatalf("no %s here, and the termination message does not say so: %q", kvm.DefaultDevice, msg)
+	}
 	if took > 10*time.Second {
 		t.Fatalf("took %v to fail; want seconds", took)
 	}
@@ -222,28 +222,33 @@ func TestKVMFailsFast(t *testing.T) {
 	t.Logf("failed in %v: %s", took.Round(time.Millisecond), msg)
 }
 
-// TestKVMWithoutProbe skips the probe, leaving the second guards: QEMU's own KVM failure (with
-// -cpu host, kvm-pvm makes QEMU abort) and the boot watchdog (with a CPU model QEMU can set up,
-// the kernel hangs after decompression and prints nothing more). Both must end in seconds with
-// the KVM exit code.
+// TestKVMWithoutProbe skips the probe, leaving the second guards: QEMU's own KVM failure (no
+// /dev/kvm at all; or, with -cpu host, kvm-pvm makes QEMU abort) and the boot watchdog (with a CPU
+// model QEMU can set up, the kernel hangs after decompression and prints nothing more). Each must
+// end in seconds with the KVM exit code.
 func TestKVMWithoutProbe(t *testing.T) {
 	guest := needGuestHost(t)
-	_, err := os.Stat(kvm.DefaultDevice)
-	need(t, err == nil, "no /dev/kvm on this host")
-	if probe := kvm.Probe(context.Background(), kvm.Options{}); probe.Usable {
+	probe := kvm.Probe(context.Background(), kvm.Options{})
+	if probe.Usable {
 		t.Skip("this host's KVM runs guests; there is nothing for the second guards to catch")
 	}
-	for _, tc := range []struct {
+	type guard struct {
 		name       string
 		extra      []string
 		want       string
 		minT, maxT time.Duration
-	}{
+	}
+	guards := []guard{
 		// Some kvm-pvm hosts make QEMU abort on -cpu host, others run it and the guest hangs
 		// silently: either way the runner must end in seconds, by QEMU's exit or its watchdog.
 		{"cpu-host", []string{"--boot-watchdog=10s"}, "could not start it|the guest kernel printed nothing within 10s", 0, 25 * time.Second},
 		{"watchdog", []string{"--cpu-model=qemu64", "--boot-watchdog=10s"}, "the guest kernel printed nothing within 10s", 10 * time.Second, 25 * time.Second},
-	} {
+	}
+	if probe.Absent {
+		// No KVM device at all: QEMU itself refuses at once, and the runner passes its words on.
+		guards = []guard{{"absent", []string{"--boot-watchdog=10s"}, "could not start it: qemu exited before QMP was ready", 0, 10 * time.Second}}
+	}
+	for _, tc := range guards {
 		t.Run(tc.name, func(t *testing.T) {
 			args := baseArgs(t, guest, "vm-kvm-"+tc.name)
 			args[1] = "--accel=kvm"
