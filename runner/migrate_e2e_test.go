@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,10 +55,10 @@ func testLiveMigration(t *testing.T, network string) {
 	if code, s := srcCtl.do(t, http.MethodGet, ""); code != http.StatusOK || s.Role != "" || s.State != controlapi.MigrationNone {
 		t.Fatalf("GET before any migration: %d %+v", code, s)
 	}
-	// A file the guest writes to its root disk, out of its page cache: the target must read it
-	// from the overlay block migration copied.
+	// A file the guest writes to its root disk, out of its page cache, and words on its two
+	// copied disks: the target must read them from the disks the mirrors copied.
 	consoleRun(t, src.r, "echo moved-$((6*7)) >/migrated; sync; echo 3 >/proc/sys/vm/drop_caches")
-	var activeTotal int64 // RAM and disks while active; QEMU reports disks only then
+	consoleRun(t, src.r, "echo data-$((6*7)) | dd of="+guestDisk("data")+" conv=fsync 2>/dev/null; echo scratch-$((6*7)) | dd of="+guestDisk("scratch")+" conv=fsync 2>/dev/null")
 
 	t.Run("cancel", func(t *testing.T) {
 		dst := mt.target(t)
@@ -70,7 +71,7 @@ func testLiveMigration(t *testing.T, network string) {
 		}
 		newMigrationRelay(t, src.r, dst.r)
 		srcCtl.put(t, MigrationRequestBody(1, 0), http.StatusAccepted)
-		activeTotal = waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.TransferredBytes > 0 }).TotalBytes
+		waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.TransferredBytes > 0 })
 		if code, s := srcCtl.do(t, http.MethodPut, `{}`); code != http.StatusConflict || !strings.Contains(s.Error, "already active") {
 			t.Fatalf("a second PUT while active: %d %+v", code, s)
 		}
@@ -131,6 +132,9 @@ func testLiveMigration(t *testing.T, network string) {
 		dst := mt.target(t)
 		dstCtl := migrationClient(dst.r.control)
 		newMigrationRelay(t, src.r, dst.r)
+		// The guest writes sector after sector of its data disk through the move (a few a second
+		// under TCG): the mirror must carry the ones written at the source while it copies.
+		consoleRun(t, src.r, "(i=1; while [ $i -le 2000 ]; do echo w$i | dd of="+guestDisk("data")+" bs=512 seek=$i count=1 conv=fsync 2>/dev/null; i=$((i+1)); sleep 0.05; done) & echo $! >/writer; sleep 1")
 		srcCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted)
 		s := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.Terminal() })
 		if s.State != controlapi.MigrationCompleted || s.TransferredBytes <= 0 || s.TotalBytes <= 0 || s.DowntimeMs <= 0 || s.TotalTimeMs <= 0 {
@@ -157,11 +161,10 @@ func testLiveMigration(t *testing.T, network string) {
 		}
 		dst.heartbeatGoesOn(t)
 		t.Logf("heartbeat %d at the source, %d at the target; QEMU's downtime %d ms", last, first, s.DowntimeMs)
-		// Block migration copied the root overlay (--disk-size-mib=128) and not the read-only
-		// cloud-init seed: the disk total while active was the overlay's size alone (the RAM
-		// total is the completed one's).
-		if disk := activeTotal - s.TotalBytes; disk != 128<<20 {
-			t.Errorf("disks in the migration: %d bytes, want the 128 MiB overlay alone (%d)", disk, 128<<20)
+		// The mirrors copied the root overlay and the two writable disks, not the read-only
+		// cloud-init seed.
+		if want := []string{"root", "disk-data", "disk-scratch"}; !slices.Equal(s.Disks, want) || s.DiskBytes <= 0 {
+			t.Errorf("mirrored disks %q, %d bytes; want %q", s.Disks, s.DiskBytes, want)
 		}
 		if mt.network == "masquerade" {
 			// The guest kept its address (10.0.2.2, from its boot) and answers at the new
@@ -176,8 +179,22 @@ func testLiveMigration(t *testing.T, network string) {
 				t.Fatalf("the moved guest at the target's pod IP %s: %q, %v", dst.podIP, body, err)
 			}
 		}
-		// What the guest wrote before the move is on the target's disk.
+		// What the guest wrote before the move is on the target's disks, and every sector the
+		// writer wrote at the source and then here, with no gap.
 		consoleRun(t, dst.r, "echo 3 >/proc/sys/vm/drop_caches; cat /migrated", "moved-42")
+		consoleRun(t, dst.r, "kill $(cat /writer); sleep 0.2; echo 3 >/proc/sys/vm/drop_caches; D="+guestDisk("data")+
+			"; head -c 8 $D; head -c 11 "+guestDisk("scratch")+
+			"; n=0; while [ \"$(dd if=$D bs=512 skip=$((n+1)) count=1 2>/dev/null | head -n1)\" = w$((n+1)) ]; do n=$((n+1)); done"+
+			"; g=$(dd if=$D bs=512 skip=$((n+2)) count=1 2>/dev/null | head -c 1 | tr -d '\\000'); echo; echo WRITER-SECTORS-$n-THEN-[$g]",
+			"data-42", "scratch-42", "WRITER-SECTORS-")
+		if strings.Contains(dst.r.stdout.String(), "-THEN-[w]") {
+			t.Errorf("a gap in the writer's sectors: a sector written at the source is missing on the target")
+		}
+		if n := writerSectors(dst.r.stdout.String()); n < 3 {
+			t.Errorf("the writer's sectors on the target: %d in a row, want those it wrote through the move", n)
+		} else {
+			t.Logf("the writer's sectors on the target: %d in a row", n)
+		}
 
 		src.wantState(t, runner.StateMigrated)
 		src.r.signal(t, syscall.SIGTERM)
@@ -243,7 +260,11 @@ func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *mi
 			args[i] = "--memory-mib=" + strconv.Itoa(memMiB)
 		}
 	}
-	// A cloud-init seed: a read-only drive, which block migration must leave alone.
+	// Disks a move copies whole: a claim of each runner's own (migrate=copy, as a node-local
+	// claim) and an emptyDir disk; beside the root overlay, which is mirrored over the base.
+	args = append(args, "--disk=name=data,kind=file,path="+perRunnerDir+",size-mib=16,migrate=copy",
+		"--disk=name=scratch,kind=empty,path="+perRunnerDir+"-scratch,size-mib=8")
+	// A cloud-init seed: a read-only drive, which the migration must leave alone.
 	userData := filepath.Join(t.TempDir(), "user-data")
 	if err := os.WriteFile(userData, []byte("#cloud-config\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -281,6 +302,10 @@ func (mt *migrationTest) target(t testing.TB) *migrationRunner {
 // (10.213.40+n.2).
 func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 	t.Helper()
+	args = append([]string(nil), args...)
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(strings.ReplaceAll(a, perRunnerDir+"-scratch", runnerDir(t)), perRunnerDir, runnerDir(t))
+	}
 	if mt.network != "masquerade" {
 		return startMigrationRunner(t, "", args)
 	}
@@ -293,6 +318,14 @@ func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 	m := startMigrationRunner(t, ns.name, append(args, "--resolv-conf="+ns.resolvConf))
 	m.podIP = ns.podIP
 	return m
+}
+
+// perRunnerDir in an argument is replaced with a directory of each runner's own: its claim.
+const perRunnerDir = "/per-runner-dir"
+
+// guestDisk is the shell's name of the guest's disk with serial.
+func guestDisk(serial string) string {
+	return `$(for b in /sys/block/vd*; do [ "$(cat $b/serial 2>/dev/null)" = ` + serial + ` ] && echo /dev/${b##*/}; done)`
 }
 
 // migrationRunner is a runner whose console's heartbeats are counted.
@@ -488,14 +521,20 @@ func waitMigration(t testing.TB, c migClient, done func(runner.MigrationStatus) 
 	return s
 }
 
-// newMigrationRelay plays both node agents: it listens on the source's migrate-out.sock and, on
-// QEMU's connection, dials the target's migrate-in.sock and copies both ways until either ends.
+// newMigrationRelay plays both node agents: it listens on the source's migrate-out.sock and
+// nbd-out.sock and relays QEMU's connections to the target's migrate-in.sock (once) and
+// nbd-in.sock (one connection per mirrored disk), copying both ways until either end closes.
 func newMigrationRelay(t testing.TB, src, dst *runnerProc) {
 	t.Helper()
-	out := filepath.Join(filepath.Dir(src.control), controlapi.MigrateOutSocket)
-	in := filepath.Join(filepath.Dir(dst.control), controlapi.MigrateInSocket)
-	// As the agent makes it: the runner's user's, whose QEMU connects.
-	l, err := podcontrol.Control{Root: filepath.Dir(filepath.Dir(out)), Device: filepath.Base(filepath.Dir(out))}.Listen(controlapi.MigrateOutSocket)
+	srcDir, dstDir := filepath.Dir(src.control), filepath.Dir(dst.control)
+	relaySocket(t, srcDir, controlapi.MigrateOutSocket, filepath.Join(dstDir, controlapi.MigrateInSocket), 1)
+	relaySocket(t, srcDir, controlapi.NBDOutSocket, filepath.Join(dstDir, controlapi.NBDInSocket), 0)
+}
+
+// relaySocket listens on name in the control directory dir, as the agent makes it (the runner's
+// user's, whose QEMU connects), and relays up to max connections (0: any number) to in.
+func relaySocket(t testing.TB, dir, name, in string, max int) {
+	l, err := podcontrol.Control{Root: filepath.Dir(dir), Device: filepath.Base(dir)}.Listen(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,26 +549,43 @@ func newMigrationRelay(t testing.TB, src, dst *runnerProc) {
 	}
 	t.Cleanup(func() { _ = l.Close(); closeAll() })
 	go func() {
-		a, err := l.Accept()
-		_ = l.Close()
-		if err != nil {
-			return
+		for n := 1; ; n++ {
+			a, err := l.Accept()
+			if max > 0 && n == max {
+				_ = l.Close()
+			}
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("unix", in)
+			mu.Lock()
+			conns = append(conns, a)
+			if err == nil {
+				conns = append(conns, b)
+			}
+			mu.Unlock()
+			if err != nil {
+				_ = a.Close()
+				continue
+			}
+			go func() {
+				go func() { _, _ = io.Copy(a, b); _ = a.Close(); _ = b.Close() }()
+				_, _ = io.Copy(b, a)
+				_ = a.Close()
+				_ = b.Close()
+			}()
 		}
-		b, err := net.Dial("unix", in)
-		mu.Lock()
-		conns = append(conns, a)
-		if err == nil {
-			conns = append(conns, b)
-		}
-		mu.Unlock()
-		if err != nil {
-			_ = a.Close()
-			return
-		}
-		go func() { _, _ = io.Copy(a, b); closeAll() }()
-		_, _ = io.Copy(b, a)
-		closeAll()
 	}()
+}
+
+// writerSectors is the last WRITER-SECTORS-<n> count on a console.
+func writerSectors(console string) int {
+	m := regexp.MustCompile(`WRITER-SECTORS-(\d+)`).FindAllStringSubmatch(console, -1)
+	if len(m) == 0 {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[len(m)-1][1])
+	return n
 }
 
 func grepLines(s, substr string) string {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +38,8 @@ type migration struct {
 	m      hypervisor.Migrator // nil: the provider cannot migrate
 	target bool                // --incoming
 	ctlDir string
-	refuse string // why this guest cannot be sent ("" when it can)
+	refuse string                  // why this guest cannot be sent ("" when it can)
+	disks  []hypervisor.MirrorDisk // what a send mirrors, and a target serves over NBD
 	board  *statusBoard
 	log    *zap.Logger
 
@@ -76,22 +78,68 @@ func newMigration(cfg runnerconfig.Config, hv hypervisor.Hypervisor, board *stat
 	if m, ok := hv.(hypervisor.Migrator); ok {
 		mig.m = m
 	}
-	// Block migration copies every writable drive: a disk on a claim would be copied onto
-	// itself, under the source's feet, when the claim is shared.
-	writable := cfg.RootVolume != nil
-	for _, d := range cfg.Disks {
-		writable = writable || !d.ReadOnly
-	}
-	if writable {
-		mig.refuse = "live migration copies only the root disk's overlay; this guest has writable data disks or a root disk on a claim, which it cannot move"
-	}
+	mig.disks, mig.refuse = mirrorDisks(cfg)
 	return mig
+}
+
+// mirrorDisks is what a migration copies of the guest's disks: the root disk's overlay (its
+// base is the image both sides have), each empty disk whole, and each writable claim as its
+// migrate mode says. A writable claim without one makes the guest not migratable (refuse).
+func mirrorDisks(cfg runnerconfig.Config) (disks []hypervisor.MirrorDisk, refuse string) {
+	var stuck []string
+	claim := func(drive string, d runnerconfig.Disk) {
+		switch d.Migrate {
+		case runnerconfig.MigrateCopy:
+			disks = append(disks, hypervisor.MirrorDisk{Drive: drive, Whole: true})
+		case runnerconfig.MigrateShared:
+		default:
+			stuck = append(stuck, drive)
+		}
+	}
+	if v := cfg.RootVolume; v != nil {
+		claim("root", *v)
+	} else {
+		disks = append(disks, hypervisor.MirrorDisk{Drive: "root"})
+	}
+	for _, d := range cfg.Disks {
+		switch {
+		case d.ReadOnly:
+		case d.Kind == runnerconfig.DiskEmpty:
+			disks = append(disks, hypervisor.MirrorDisk{Drive: "disk-" + d.Name, Whole: true})
+		default:
+			claim("disk-"+d.Name, d)
+		}
+	}
+	if len(stuck) > 0 {
+		return nil, fmt.Sprintf("live migration cannot carry the writable claims of drives %s: each needs migrate=%s (the target's own claim is filled by mirroring) or migrate=%s (both nodes attach the same volume)",
+			strings.Join(stuck, ", "), runnerconfig.MigrateCopy, runnerconfig.MigrateShared)
+	}
+	return disks, ""
 }
 
 // inSocket and outSocket are the stream's ends in the control directory.
 func (mig *migration) inSocket() string { return filepath.Join(mig.ctlDir, controlapi.MigrateInSocket) }
 func (mig *migration) outSocket() string {
 	return filepath.Join(mig.ctlDir, controlapi.MigrateOutSocket)
+}
+
+func (mig *migration) nbdInSocket() string { return filepath.Join(mig.ctlDir, controlapi.NBDInSocket) }
+func (mig *migration) nbdOutSocket() string {
+	return filepath.Join(mig.ctlDir, controlapi.NBDOutSocket)
+}
+
+// drives names the disks a send mirrors, which a target serves.
+func (mig *migration) drives() []string {
+	var d []string
+	for _, m := range mig.disks {
+		d = append(d, m.Drive)
+	}
+	return d
+}
+
+func isSocket(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().Type() == os.ModeSocket
 }
 
 // notMigratable answers for a provider that cannot migrate: 501, as the API exists but this
@@ -202,11 +250,15 @@ func (mig *migration) put(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := mig.outSocket()
-	if fi, err := os.Stat(out); err != nil || fi.Mode().Type() != os.ModeSocket {
+	if !isSocket(out) {
 		refuse(http.StatusConflict, "nothing listens on "+out+": the node agent listens there before it asks for a migration")
 		return
 	}
-	if err := mig.m.SendGuest(req, out); err != nil {
+	if len(mig.disks) > 0 && !isSocket(mig.nbdOutSocket()) {
+		refuse(http.StatusConflict, "nothing listens on "+mig.nbdOutSocket()+": the node agent listens there for the disks' mirrors before it asks for a migration")
+		return
+	}
+	if err := mig.m.SendGuest(req, out, mig.nbdOutSocket(), mig.disks); err != nil {
 		mig.log.Warn("migration not started", zap.Error(err))
 		refuse(migrationCode(err), err.Error())
 		return
@@ -292,8 +344,8 @@ func migrationCode(err error) int {
 	return http.StatusInternalServerError
 }
 
-// logResult logs how a migration ended, with QEMU's figures: RAM and disk apart, so the log shows
-// which drives travelled.
+// logResult logs how a migration ended, with QEMU's figures: RAM and each mirrored disk apart, so
+// the log shows which drives travelled.
 func (mig *migration) logResult(state string) {
 	if mig == nil || mig.m == nil {
 		return
@@ -308,8 +360,8 @@ func (mig *migration) logResult(state string) {
 	if info.RAM != nil {
 		fields = append(fields, zap.Int64("ramTransferredBytes", info.RAM.Transferred), zap.Int64("ramTotalBytes", info.RAM.Total))
 	}
-	if info.Disk != nil {
-		fields = append(fields, zap.Int64("diskTransferredBytes", info.Disk.Transferred), zap.Int64("diskTotalBytes", info.Disk.Total))
+	for _, d := range info.Mirrors {
+		fields = append(fields, zap.Int64("mirrored."+d.Drive+".bytes", d.Transferred))
 	}
 	mig.log.Info("migration ended", fields...)
 }

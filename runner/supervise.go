@@ -66,6 +66,11 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		if err := mig.m.MigrationEvents(); err != nil {
 			log.Warn("no migration events; polling only", zap.Error(err))
 		}
+		if err := mig.m.ExportDisks(mig.nbdInSocket(), mig.drives()); err != nil {
+			hv.Kill()
+			<-hv.Exited()
+			return failf(ExitIncomingFailed, "incoming migration: serving the disks for the source's mirrors: %v", err)
+		}
 		board.set(StateIncoming, "waiting for the guest on "+mig.inSocket())
 		log.Info("waiting for the migrating guest", zap.String("socket", mig.inSocket()))
 		poll := time.NewTicker(incomingPollInterval)
@@ -101,6 +106,10 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		st.incoming, incomingPoll = false, nil
 		mig.setArrived()
 		log.Info("the migrating guest arrived; resuming it", zap.String("seen", how))
+		if err := mig.m.StopExports(); err != nil {
+			// The source completed its mirrors before the switch and no longer writes.
+			log.Warn("stopping the disks' NBD exports", zap.Error(err))
+		}
 		if err := hv.Resume(ctx); err != nil {
 			log.Error("resuming the arrived guest failed", zap.Error(err))
 			quit("resume failed")

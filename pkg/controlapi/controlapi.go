@@ -33,6 +33,11 @@ const (
 	MigrateInSocket = "migrate-in.sock"
 	// MigrateOutSocket is where the node agent listens on the source; QEMU connects to it.
 	MigrateOutSocket = "migrate-out.sock"
+	// NBDInSocket is where a target's QEMU serves its writable disks for the source's mirrors.
+	NBDInSocket = "nbd-in.sock"
+	// NBDOutSocket is where the node agent listens on the source for its QEMU's NBD
+	// connections, one per mirrored disk, each relayed to the target's NBDInSocket.
+	NBDOutSocket = "nbd-out.sock"
 )
 
 // Migration roles and states of MigrationStatus.
@@ -55,18 +60,21 @@ type MigrationRequest struct {
 	AutoConverge    bool  `json:"autoConverge"`
 }
 
-// MigrationStatus is either side's view of a migration, from QEMU's query-migrate: bytes are
-// the guest's memory and its root overlay together; DowntimeMs and TotalTimeMs are QEMU's
+// MigrationStatus is either side's view of a migration, from QEMU's query-migrate and its
+// mirror jobs: bytes are the guest's memory and its mirrored disks together; Disks names the
+// drives the source mirrors (root, disk-<serial>); DowntimeMs and TotalTimeMs are QEMU's
 // figures once completed. Error, when set, says why a migration failed or a request was refused.
 type MigrationStatus struct {
-	Role             string `json:"role"`
-	State            string `json:"state"`
-	TransferredBytes int64  `json:"transferredBytes"`
-	RemainingBytes   int64  `json:"remainingBytes"`
-	TotalBytes       int64  `json:"totalBytes"`
-	DowntimeMs       int64  `json:"downtimeMs"`
-	TotalTimeMs      int64  `json:"totalTimeMs"`
-	Error            string `json:"error,omitempty"`
+	Role             string   `json:"role"`
+	State            string   `json:"state"`
+	TransferredBytes int64    `json:"transferredBytes"`
+	RemainingBytes   int64    `json:"remainingBytes"`
+	TotalBytes       int64    `json:"totalBytes"`
+	DowntimeMs       int64    `json:"downtimeMs"`
+	TotalTimeMs      int64    `json:"totalTimeMs"`
+	Disks            []string `json:"disks,omitempty"`
+	DiskBytes        int64    `json:"diskBytes,omitempty"` // of TransferredBytes, the mirrors' share
+	Error            string   `json:"error,omitempty"`
 }
 
 // Terminal reports whether the migration has ended, one way or the other.

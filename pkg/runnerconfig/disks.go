@@ -43,7 +43,21 @@ type Disk struct {
 	Path     string // the device, folder or image file, by Kind
 	SizeMiB  int64  // DiskFile, DiskEmpty: the disk's size
 	ReadOnly bool
+	// Migrate says how a live migration carries a writable claim (DiskBlock, DiskFile):
+	// MigrateCopy or MigrateShared; "" refuses to migrate the guest. An empty disk is always
+	// copied, and a read-only disk never.
+	Migrate string
 }
+
+// How a live migration carries a writable claim.
+const (
+	// MigrateCopy: the target has a claim of its own, which the migration fills by mirroring
+	// the whole disk (a node-local or ReadWriteOnce claim).
+	MigrateCopy = "copy"
+	// MigrateShared: the target attaches the same volume; nothing is copied (a ReadWriteMany
+	// claim, or a Block claim a second node can attach).
+	MigrateShared = "shared"
+)
 
 var (
 	diskNameRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$`)
@@ -64,6 +78,9 @@ func (d Disk) String() string {
 	}
 	if d.ReadOnly {
 		b.WriteString(",readonly")
+	}
+	if d.Migrate != "" {
+		b.WriteString(",migrate=" + d.Migrate)
 	}
 	return b.String()
 }
@@ -93,8 +110,10 @@ func ParseDisk(s string) (Disk, error) {
 			d.SizeMiB = n
 		case k == "readonly" && !hasValue:
 			d.ReadOnly = true
+		case k == "migrate" && hasValue:
+			d.Migrate = v
 		default:
-			return Disk{}, fmt.Errorf("disk %q: %q is not name=, kind=, path=, size-mib= or readonly", s, kv)
+			return Disk{}, fmt.Errorf("disk %q: %q is not name=, kind=, path=, size-mib=, readonly or migrate=", s, kv)
 		}
 	}
 	return d, nil
@@ -128,6 +147,13 @@ func (d Disk) validate(flag string, root bool) error {
 		if d.Kind == DiskEmpty && d.ReadOnly {
 			errs = append(errs, fmt.Errorf("%s: an empty disk the guest cannot write is of no use; drop readonly", flag))
 		}
+	}
+	switch {
+	case d.Migrate == "":
+	case d.Migrate != MigrateCopy && d.Migrate != MigrateShared:
+		errs = append(errs, fmt.Errorf("%s: migrate %q: use %s (the target's own claim is filled by mirroring) or %s (both sides attach the same volume)", flag, d.Migrate, MigrateCopy, MigrateShared))
+	case d.Kind != DiskBlock && d.Kind != DiskFile || d.ReadOnly:
+		errs = append(errs, fmt.Errorf("%s: migrate is only for a writable claim (kind %s or %s): an empty disk is always copied, a read-only one never", flag, DiskBlock, DiskFile))
 	}
 	if !diskPathRe.MatchString(d.Path) {
 		errs = append(errs, fmt.Errorf("%s: path %q: want an absolute path of letters, digits, '-', '_', '.' and '/'", flag, d.Path))

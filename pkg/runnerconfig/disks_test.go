@@ -13,10 +13,10 @@ import (
 
 func diskConfig() runnerconfig.Config {
 	c := runnerconfig.Config{Name: "db", CPUs: 1, MemoryMiB: 256, Kernel: "/k", RootDisk: "/virtpod/images/disk/disk/root.img",
-		RootVolume: &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: "/virtpod/root"},
+		RootVolume: &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: "/virtpod/root", Migrate: runnerconfig.MigrateCopy},
 		Disks: []runnerconfig.Disk{
 			{Name: "data", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/data", SizeMiB: 1024},
-			{Name: "raw", Kind: runnerconfig.DiskBlock, Path: "/dev/virtpod/raw"},
+			{Name: "raw", Kind: runnerconfig.DiskBlock, Path: "/dev/virtpod/raw", Migrate: runnerconfig.MigrateShared},
 			{Name: "scratch", Kind: runnerconfig.DiskEmpty, Path: "/virtpod/disks/scratch", SizeMiB: 64},
 			{Name: "config", Kind: runnerconfig.DiskFiles, Path: "/virtpod/disks/config", ReadOnly: true},
 			{Name: "tools", Kind: runnerconfig.DiskImage, Path: "/virtpod/disks/tools/disk/root.img", ReadOnly: true},
@@ -32,8 +32,9 @@ func TestDisksRoundTrip(t *testing.T) {
 	want := diskConfig()
 	args := want.Args()
 	for _, a := range []string{
-		"--root-volume=kind=file,path=/virtpod/root",
-		"--disk=name=data,kind=file,path=/virtpod/disks/data,size-mib=1024",
+		"--root-volume=kind=file,path=/virtpod/root,migrate=copy",
+		"--disk=name=data,kind=file,path=/virtpod/disks/data,size-mib=1024 ",
+		"--disk=name=raw,kind=block,path=/dev/virtpod/raw,migrate=shared",
 		"--disk=name=tools,kind=image,path=/virtpod/disks/tools/disk/root.img,readonly",
 	} {
 		if !strings.Contains(strings.Join(args, " "), a) {
@@ -72,6 +73,9 @@ func TestDisksRefused(t *testing.T) {
 		{"block with size", func(c *runnerconfig.Config) { c.Disks[1].SizeMiB = 5 }, "size-mib is only for file and empty disks"},
 		{"writable files disk", func(c *runnerconfig.Config) { c.Disks[3].ReadOnly = false }, "always readonly"},
 		{"read-only empty disk", func(c *runnerconfig.Config) { c.Disks[2].ReadOnly = true }, "drop readonly"},
+		{"unknown migrate mode", func(c *runnerconfig.Config) { c.Disks[0].Migrate = "move" }, `migrate "move": use copy`},
+		{"migrate on an empty disk", func(c *runnerconfig.Config) { c.Disks[2].Migrate = runnerconfig.MigrateCopy }, "an empty disk is always copied"},
+		{"migrate on a read-only claim", func(c *runnerconfig.Config) { c.Disks[5].Migrate = runnerconfig.MigrateShared }, "only for a writable claim"},
 		{"named root volume", func(c *runnerconfig.Config) { c.RootVolume.Name = "x" }, "--root-volume: the root disk takes no name"},
 		{"image root volume", func(c *runnerconfig.Config) { c.RootVolume.Kind = runnerconfig.DiskImage }, "kind block or file"},
 		{"block root filled from an image", func(c *runnerconfig.Config) {

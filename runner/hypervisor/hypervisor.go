@@ -63,17 +63,34 @@ type Resizer interface {
 	Resize(ctx context.Context, cpus int32, memoryMiB int64) error
 }
 
-// Migrator is a hypervisor that can send its guest to another runner, or receive one.
+// Migrator is a hypervisor that can send its guest to another runner, or receive one. Disks
+// travel by NBD mirroring (docs/runner.md): the target exports its writable disks, the source
+// mirrors each onto the target's export until they are in sync, then sends memory, and
+// completes the mirrors with its guest paused just before the switch.
 type Migrator interface {
 	QueryMigrate() (MigrationInfo, error)
 	// MigrationEvents turns on EventMigration, which the supervisor acts on.
 	MigrationEvents() error
-	// SendGuest starts sending the guest to the unix socket at sock.
-	SendGuest(req controlapi.MigrationRequest, sock string) error
+	// SendGuest starts sending the guest to the unix socket at sock, mirroring disks through
+	// NBD connections to nbdSock first. It returns once the mirrors and the send are under
+	// way; QueryMigrate follows both.
+	SendGuest(req controlapi.MigrationRequest, sock, nbdSock string, disks []MirrorDisk) error
 	// CancelMigration stops an active migration and returns once it is over, or after timeout.
 	CancelMigration(timeout time.Duration) (MigrationInfo, error)
+	// ExportDisks makes a waiting target serve drives, writable, over NBD on the unix socket
+	// at sock, for the source's mirrors.
+	ExportDisks(sock string, drives []string) error
+	// StopExports ends the target's NBD exports: its guest arrived and is about to run.
+	StopExports() error
 	// ResumeGuest lets a guest paused by a completed migration run.
 	ResumeGuest() error
+}
+
+// MirrorDisk is one disk a migration copies: its drive (root, disk-<serial>), and whether the
+// whole disk is copied or only its top overlay (the target has the same read-only base).
+type MirrorDisk struct {
+	Drive string
+	Whole bool
 }
 
 // ErrNotRunning: the hypervisor has not started yet, or has ended. ErrRefused: the hypervisor

@@ -15,14 +15,19 @@ type MigrationInfo struct {
 		Remaining   int64 `json:"remaining"`
 		Total       int64 `json:"total"`
 	} `json:"ram"`
-	Disk *struct {
-		Transferred int64 `json:"transferred"`
-		Remaining   int64 `json:"remaining"`
-		Total       int64 `json:"total"`
-	} `json:"disk"`
 	Downtime  int64  `json:"downtime"`
 	TotalTime int64  `json:"total-time"`
 	ErrorDesc string `json:"error-desc"`
+	// Mirrors are the disks the migration copies, which query-migrate does not report.
+	Mirrors []MirrorProgress `json:"-"`
+}
+
+// MirrorProgress is one mirrored disk's copy: bytes done and to do so far (a guest writing
+// during the copy adds to both).
+type MirrorProgress struct {
+	Drive       string
+	Transferred int64
+	Total       int64
 }
 
 // MigrationState maps QEMU's MigrationStatus onto the control API's few states.
@@ -51,10 +56,12 @@ func (m MigrationInfo) APIStatus(role string) controlapi.MigrationStatus {
 	if m.RAM != nil {
 		s.TransferredBytes, s.RemainingBytes, s.TotalBytes = m.RAM.Transferred, m.RAM.Remaining, m.RAM.Total
 	}
-	if m.Disk != nil {
-		s.TransferredBytes += m.Disk.Transferred
-		s.RemainingBytes += m.Disk.Remaining
-		s.TotalBytes += m.Disk.Total
+	for _, d := range m.Mirrors {
+		s.Disks = append(s.Disks, d.Drive)
+		s.DiskBytes += d.Transferred
+		s.TransferredBytes += d.Transferred
+		s.RemainingBytes += d.Total - d.Transferred
+		s.TotalBytes += d.Total
 	}
 	return s
 }

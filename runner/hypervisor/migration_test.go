@@ -2,13 +2,14 @@ package hypervisor
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
 )
 
 // TestMigrationStateMapping: QEMU's many migration states map onto the control API's few, the
-// target's "none" being its wait for the stream, and bytes add RAM and disk.
+// target's "none" being its wait for the stream, and bytes add RAM and the mirrored disks.
 func TestMigrationStateMapping(t *testing.T) {
 	for qs, want := range map[string][2]string{
 		"": {"none", "waiting"}, "setup": {"active", "active"}, "active": {"active", "active"}, "device": {"active", "active"},
@@ -20,8 +21,11 @@ func TestMigrationStateMapping(t *testing.T) {
 		}
 	}
 	var m MigrationInfo
-	_ = json.Unmarshal([]byte(`{"status":"completed","downtime":42,"total-time":900,"ram":{"transferred":10,"remaining":1,"total":100},"disk":{"transferred":5,"remaining":2,"total":50}}`), &m)
-	if s := m.APIStatus(controlapi.RoleSource); s != (controlapi.MigrationStatus{Role: "source", State: "completed", TransferredBytes: 15, RemainingBytes: 3, TotalBytes: 150, DowntimeMs: 42, TotalTimeMs: 900}) {
-		t.Errorf("status %+v", s)
+	_ = json.Unmarshal([]byte(`{"status":"completed","downtime":42,"total-time":900,"ram":{"transferred":10,"remaining":1,"total":100}}`), &m)
+	m.Mirrors = []MirrorProgress{{Drive: "root", Transferred: 5, Total: 7}, {Drive: "disk-scratch", Transferred: 50, Total: 50}}
+	want := controlapi.MigrationStatus{Role: "source", State: "completed", TransferredBytes: 65, RemainingBytes: 3, TotalBytes: 157, DowntimeMs: 42, TotalTimeMs: 900,
+		Disks: []string{"root", "disk-scratch"}, DiskBytes: 55}
+	if s := m.APIStatus(controlapi.RoleSource); !reflect.DeepEqual(s, want) {
+		t.Errorf("status %+v, want %+v", s, want)
 	}
 }

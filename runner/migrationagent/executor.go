@@ -68,6 +68,7 @@ type Executor struct {
 	finished map[types.UID]string   // source pod → the migrate-to of its last session here
 	resumed  map[types.UID]bool     // source pods whose resume was handled
 	received map[types.UID]bool     // target pods that took a stream
+	nbdConns map[types.UID]int      // target pods' disk mirror connections now
 
 	slots      chan struct{} // one per connection not yet past its TLS handshake
 	handshakes atomic.Int32  // connections in their handshake now, for tests
@@ -97,6 +98,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 	e.slots = make(chan struct{}, maxHandshakes)
 	e.sessions, e.finished, e.resumed, e.received = map[types.UID]*session{}, map[types.UID]string{}, map[types.UID]bool{}, map[types.UID]bool{}
+	e.nbdConns = map[types.UID]int{}
 	cred, err := EnsureSecret(ctx, e.Client, e.Namespace)
 	if err != nil {
 		return err

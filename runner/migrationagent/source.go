@@ -125,12 +125,53 @@ func (e *Executor) send(ctx context.Context, pod *corev1.Pod, o podcontrol.Owner
 	e.follow(ctx, pod, s.migrateTo, st, streamErr, log)
 }
 
-// stream is the relay of one send: QEMU's connection to the target node's agent.
+// stream is the relay of one send: QEMU's connection to the target node's agent, and its
+// disks' NBD connections.
 type stream struct {
-	mu  sync.Mutex
-	err error
-	l   net.Listener
-	out net.Conn
+	mu    sync.Mutex
+	err   error
+	l     net.Listener
+	out   net.Conn
+	nbd   net.Listener
+	conns []net.Conn // the NBD relays' ends
+}
+
+// close ends the relay: its listeners and every connection.
+func (s *stream) close() {
+	s.l.Close()
+	s.out.Close()
+	s.nbd.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// relayNBD relays each of QEMU's NBD connections (one per mirrored disk) to the target node's
+// agent, until the listener is closed. A connection the target's agent refuses is closed, which
+// fails the runner's mirror and so the migration, with QEMU's words.
+func (e *Executor) relayNBD(ctx context.Context, sm *stream, addr string, h header, log *zap.Logger) {
+	h.Channel = ChannelNBD
+	for {
+		in, err := sm.nbd.Accept()
+		if err != nil {
+			return
+		}
+		out, outR, err := dialReceiver(ctx, e.cred.ClientConfig(), addr, h)
+		if err != nil {
+			sm.fail(fmt.Errorf("a disk's mirror: %w", err))
+			in.Close()
+			continue
+		}
+		sm.mu.Lock()
+		sm.conns = append(sm.conns, in, out)
+		sm.mu.Unlock()
+		go func() {
+			n, err := pipe(in, in, out, outR)
+			log.Info("a disk's mirror connection ended", zap.Int64("bytes", n), zap.Error(err))
+		}()
+	}
 }
 
 func (s *stream) fail(err error) {
@@ -200,7 +241,14 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owne
 		out.Close()
 		return st, nil, err
 	}
-	sm := &stream{l: l, out: out}
+	nbd, err := rc.Control().Listen(controlapi.NBDOutSocket)
+	if err != nil {
+		l.Close()
+		out.Close()
+		return st, nil, err
+	}
+	sm := &stream{l: l, out: out, nbd: nbd}
+	go e.relayNBD(ctx, sm, addr, header{PodUID: target, Migration: string(o.Migration.UID)}, log)
 	go func() {
 		in, err := l.Accept()
 		l.Close() // removes the socket: QEMU connects once
@@ -219,7 +267,7 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owne
 		}
 		log.Info("migration stream ended", zap.Int64("bytes", n), zap.Duration("took", time.Since(start)), zap.Error(err))
 	}()
-	go func() { <-ctx.Done(); l.Close(); out.Close() }()
+	go func() { <-ctx.Done(); sm.close() }()
 
 	st, err = rc.StartMigration(ctx, request(pod))
 	var r *podcontrol.RunnerRefusal
@@ -229,8 +277,7 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owne
 		return st, sm, nil
 	}
 	if err != nil {
-		l.Close()
-		out.Close()
+		sm.close()
 		return st, nil, err
 	}
 	log.Info("migration started", zap.String("to", addr))
@@ -249,7 +296,7 @@ func (e *Executor) follow(ctx context.Context, pod *corev1.Pod, to string, st co
 	}
 	defer rc.Close()
 	if sm != nil {
-		defer func() { sm.l.Close(); sm.out.Close() }()
+		defer sm.close()
 	}
 	written, lastWrite := "", time.Time{}
 	var cancelled time.Time

@@ -17,11 +17,19 @@ import (
 // the receiver answers one line, "OK" or "ERROR <why>", and from then on the connection carries
 // QEMU's migration stream both ways unchanged.
 
-// header names the target pod and the migration the stream is for.
+// header names the target pod and the migration the stream is for, and which of its streams
+// this is: QEMU's migration stream (Channel ""), or the NBD connection of one disk's mirror.
 type header struct {
 	PodUID    string `json:"podUID"`
 	Migration string `json:"migration"`
+	Channel   string `json:"channel,omitempty"`
 }
+
+// ChannelNBD is a disk mirror's NBD connection, relayed to the target's NBD server.
+const ChannelNBD = "nbd"
+
+// maxNBDPerTarget bounds a target pod's NBD connections: one per mirrored disk.
+const maxNBDPerTarget = 32
 
 const (
 	maxLine          = 4 << 10

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -112,10 +113,14 @@ func (e *Executor) receive(ctx context.Context, conn *tls.Conn) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	log = log.With(zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("migration", h.Migration))
-	log.Info("receiving migration stream")
+	what := "migration stream"
+	if h.Channel == ChannelNBD {
+		what = "disk mirror connection"
+	}
+	log.Info("receiving " + what)
 	start := time.Now()
 	n, err := pipe(conn, r, in, in)
-	log.Info("migration stream ended", zap.Int64("bytes", n), zap.Duration("took", time.Since(start)), zap.Error(err))
+	log.Info(what+" ended", zap.Int64("bytes", n), zap.Duration("took", time.Since(start)), zap.Error(err))
 }
 
 // accept reads the header and, when it names a target pod of this node waiting for that
@@ -148,13 +153,9 @@ func (e *Executor) accept(ctx context.Context, r *bufio.Reader) (header, *corev1
 		e.Log.Info("stream for a pod no live migration names as its target", zap.String("pod", name), zap.Error(err))
 		return h, nil, nil, fmt.Errorf("pod %s is not a migration target", name)
 	}
-	// One stream per target, ever: its QEMU takes one incoming migration.
-	e.mu.Lock()
-	taken := e.received[pod.UID]
-	e.received[pod.UID] = true
-	e.mu.Unlock()
-	if taken {
-		return h, nil, nil, fmt.Errorf("pod %s already took a stream", name)
+	sock, release, err := e.claim(pod, h.Channel)
+	if err != nil {
+		return h, nil, nil, err
 	}
 	in, err := func() (net.Conn, error) {
 		ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
@@ -163,15 +164,68 @@ func (e *Executor) accept(ctx context.Context, r *bufio.Reader) (header, *corev1
 		}
 		ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 		defer cancel()
-		return ctl.Dial(ctx, controlapi.MigrateInSocket)
+		return ctl.Dial(ctx, sock)
 	}()
 	if err != nil {
-		e.mu.Lock()
-		delete(e.received, pod.UID)
-		e.mu.Unlock()
-		return h, nil, nil, fmt.Errorf("the target runner of pod %s does not listen: %w", name, err)
+		release()
+		return h, nil, nil, fmt.Errorf("the target runner of pod %s does not listen on %s: %w", name, sock, err)
+	}
+	if h.Channel == ChannelNBD {
+		in = &releasing{Conn: in, release: release}
 	}
 	return h, pod, in, nil
+}
+
+// claim takes a target pod's place for a stream on channel and says which of its sockets the
+// stream goes to. One migration stream per target, ever: its QEMU takes one incoming migration.
+// NBD connections, one per mirrored disk, are bounded while they last.
+func (e *Executor) claim(pod *corev1.Pod, channel string) (sock string, release func(), err error) {
+	name := pod.Namespace + "/" + pod.Name
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch channel {
+	case "":
+		if e.received[pod.UID] {
+			return "", nil, fmt.Errorf("pod %s already took a stream", name)
+		}
+		e.received[pod.UID] = true
+		return controlapi.MigrateInSocket, func() { e.mu.Lock(); delete(e.received, pod.UID); e.mu.Unlock() }, nil
+	case ChannelNBD:
+		if e.nbdConns[pod.UID] >= maxNBDPerTarget {
+			return "", nil, fmt.Errorf("pod %s has %d disk mirror connections already", name, maxNBDPerTarget)
+		}
+		e.nbdConns[pod.UID]++
+		var once sync.Once
+		return controlapi.NBDInSocket, func() {
+			once.Do(func() {
+				e.mu.Lock()
+				if e.nbdConns[pod.UID]--; e.nbdConns[pod.UID] <= 0 {
+					delete(e.nbdConns, pod.UID)
+				}
+				e.mu.Unlock()
+			})
+		}, nil
+	}
+	return "", nil, fmt.Errorf("unknown channel %q", channel)
+}
+
+// releasing gives its place back when closed.
+type releasing struct {
+	net.Conn
+	release func()
+}
+
+func (r *releasing) Close() error {
+	r.release()
+	return r.Conn.Close()
+}
+
+// CloseWrite passes a half-close on, as pipe does for the unix socket underneath.
+func (r *releasing) CloseWrite() error {
+	if cw, ok := r.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func truncate(s string) string {

@@ -10,16 +10,29 @@ import (
 	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
-// QEMU live migration through QMP (docs/runner.md): the source sends RAM and its root overlay
-// (block migration, incremental: the target made its own overlay on the same base, so only the
-// overlay's clusters travel) to a unix socket the node agent listens on; the target was started
-// with -incoming and stays paused until the runner sees the stream completed and resumes it.
+// QEMU live migration through QMP (docs/runner.md): the source sends RAM to a unix socket the
+// node agent listens on, after mirroring its writable disks over NBD (mirror.go); the target was
+// started with -incoming and stays paused until the runner sees the stream completed and
+// resumes it.
 
-// QueryMigrate is where QEMU's migration stands (query-migrate).
+// QueryMigrate is where QEMU's migration stands (query-migrate), with the current send's
+// mirrors.
 func (q *VM) QueryMigrate() (hypervisor.MigrationInfo, error) {
 	var m hypervisor.MigrationInfo
-	err := q.qmpRun("query-migrate", nil, &m)
-	return m, err
+	if err := q.qmpRun("query-migrate", nil, &m); err != nil {
+		return m, err
+	}
+	if s := q.current(); s != nil {
+		s.report(&m)
+	}
+	return m, nil
+}
+
+// current is the latest send from this QEMU, nil before any.
+func (q *VM) current() *send {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	return q.cur
 }
 
 // MigrationEvents turns on QEMU's MIGRATION events, which the supervisor acts on (a target
@@ -30,15 +43,23 @@ func (q *VM) MigrationEvents() error {
 	}}, nil)
 }
 
-// SendGuest starts the migration to the unix socket at sock and returns once QEMU took it.
-func (q *VM) SendGuest(req controlapi.MigrationRequest, sock string) error {
+// SendGuest starts the migration to the unix socket at sock, mirroring disks through nbdSock
+// first, and returns once QEMU took it: with disks, once their mirrors started (a target that
+// does not answer fails the request here); the rest runs in drive.
+func (q *VM) SendGuest(req controlapi.MigrationRequest, sock, nbdSock string, disks []hypervisor.MirrorDisk) error {
+	if prev := q.current(); prev != nil {
+		select {
+		case <-prev.done:
+		default:
+			return fmt.Errorf("the previous migration's mirrors are still being cleaned up")
+		}
+	}
 	caps := []map[string]any{
 		{"capability": "events", "state": true},
 		{"capability": "auto-converge", "state": req.AutoConverge},
-		// Block migration copies every writable drive the guest has: here only the root overlay
-		// (the runner refuses a guest with other writable disks); read-only drives such as the
-		// cloud-init seed are skipped (checked on QEMU 7.2 by migrate_e2e_test.go).
-		{"capability": "block", "state": true},
+		// Paused before the switch, the source completes its mirrors: the target's disks are
+		// in sync before its guest can run.
+		{"capability": "pause-before-switchover", "state": len(disks) > 0},
 	}
 	if err := q.qmpRun("migrate-set-capabilities", map[string]any{"capabilities": caps}, nil); err != nil {
 		return err
@@ -47,25 +68,64 @@ func (q *VM) SendGuest(req controlapi.MigrationRequest, sock string) error {
 	if bw <= 0 {
 		bw = hypervisor.DefaultMigrationBandwidthMiBps
 	}
-	params := map[string]any{"max-bandwidth": bw << 20, "block-incremental": true}
+	params := map[string]any{"max-bandwidth": bw << 20}
 	if req.DowntimeLimitMs > 0 {
 		params["downtime-limit"] = req.DowntimeLimitMs
 	}
 	if err := q.qmpRun("migrate-set-parameters", params, nil); err != nil {
 		return err
 	}
+	drives := make([]string, 0, len(disks))
+	for _, d := range disks {
+		drives = append(drives, d.Drive)
+	}
 	q.log.Info("migrating the guest", zap.String("to", sock), zap.Int64("bandwidthMiBps", bw),
-		zap.Int64("downtimeLimitMs", req.DowntimeLimitMs), zap.Bool("autoConverge", req.AutoConverge))
-	return q.qmpRun("migrate", map[string]any{"uri": "unix:" + sock}, nil)
+		zap.Int64("downtimeLimitMs", req.DowntimeLimitMs), zap.Bool("autoConverge", req.AutoConverge), zap.Strings("mirroring", drives))
+	s := &send{disks: disks, events: make(chan string, 16), stop: make(chan struct{}), done: make(chan struct{}), mirroring: len(disks) > 0}
+	q.sendMu.Lock()
+	q.cur = s
+	q.sendMu.Unlock()
+	if len(disks) == 0 {
+		close(s.done)
+		return q.qmpRun("migrate", map[string]any{"uri": "unix:" + sock}, nil)
+	}
+	if err := q.startMirrors(s, nbdSock, bw<<20); err != nil {
+		q.abortMirrors(s)
+		s.fail(err)
+		close(s.done)
+		return err
+	}
+	go q.drive(s, "unix:"+sock)
+	return nil
 }
 
-// CancelMigration stops an active migration; the guest keeps running here. It returns once
-// QEMU left the active states, or after timeout.
+// migrationEvent passes a MIGRATION status to the send that waits for its switch.
+func (q *VM) migrationEvent(status string) {
+	if s := q.current(); s != nil {
+		select {
+		case s.events <- status:
+		default: // drive polls too
+		}
+	}
+}
+
+// CancelMigration stops an active migration, mirrors included; the guest keeps running here.
+// It returns once QEMU left the active states and the mirrors are gone, or after timeout.
 func (q *VM) CancelMigration(timeout time.Duration) (hypervisor.MigrationInfo, error) {
+	end := time.Now().Add(timeout)
+	if s := q.current(); s != nil {
+		s.cancel()
+	}
 	if err := q.qmpRun("migrate_cancel", nil, nil); err != nil {
 		return hypervisor.MigrationInfo{}, err
 	}
-	for end := time.Now().Add(timeout); ; {
+	if s := q.current(); s != nil {
+		select {
+		case <-s.done:
+		case <-time.After(time.Until(end)):
+		}
+	}
+	for {
 		m, err := q.QueryMigrate()
 		if err != nil || hypervisor.MigrationState(m.Status, false) != controlapi.MigrationActive || time.Now().After(end) {
 			return m, err

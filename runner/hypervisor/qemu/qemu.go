@@ -41,6 +41,10 @@ type VM struct {
 	ctl      atomic.Pointer[qmp.SocketMonitor] // QMP for the control API's resizes
 	resizeMu sync.Mutex
 	hotAdded map[string]bool // vCPU ids device_add'ed at run time
+	sendMu   sync.Mutex
+	cur      *send    // the latest migration from here (mirror.go)
+	exports  []string // drives a waiting target serves over NBD
+
 	// unplugged: a vCPU was removed. QEMU 7.2's multi-threaded TCG then crashed (SIGSEGV in
 	// malloc) on the next device_add of any vCPU, and single-threaded TCG aborts on unplug
 	// (measured, docs/runner.md), so under tcg no vCPU is added after one was removed.
@@ -176,6 +180,7 @@ func (q *VM) translate(evs <-chan qmp.Event) {
 			q.events <- hypervisor.Event{Kind: hypervisor.EventShutdown, Guest: guest, Reason: reason}
 		case "MIGRATION":
 			status, _ := e.Data["status"].(string)
+			q.migrationEvent(status)
 			q.events <- hypervisor.Event{Kind: hypervisor.EventMigration, Reason: status}
 		case "GUEST_PANICKED":
 			action, _ := e.Data["action"].(string)
