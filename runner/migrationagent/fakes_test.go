@@ -160,11 +160,16 @@ type targetQEMU struct {
 }
 
 func listenTarget(t *testing.T, dir string) *targetQEMU {
+	return listenTargetOn(t, dir, controlapi.MigrateInSocket)
+}
+
+// listenTargetOn is listenTarget on another of the target's sockets (its NBD server's).
+func listenTargetOn(t *testing.T, dir, sock string) *targetQEMU {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("unix", filepath.Join(dir, controlapi.MigrateInSocket))
+	l, err := net.Listen("unix", filepath.Join(dir, sock))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
@@ -66,6 +67,11 @@ func headerLine(uid, migration string) string {
 	return string(b)
 }
 
+func channelLine(uid, migration, channel string) string {
+	b, _ := json.Marshal(header{PodUID: uid, Migration: migration, Channel: channel})
+	return string(b)
+}
+
 // TestReceiverRefuses: the receiver takes a stream only over TLS with the agents' own client
 // certificate, and only for a pod of its node that a live migration names as its target —
 // pods labelled a target (a VM's labels reach its pod) and annotated with the migration are
@@ -87,6 +93,7 @@ func TestReceiverRefuses(t *testing.T) {
 	// No VM at all.
 	stray := podOf(t, nil, ns, "stray-m1", b.name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
 	q := listenTarget(t, b.dir(target, "control1"))
+	nbd := listenTargetOn(t, b.dir(target, "control1"), controlapi.NBDInSocket)
 	listenTarget(t, b.dir(plain, "control2"))
 	refusedQEMUs := []*targetQEMU{listenTarget(t, b.dir(labelled, "control4")), listenTarget(t, b.dir(squatter, "control5")), listenTarget(t, b.dir(stray, "control6"))}
 	b.start(t)
@@ -125,6 +132,9 @@ func TestReceiverRefuses(t *testing.T) {
 		{"a VM's own pod labelled a target", good, headerLine(string(labelled.UID), m7), "is not a migration target"},
 		{"the VM's pod under a name the migration does not give", good, headerLine(string(squatter.UID), m7), "is not a migration target"},
 		{"a labelled target no VM controls", good, headerLine(string(stray.UID), m7), "is not a migration target"},
+		{"a disk's mirror for a pod that is not a target", good, channelLine(string(plain.UID), m7, ChannelNBD), "not the target of migration"},
+		{"a disk's mirror for a labelled target no VM controls", good, channelLine(string(stray.UID), m7, ChannelNBD), "is not a migration target"},
+		{"an unknown channel", good, channelLine(string(target.UID), m7, "ssh"), `unknown channel "ssh"`},
 	} {
 		answer, err := ask(t, addr, c.cfg, c.line)
 		got := answer
@@ -135,7 +145,7 @@ func TestReceiverRefuses(t *testing.T) {
 			t.Errorf("%s: answered %q (%v), want a refusal with %q", c.name, answer, err, c.want)
 		}
 	}
-	if n := q.connections(); n != 0 {
+	if n := q.connections() + nbd.connections(); n != 0 {
 		t.Fatalf("refused streams reached the target QEMU %d times", n)
 	}
 	for i, rq := range refusedQEMUs {
@@ -166,6 +176,19 @@ func TestReceiverRefuses(t *testing.T) {
 	if answer, err := ask(t, addr, good, headerLine(string(target.UID), m7)); !strings.Contains(answer, "already took a stream") {
 		t.Errorf("a second stream for the same target: %q, %v", answer, err)
 	}
+	// Each mirrored disk's NBD connection goes to the target's NBD server, not its migration
+	// socket, as many as it has disks.
+	for i := range 3 {
+		if answer, err := ask(t, addr, good, channelLine(string(target.UID), m7, ChannelNBD)); err != nil || answer != answerOK+"\n" {
+			t.Fatalf("disk mirror %d: %q, %v", i, answer, err)
+		}
+	}
+	kubeapi.Eventually(t, "the disks' mirrors at the target's NBD server", 5*time.Second, func() error {
+		if n, m := nbd.connections(), q.connections(); n != 3 || m != 1 {
+			return fmt.Errorf("the NBD server got %d connections (want 3), the migration socket %d (want 1)", n, m)
+		}
+		return nil
+	})
 }
 
 // TestEnsureSecret: agents starting together agree on one Secret; a broken one is named with

@@ -50,7 +50,7 @@ step() {
 finish() {
 	local rc=$1
 	wait 2>/dev/null
-	go run ./tools/dev/ci/report -steps "$steps" -background "$VIRTPOD_CI_DIR/background.tsv" -tests "$VIRTPOD_CI_DIR/go-test.log" \
+	go run ./tools/dev/ci/report -steps "$steps" -background "$VIRTPOD_CI_DIR/background.tsv" -tests "$VIRTPOD_CI_DIR/go-test.log" -times "$VIRTPOD_CI_DIR/test-times.tsv" \
 		-boots "$VIRTPOD_CI_DIR" -total $(($(date +%s) - start)) -out "$report" || rc=1
 	exit "$rc"
 }
@@ -91,8 +91,12 @@ step e2e-releases - m e2e-releases
 
 t0=$(date +%s%N)
 echo "==> go test ./..."
-env $(m -s print-TEST_ENV) go test -count=1 -timeout 45m ./... 2>&1 | tee "$VIRTPOD_CI_DIR/go-test.log"
-rc=$?
+# -json, turned back into go test's plain output by testlog, which also keeps each test's time
+# for the report's slowest tests.
+go build -o "$VIRTPOD_CI_DIR/testlog" ./tools/dev/ci/testlog || finish 1
+env $(m -s print-TEST_ENV) go test -json -count=1 -timeout 45m ./... 2>&1 |
+	"$VIRTPOD_CI_DIR/testlog" -times "$VIRTPOD_CI_DIR/test-times.tsv" | tee "$VIRTPOD_CI_DIR/go-test.log"
+rc=${PIPESTATUS[0]}
 record go-test - "$t0" "$rc"
 if [ $was_up = no ]; then
 	t0=$(date +%s%N)

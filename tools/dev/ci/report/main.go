@@ -16,12 +16,18 @@ func main() {
 	steps := flag.String("steps", "", "steps.tsv: name, state, milliseconds, exit code per line")
 	background := flag.String("background", "", "the same for the steps run beside the first builds")
 	tests := flag.String("tests", "", "the go test output")
+	times := flag.String("times", "", "testlog's per-test times")
 	boots := flag.String("boots", "", "folder of boots-*.tsv files the test packages wrote")
 	total := flag.Int("total", 0, "the run's wall time in seconds")
 	out := flag.String("out", "", "also write the report here")
 	flag.Parse()
 
 	in, err := load(*steps, *background, *tests, *boots)
+	if err == nil && *times != "" {
+		if b, rerr := os.ReadFile(*times); rerr == nil {
+			in.tests, err = parseTestTimes(string(b))
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)

@@ -30,8 +30,37 @@ type input struct {
 	steps        []step
 	background   []step
 	packages     []pkgResult
+	tests        []testTime
 	boots        []boot
 	totalSeconds int
+}
+
+// testTime is one top-level test's wall time, from testlog's TSV.
+type testTime struct {
+	pkg, name string
+	took      time.Duration
+	failed    bool
+}
+
+// parseTestTimes reads testlog's lines (package, test, seconds, result), keeping top-level
+// tests: a subtest's time is its parent's already.
+func parseTestTimes(s string) ([]testTime, error) {
+	var out []testTime
+	for i, line := range lines(s) {
+		f := strings.Split(line, "\t")
+		if len(f) != 4 {
+			return nil, fmt.Errorf("test times line %d: %q is not package, test, seconds, result", i+1, line)
+		}
+		if strings.Contains(f[1], "/") {
+			continue
+		}
+		sec, err := strconv.ParseFloat(f[2], 64)
+		if err != nil {
+			return nil, fmt.Errorf("test times line %d: %v", i+1, err)
+		}
+		out = append(out, testTime{pkg: f[0], name: f[1], took: time.Duration(sec * float64(time.Second)), failed: f[3] == "fail"})
+	}
+	return out, nil
 }
 
 func parseSteps(s string) ([]step, error) {

@@ -11,6 +11,9 @@ import (
 // slowest is how many test packages the report names; the rest are summed.
 const slowest = 8
 
+// slowestTests is how many tests the report names.
+const slowestTests = 15
+
 func render(in input) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "== CI timing: %s in all (budget: cold <= 60m, warm <= 20m; CI's limit 90m)\n",
@@ -21,6 +24,9 @@ func render(in input) string {
 	}
 	if len(in.packages) > 0 {
 		b.WriteString(testLine(in.packages))
+	}
+	if len(in.tests) > 0 {
+		b.WriteString(slowTests(in.tests))
 	}
 	if len(in.boots) > 0 {
 		b.WriteString(bootLines(in.boots))
@@ -73,6 +79,25 @@ func testLine(pkgs []pkgResult) string {
 		out += fmt.Sprintf("; the other %d together %s", len(sorted)-slowest, dur(rest))
 	}
 	return out + "\n"
+}
+
+// slowTests names the slowest top-level tests, with their packages.
+func slowTests(tests []testTime) string {
+	sorted := slices.Clone(tests)
+	slices.SortStableFunc(sorted, func(a, b testTime) int { return cmp.Compare(b.took, a.took) })
+	var b strings.Builder
+	b.WriteString("slowest tests:")
+	for i, t := range sorted {
+		if i >= slowestTests {
+			break
+		}
+		fmt.Fprintf(&b, " %s.%s %s", trimModule(t.pkg), t.name, dur(t.took))
+		if t.failed {
+			b.WriteString(" FAILED")
+		}
+		b.WriteString(",")
+	}
+	return strings.TrimSuffix(b.String(), ",") + "\n"
 }
 
 // bootLines: per package and kind, the total and the tests that booted more than one guest.

@@ -35,11 +35,17 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.totalSeconds = 3312
+	if in.tests, err = parseTestTimes("github.com/virtpod/virtpod/runner\tTestLiveMigration\t70.50\tpass\n" +
+		"github.com/virtpod/virtpod/runner\tTestLiveMigration/move\t8.00\tpass\n" +
+		"github.com/virtpod/virtpod/tests/e2e\tTestX\t1.00\tfail\n"); err != nil {
+		t.Fatal(err)
+	}
 	got := render(in)
 	want := `== CI timing: 55m12s in all (budget: cold <= 60m, warm <= 20m; CI's limit 90m)
 steps: vet 3m18s, k8s-binaries 15m05s (cold), capi 800ms (cached), go-test 15m25s FAILED(1)
 beside the first builds: debian-guest 1m52s (cold)
 test packages: 3 (1 failed), 17m19s of package time; slowest: tests/e2e 10m59s FAILED, runner 6m20s, pkg/qemu 500ms
+slowest tests: runner.TestLiveMigration 1m10s, tests/e2e.TestX 1.0s FAILED
 boots: runner 3 guests (more than one: TestDisks 2)
 boots: runner 3 incoming (more than one: TestLiveMigration 3)
 boots: tests/e2e 1 runner pods
@@ -55,5 +61,8 @@ func TestReportRefusesMalformedSteps(t *testing.T) {
 	}
 	if _, err := parseBoots("runner\tTestX\tguests\n"); err == nil {
 		t.Fatal("a boots line without a count was accepted")
+	}
+	if _, err := parseTestTimes("runner\tTestX\tslow\tpass\n"); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("a test time that is not a number: %v", err)
 	}
 }
