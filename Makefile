@@ -44,7 +44,7 @@ test-controller: control-plane ## Controller, API and node-agent resize and migr
 
 # Everything `go test ./...` needs to find: the API server, Cluster API, the releases, the guests
 # and the local cluster.
-TEST_ENV = $(ENVTEST_ENV) $(CAPI_ENV) $(E2E_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) \
+TEST_ENV = $(ENVTEST_ENV) $(CAPI_ENV) $(E2E_ENV) VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) VIRTPOD_QEMU_NEXT=$(QEMU_NEXT) \
 	VIRTPOD_IMAGES=$(IMAGES_DIR) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG)
 
 # The steps, their order and what runs beside what live in tools/dev/ci/test.sh, which ends with

@@ -18,9 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner"
+	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/podcontrol"
+	"github.com/virtpod/virtpod/tests/prereq"
 )
 
 // TestLiveMigration boots one guest, printing a numbered heartbeat every 50 ms, and drives the
@@ -215,32 +219,74 @@ func testLiveMigration(t *testing.T, network string) {
 		dst.wantState(t, runner.StateRunning)
 
 		// The guest moves on from the pod it arrived in (a drain of that node): a target whose
-		// guest arrived is a source like any other.
+		// guest arrived is a source like any other. It moves onto QEMU 10.0 (Debian 13's, no
+		// block migration), keeping its machine (pc-q35-7.2), then once more within 10.0.
 		consoleRun(t, dst.r, "echo again-$((7*6)) >/migrated2; sync")
-		next := mt.target(t)
-		newMigrationRelay(t, dst.r, next.r)
-		// Its arrival's "completed" is not this send's: right after the PUT QEMU is still connecting.
-		if s := dstCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted); s.Terminal() || s.Role != controlapi.RoleSource {
-			t.Fatalf("PUT on the former target answered %+v", s)
+		qemu10 := qemuNext(t)
+		prev, prevCtl := dst, dstCtl
+		for hop, want := range []string{"QEMU 7.2 to 10.0", "QEMU 10.0 to 10.0"} {
+			next := mt.targetWith(t, qemu10)
+			newMigrationRelay(t, prev.r, next.r)
+			// Its arrival's "completed" is not this send's: right after the PUT QEMU is still connecting.
+			if s := prevCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted); s.Terminal() || s.Role != controlapi.RoleSource {
+				t.Fatalf("%s: PUT on the former target answered %+v", want, s)
+			}
+			if s := waitMigration(t, prevCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); s.State != controlapi.MigrationCompleted || s.Role != controlapi.RoleSource || len(s.Disks) != 3 {
+				t.Fatalf("%s: %+v", want, s)
+			} else {
+				t.Logf("%s: %+v", want, s)
+			}
+			next.waitRunning(t)
+			if v := next.status(t).Version; !strings.HasPrefix(v, "10.0.") {
+				t.Fatalf("%s: the target runs QEMU %q", want, v)
+			}
+			if last, first := prev.lastHeartbeat(), next.waitHeartbeat(t); first <= last || first > last+3 {
+				t.Fatalf("%s: heartbeat %d last at the source, %d first at the target", want, last, first)
+			}
+			next.heartbeatGoesOn(t)
+			consoleRun(t, next.r, "echo 3 >/proc/sys/vm/drop_caches; cat /migrated /migrated2; head -c 8 "+guestDisk("data"), "moved-42", "again-42", "data-42")
+			prev.r.signal(t, syscall.SIGTERM)
+			if code, msg := prev.r.waitExit(t, 5*time.Second); code != runner.ExitOK || msg != runner.MessageMigrated {
+				t.Fatalf("%s: source after SIGTERM: exit %d %q", want, code, msg)
+			}
+			if hop == 0 {
+				consoleRun(t, next.r, "echo on-ten-$((6*7)) >/migrated3; sync")
+			} else {
+				consoleRun(t, next.r, "echo 3 >/proc/sys/vm/drop_caches; cat /migrated3", "on-ten-42")
+			}
+			prev, prevCtl = next, migrationClient(next.r.control)
 		}
-		if s := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); s.State != controlapi.MigrationCompleted || s.Role != controlapi.RoleSource {
-			t.Fatalf("moving on: %+v", s)
-		}
-		next.waitRunning(t)
-		if last, first := dst.lastHeartbeat(), next.waitHeartbeat(t); first <= last || first > last+3 {
-			t.Fatalf("heartbeat %d last at the first target, %d first at the next", last, first)
-		}
-		next.heartbeatGoesOn(t)
-		consoleRun(t, next.r, "echo 3 >/proc/sys/vm/drop_caches; cat /migrated /migrated2", "moved-42", "again-42")
-		dst.r.signal(t, syscall.SIGTERM)
-		if code, msg := dst.r.waitExit(t, 5*time.Second); code != runner.ExitOK || msg != runner.MessageMigrated {
-			t.Fatalf("first target after SIGTERM: exit %d %q", code, msg)
-		}
-		next.r.signal(t, syscall.SIGTERM)
-		if code, msg := next.r.waitExit(t, 30*time.Second); code != runner.ExitOK || msg != "stopped on SIGTERM: guest powered off" {
+		prev.r.signal(t, syscall.SIGTERM)
+		if code, msg := prev.r.waitExit(t, 30*time.Second); code != runner.ExitOK || msg != "stopped on SIGTERM: guest powered off" {
 			t.Fatalf("last target after SIGTERM: exit %d %q", code, msg)
 		}
 	})
+}
+
+// qemuNext is Debian 13's QEMU 10.0 (make qemu-next), bind-mounted read-only, for the test's
+// length, where the runner's user reaches it: the cache is under root's home.
+func qemuNext(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("VIRTPOD_QEMU_NEXT")
+	if dir == "" {
+		dir = filepath.Join(prereq.Cache(), "qemu-next")
+	}
+	_, err := os.Stat(filepath.Join(dir, "qemu.json"))
+	need(t, err == nil, "no QEMU 10.0 in "+dir+": run make qemu-next")
+	reachable(t, nil) // makes the share directory
+	at, err := os.MkdirTemp(shareDir, "qemu-next-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(at, 0o755)
+	if err := unix.Mount(dir, at, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mounting %s: %v", dir, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(at, unix.MNT_DETACH); _ = os.Remove(at) })
+	if err := unix.Mount("", at, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("making %s read-only: %v", at, err)
+	}
+	return filepath.Join(at, "bin", "qemu-system-x86_64")
 }
 
 // migrationTest starts runners for one guest: the source boots it, each target receives it.
@@ -269,7 +315,8 @@ func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *mi
 	if err := os.WriteFile(userData, []byte("#cloud-config\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args = append(args, "--network="+network, "--cloud-init-user-data="+userData, "--instance-id=0b5f6a43-migrate")
+	// The machine pinned as the controller pins it, so the guest can move onto another QEMU.
+	args = append(args, "--network="+network, "--cloud-init-user-data="+userData, "--instance-id=0b5f6a43-migrate", "--machine=pc-q35-7.2")
 	if network == "masquerade" {
 		args = append(args, "--port=http:80/TCP")
 	}
@@ -291,8 +338,16 @@ func (mt *migrationTest) boot(t testing.TB) *migrationRunner {
 }
 
 // target starts a runner with --incoming and waits for it to wait for its guest.
-func (mt *migrationTest) target(t testing.TB) *migrationRunner {
+func (mt *migrationTest) target(t testing.TB) *migrationRunner { return mt.targetWith(t, "") }
+
+// targetWith is target with another QEMU binary ("": the host's).
+func (mt *migrationTest) targetWith(t testing.TB, qemu string) *migrationRunner {
 	t.Helper()
+	if qemu != "" {
+		restore := os.Getenv(binaries.EnvQEMU)
+		os.Setenv(binaries.EnvQEMU, qemu) // the runner reads it at its start
+		defer os.Setenv(binaries.EnvQEMU, restore)
+	}
 	m := mt.start(t, append(append([]string{}, mt.args...), "--incoming"))
 	m.wantState(t, runner.StateIncoming)
 	return m

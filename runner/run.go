@@ -172,7 +172,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	switch cfg.Provider {
 	case runnerconfig.ProviderQEMU:
 		spec := qemu.Spec{
-			Name: cfg.Name, Acceleration: cfg.Acceleration, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
+			Name: cfg.Name, Acceleration: cfg.Acceleration, Machine: cfg.Machine, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
 			MaxCPUs: cfg.MaxCPUs, MaxMemoryMiB: cfg.MaxMemoryMiB,
 			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
 			DiskPath: root.path, DiskFormat: root.format, DiskCache: root.cache, DiskBlock: root.block, SeedPath: seed, Disks: drives,

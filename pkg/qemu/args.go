@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -31,10 +32,17 @@ const (
 	FirmwareUEFI = "uefi"
 )
 
+// machineRe is a q35 machine type: the alias, or a versioned one. Nothing else reaches
+// -machine, whose value is an option list.
+var machineRe = regexp.MustCompile(`^(q35|pc-q35-[0-9]{1,2}\.[0-9]{1,2})$`)
+
 // Spec is everything the command line depends on.
 type Spec struct {
 	Name         string // VM name, shown in the process list
 	Acceleration string // "kvm" or "tcg"
+	// Machine is the machine type: "" is q35 (this QEMU's newest); a versioned one
+	// (pc-q35-7.2) keeps a migrating guest's hardware on another QEMU version.
+	Machine string
 	// CPUModel is QEMU's -cpu; "" means "host" under kvm and QEMU's default model under tcg.
 	CPUModel  string
 	CPUs      int32
@@ -86,6 +94,9 @@ func Args(s Spec) ([]string, error) {
 		return nil, err
 	}
 	machine := "q35"
+	if s.Machine != "" {
+		machine = s.Machine
+	}
 	if s.Kernel == "" {
 		// Without graphics SeaBIOS prints on the serial port, so its "No bootable device."
 		// reaches the console the runner reads.
@@ -213,6 +224,9 @@ func (s Spec) validate() error {
 	case CacheNone, CacheWriteback:
 	default:
 		errs = append(errs, fmt.Errorf("disk cache %q: use %s or %s (never unsafe: it drops the guest's flushes)", s.DiskCache, CacheNone, CacheWriteback))
+	}
+	if s.Machine != "" && !machineRe.MatchString(s.Machine) {
+		errs = append(errs, fmt.Errorf("machine %q: use q35 or a versioned q35 such as pc-q35-7.2", s.Machine))
 	}
 	// QEMU splits -cpu at its first comma into model and features, and ",," is no escape there.
 	if strings.Contains(s.CPUModel, ",") {

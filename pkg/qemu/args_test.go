@@ -71,6 +71,7 @@ func TestGolden(t *testing.T) {
 	hostileBIOS.FirmwareCode = "-drive file=/etc/shadow,if=pflash"
 	incoming := tcg
 	incoming.IncomingSocket = "/run/virtpod/control/migrate-in.sock"
+	incoming.Machine = "pc-q35-7.2" // the source's pinned machine, on whatever QEMU the target has
 	hostileIncoming := tcg
 	hostileIncoming.IncomingSocket = "/run/vp,tcp:0:4444 -incoming exec:sh/migrate-in.sock"
 	for name, s := range map[string]Spec{
@@ -178,18 +179,20 @@ func TestUserStringsCannotInject(t *testing.T) {
 
 func TestRejects(t *testing.T) {
 	for name, mutate := range map[string]func(*Spec){
-		"unsafe cache":        func(s *Spec) { s.DiskCache = "unsafe" },
-		"unknown accel":       func(s *Spec) { s.Acceleration = "hvf" },
-		"newline cmdline":     func(s *Spec) { s.Cmdline = "a\n-b" },
-		"tap without MAC":     func(s *Spec) { s.MAC = nil },
-		"missing kernel":      func(s *Spec) { s.Kernel = "" },
-		"unknown format":      func(s *Spec) { s.DiskFormat = "vmdk" },
-		"too little memory":   func(s *Spec) { s.MemoryMiB = 8 },
-		"newline seed path":   func(s *Spec) { s.SeedPath = "/s\n-drive" },
-		"kernel and firmware": func(s *Spec) { s.Firmware, s.FirmwareCode = FirmwareBIOS, "/bios.bin" },
-		"relative incoming":   func(s *Spec) { s.IncomingSocket = "tcp:0:4444" },
-		"incoming too long":   func(s *Spec) { s.IncomingSocket = "/" + strings.Repeat("a", 107) },
-		"newline incoming":    func(s *Spec) { s.IncomingSocket = "/m\n-S" },
+		"unsafe cache":         func(s *Spec) { s.DiskCache = "unsafe" },
+		"unknown accel":        func(s *Spec) { s.Acceleration = "hvf" },
+		"newline cmdline":      func(s *Spec) { s.Cmdline = "a\n-b" },
+		"tap without MAC":      func(s *Spec) { s.MAC = nil },
+		"missing kernel":       func(s *Spec) { s.Kernel = "" },
+		"unknown format":       func(s *Spec) { s.DiskFormat = "vmdk" },
+		"too little memory":    func(s *Spec) { s.MemoryMiB = 8 },
+		"newline seed path":    func(s *Spec) { s.SeedPath = "/s\n-drive" },
+		"kernel and firmware":  func(s *Spec) { s.Firmware, s.FirmwareCode = FirmwareBIOS, "/bios.bin" },
+		"relative incoming":    func(s *Spec) { s.IncomingSocket = "tcp:0:4444" },
+		"incoming too long":    func(s *Spec) { s.IncomingSocket = "/" + strings.Repeat("a", 107) },
+		"newline incoming":     func(s *Spec) { s.IncomingSocket = "/m\n-S" },
+		"machine with options": func(s *Spec) { s.Machine = "pc-q35-7.2,accel=kvm" },
+		"not a q35 machine":    func(s *Spec) { s.Machine = "microvm" },
 	} {
 		s := baseSpec()
 		mutate(&s)

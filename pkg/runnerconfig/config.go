@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,6 +78,10 @@ type Config struct {
 	// Incoming makes this runner a live migration's target: QEMU waits for the guest on
 	// <control dir>/migrate-in.sock instead of booting it (docs/runner.md).
 	Incoming bool
+	// Machine is QEMU's machine type: "" is q35, the newest this QEMU knows; a versioned one
+	// (pc-q35-7.2) keeps the guest's hardware across QEMU versions, so a guest started on
+	// QEMU 7.2 can migrate onto QEMU 10.0 (provider qemu only).
+	Machine string
 
 	Kernel      string // path of the kernel inside the pod; "" boots the root disk through Firmware
 	Firmware    string // bios or uefi, only without Kernel
@@ -151,6 +156,12 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.size().Validate(sizeFlags)...)
 	errs = append(errs, c.validateControl()...)
+	if c.Machine != "" && !machineRe.MatchString(c.Machine) {
+		errs = append(errs, fmt.Errorf("--machine: %q is not a q35 machine type; use q35 or a versioned one such as pc-q35-7.2", c.Machine))
+	}
+	if c.Machine != "" && c.Provider != ProviderQEMU {
+		errs = append(errs, errors.New("--machine: only for provider qemu"))
+	}
 	if c.Kernel == "" {
 		switch c.Firmware {
 		case FirmwareBIOS, FirmwareUEFI:
@@ -199,6 +210,9 @@ func (c *Config) Validate() error {
 }
 
 // sizeFlags names the size's flags in the errors of Validate.
+// machineRe is a q35 machine type: the alias, or a versioned one.
+var machineRe = regexp.MustCompile(`^(q35|pc-q35-[0-9]{1,2}\.[0-9]{1,2})$`)
+
 var sizeFlags = vmv1.SizeNames{CPUs: "--cpus", MaxCPUs: "--max-cpus", Memory: "--memory-mib", MaxMemory: "--max-memory-mib"}
 
 func (c *Config) size() vmv1.GuestSize {
@@ -284,6 +298,9 @@ func (c Config) Args() []string {
 	if c.Incoming {
 		args = append(args, "--incoming")
 	}
+	if c.Machine != "" {
+		args = append(args, "--machine="+c.Machine)
+	}
 	if c.Kernel != "" {
 		args = append(args, "--kernel="+c.Kernel)
 	}
@@ -362,6 +379,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxMemoryMiB, "max-memory-mib", 0, "most memory in MiB the guest can be resized to at run time, a multiple of 128 like --memory-mib (0: --memory-mib, not resizable)")
 	fs.StringVar(&c.ControlSocket, "control-socket", DefaultControlSocket, "unix socket of the control API (resize), created 0600; empty: none")
 	fs.BoolVar(&c.Incoming, "incoming", false, "be a live migration's target: QEMU receives the running guest on migrate-in.sock next to --control-socket instead of booting it (provider qemu)")
+	fs.StringVar(&c.Machine, "machine", "", "QEMU's machine type: q35 (the default, this QEMU's newest) or a versioned one such as pc-q35-7.2, which a guest keeps across QEMU versions")
 	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel; without it the root disk boots through --firmware")
 	fs.StringVar(&c.Firmware, "firmware", "", "without --kernel: "+FirmwareBIOS+" (SeaBIOS, the default) or "+FirmwareUEFI+" (OVMF, secure boot off)")
 	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")

@@ -57,7 +57,7 @@ finish() {
 
 v() { m -s "print-$1"; }
 K8S_BIN=$(v K8S_BIN) ETCD_BIN=$(v ETCD_BIN) CAPI_DIR=$(v CAPI_DIR)
-GUEST_FIXTURE=$(v GUEST_FIXTURE) DEBIAN_GUEST=$(v DEBIAN_GUEST) IMAGES_DIR=$(v IMAGES_DIR)
+GUEST_FIXTURE=$(v GUEST_FIXTURE) DEBIAN_GUEST=$(v DEBIAN_GUEST) IMAGES_DIR=$(v IMAGES_DIR) QEMU_NEXT=$(v QEMU_NEXT)
 
 # Beside the first compiles: every tool module's sources, the Debian packages, both guests.
 bg_log=$VIRTPOD_CI_DIR/background.log
@@ -67,6 +67,7 @@ bg_log=$VIRTPOD_CI_DIR/background.log
 	step runner-deps "$(state /usr/bin/qemu-system-x86_64 /usr/bin/mmdebstrap)" m runner-deps
 	step guest-fixture "$(state "$GUEST_FIXTURE")" m guest-fixture
 	step debian-guest "$(state "$DEBIAN_GUEST")" m debian-guest
+	step qemu-next "$(state "$QEMU_NEXT/qemu.json")" m qemu-next
 ) >"$bg_log" 2>&1 &
 bg=$!
 
@@ -78,7 +79,7 @@ step capi "$(state "$CAPI_DIR/cluster-api-manager" "$CAPI_DIR/clusterctl")" m ca
 step containerd-registry "$(state "$(v CONTAINERD_BIN)/containerd" "$(v REGISTRY_BIN)/registry")" m containerd registry
 wait $bg
 bg_rc=$?
-echo "==> background steps (downloads, runner-deps, guest-fixture, debian-guest):"
+echo "==> background steps (downloads, runner-deps, guest-fixture, debian-guest, qemu-next):"
 cat "$bg_log"
 [ $bg_rc -eq 0 ] || finish $bg_rc
 step test-images "$(state "$IMAGES_DIR/debian.tar")" m test-images
@@ -92,32 +93,14 @@ step e2e-releases - m e2e-releases
 t0=$(date +%s%N)
 echo "==> go test ./..."
 # -json, turned back into go test's plain output by testlog, which also keeps each test's time
-# for the report's slowest tests. tests/e2e, the longest package by far, starts at once beside
-# the others (one at a time) instead of after most of them: two test binaries at once, as
-# go test's default -p on two cores, and the run no longer waits for e2e at its end.
+# for the report's slowest tests. tests/e2e, the longest package by far, is named first so it
+# starts first, beside the others (two at a time, go test's default -p on two cores), instead of
+# after most of them alphabetically: the run no longer waits for e2e alone at its end. go test
+# prints packages in the order named, so the rest shows once e2e is done.
 go build -o "$VIRTPOD_CI_DIR/testlog" ./tools/dev/ci/testlog || finish 1
-gotest() { # LOG TIMES PACKAGES...: one go test, its plain output in LOG
-	local log=$1 times=$2
-	shift 2
-	env $(m -s print-TEST_ENV) go test -json -count=1 -timeout 45m -p 1 "$@" 2>&1 |
-		"$VIRTPOD_CI_DIR/testlog" -times "$times" >"$log"
-	return "${PIPESTATUS[0]}"
-}
-gotest "$VIRTPOD_CI_DIR/go-test-e2e.log" "$VIRTPOD_CI_DIR/times-e2e.tsv" ./tests/e2e/ &
-e2e=$!
-gotest "$VIRTPOD_CI_DIR/go-test-rest.log" "$VIRTPOD_CI_DIR/times-rest.tsv" $(go list ./... | grep -vx 'github.com/virtpod/virtpod/tests/e2e') &
-rest=$!
-tail -n +1 -F --pid=$rest "$VIRTPOD_CI_DIR/go-test-rest.log" 2>/dev/null &
-follow=$!
-wait $rest
-rc=$?
-wait $follow
-wait $e2e
-e2e_rc=$?
-[ $e2e_rc -eq 0 ] || rc=$e2e_rc
-cat "$VIRTPOD_CI_DIR/go-test-e2e.log"
-cat "$VIRTPOD_CI_DIR/go-test-rest.log" "$VIRTPOD_CI_DIR/go-test-e2e.log" >"$VIRTPOD_CI_DIR/go-test.log"
-cat "$VIRTPOD_CI_DIR"/times-*.tsv >"$VIRTPOD_CI_DIR/test-times.tsv" 2>/dev/null
+env $(m -s print-TEST_ENV) go test -json -count=1 -timeout 45m ./tests/e2e/ $(go list ./... | grep -vx 'github.com/virtpod/virtpod/tests/e2e') 2>&1 |
+	"$VIRTPOD_CI_DIR/testlog" -times "$VIRTPOD_CI_DIR/test-times.tsv" | tee "$VIRTPOD_CI_DIR/go-test.log"
+rc=${PIPESTATUS[0]}
 record go-test - "$t0" "$rc"
 if [ $was_up = no ]; then
 	t0=$(date +%s%N)

@@ -2,6 +2,8 @@
 VIRTPOD_CACHE ?= $(HOME)/.cache/virtpod
 GUEST_FIXTURE ?= $(VIRTPOD_CACHE)/guest
 DEBIAN_GUEST  ?= $(VIRTPOD_CACHE)/debian-guest
+# The next QEMU (Debian 13's 10.0), runnable here, for migrations across QEMU versions.
+QEMU_NEXT     ?= $(VIRTPOD_CACHE)/qemu-next
 RUNNER_BIN    ?= bin/virtpod-runner
 BENCH_PAIRS   ?= 5
 # The Debian guest's firmware boot in bench-boot: which firmwares (empty: skip it), how many pairs.
@@ -13,7 +15,7 @@ RUNNER_TEST_PKGS := ./runner/ ./runner/hypervisor/... ./runner/kvm/... ./runner/
 	./pkg/qemu/... ./pkg/cloudhypervisor/... \
 	./pkg/guestnet/... ./pkg/podnat/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
 
-.PHONY: runner-deps guest-fixture debian-guest test-runner bench-boot bench-resize bench-migrate build-runner
+.PHONY: runner-deps guest-fixture debian-guest qemu-next test-runner bench-boot bench-resize bench-migrate build-runner
 
 runner-deps: ## Install the Debian packages the runner tests need (no-op when present; root to install).
 	bash tools/dev/ci/install-deps.sh
@@ -24,8 +26,11 @@ guest-fixture: runner-deps ## Build the test guest (Debian cloud kernel, busybox
 debian-guest: runner-deps ## Build the Debian cloud guest (a disk that boots through UEFI and BIOS) from Debian's packages into $(DEBIAN_GUEST).
 	go run ./tools/dev/debianguest -out $(DEBIAN_GUEST)
 
-test-runner: guest-fixture debian-guest ## Run the runner's tests, booting real guests under TCG.
-	VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) go test -count=1 -timeout 30m $(RUNNER_TEST_PKGS)
+qemu-next: runner-deps ## Build Debian 13's QEMU 10.0 into $(QEMU_NEXT), run here through its own libraries (bin/qemu-system-x86_64).
+	go run ./tools/dev/qemunext -out $(QEMU_NEXT)
+
+test-runner: guest-fixture debian-guest qemu-next ## Run the runner's tests, booting real guests under TCG.
+	VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) VIRTPOD_QEMU_NEXT=$(QEMU_NEXT) go test -count=1 -timeout 30m $(RUNNER_TEST_PKGS)
 
 bench-boot: guest-fixture debian-guest ## Runner vs plain QEMU in alternating pairs: the test guest to its marker, the Debian guest through firmware to cloud-init's final message (root).
 	go run ./tools/dev/benchboot -guest $(GUEST_FIXTURE) -pairs $(BENCH_PAIRS) \
