@@ -121,7 +121,8 @@ func (r *Reconciler) reconcilePod(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// reconcileGuest resizes a running guest (resize.go) and judges whether it can be live-migrated:
+// reconcileGuest resizes a running guest (resize.go), judges whether it can be live-migrated
+// and pins its machine type (machine.go):
 // only the pod this status runs, kept running. Not while the guest migrates: the target is a
 // copy of this pod at its size now, so the size is frozen.
 func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
@@ -140,7 +141,7 @@ func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
 	}
 	v := migratable.Check(vm, pod)
 	s.movable = &v
-	return nil
+	return r.pinMachine(ctx, s)
 }
 
 // reconcileStatus decides every condition from what the steps found (conditions.go), writes

@@ -3,6 +3,7 @@ package podspec
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,9 @@ import (
 // IncomingFlag makes a runner a migration target: QEMU waits for the guest's state on the
 // control directory's migrate-in socket instead of booting (runnerconfig's --incoming).
 const IncomingFlag = "--incoming"
+
+// MachineFlag is runnerconfig's --machine: the machine type QEMU builds.
+const MachineFlag = "--machine"
 
 // TargetPodName is the target runner pod of a migration: <vm>-m<5 hex digits of the migration's
 // UID's SHA-256>, deterministic so a repeated reconcile finds the pod it made, and a DNS label
@@ -33,11 +37,12 @@ var sourceOnly = map[string]bool{
 }
 
 // TargetPod renders the target runner pod of migration mig from the source runner pod src: the
-// same spec (images, volumes, the resources it has now, the runner's arguments plus --incoming),
+// same spec (images, volumes, the resources it has now, the runner's arguments plus --incoming
+// and, when the source's lack it, --machine=machine: the VM's pinned machine type),
 // unbound, and kept off the source's node by node affinity in every required term (or sent to
 // mig's targetNode). Labels are the source's plus the target role, so Services select it once
 // it runs the guest. Pure.
-func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration) *corev1.Pod {
+func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine string) *corev1.Pod {
 	pod := &corev1.Pod{TypeMeta: src.TypeMeta}
 	pod.Name = TargetPodName(mig.Spec.VMName, mig.UID)
 	pod.Namespace = src.Namespace
@@ -59,8 +64,17 @@ func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration) *corev1.Pod {
 	spec.NodeName = ""
 	spec.EphemeralContainers = nil
 	for i := range spec.Containers {
-		if c := &spec.Containers[i]; c.Name == vmv1.RunnerContainer && !hasArg(c.Args, IncomingFlag) {
+		c := &spec.Containers[i]
+		if c.Name != vmv1.RunnerContainer {
+			continue
+		}
+		if !hasArg(c.Args, IncomingFlag) {
 			c.Args = append(c.Args, IncomingFlag)
+		}
+		if machine != "" && !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, MachineFlag+"=") }) {
+			// A source started before its machine was pinned ran q35 on its node's QEMU, which
+			// the pinned machine names.
+			c.Args = append(c.Args, MachineFlag+"="+machine)
 		}
 	}
 	field := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{src.Spec.NodeName}}

@@ -43,7 +43,8 @@ func migration(target string) *vmv1.VirtualMachineMigration {
 func TestMigrationTargetGolden(t *testing.T) {
 	src := runningSource(t, nil)
 	before := src.DeepCopy()
-	got, err := yaml.Marshal(podspec.TargetPod(src, migration("")))
+	// A source started before its machine was pinned: the target gets the pinned one.
+	got, err := yaml.Marshal(podspec.TargetPod(src, migration(""), "pc-q35-7.2"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestMigrationTargetPlacement(t *testing.T) {
 		"":       {Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-1"}},
 		"node-9": {Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-9"}},
 	} {
-		pod := podspec.TargetPod(src, migration(target))
+		pod := podspec.TargetPod(src, migration(target), "")
 		terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 		if len(terms) != 2 {
 			t.Fatalf("target %q: %d terms, want the user's 2", target, len(terms))
@@ -97,9 +98,13 @@ func TestMigrationTargetPlacement(t *testing.T) {
 
 	// Back again: the guest moved to node-2 leaves it for anywhere but node-2, node-1 included
 	// (the first move's placement is replaced, not kept beside the second's).
-	moved := podspec.TargetPod(src, migration(""))
+	moved := podspec.TargetPod(src, migration(""), "pc-q35-7.2")
 	moved.Spec.NodeName = "node-2"
-	back := podspec.TargetPod(moved, migration(""))
+	back := podspec.TargetPod(moved, migration(""), "pc-q35-7.2")
+	// The machine is given once, however often the guest moves.
+	if n := countPrefix(back.Spec.Containers[0].Args, podspec.MachineFlag+"="); n != 1 {
+		t.Errorf("second move: %d --machine arguments in %q, want 1", n, back.Spec.Containers[0].Args)
+	}
 	for i, term := range back.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
 		if len(term.MatchFields) != 1 || term.MatchFields[0].Operator != corev1.NodeSelectorOpNotIn || term.MatchFields[0].Values[0] != "node-2" {
 			t.Errorf("second move: term %d has fields %+v, want only NotIn [node-2]", i, term.MatchFields)
@@ -108,6 +113,16 @@ func TestMigrationTargetPlacement(t *testing.T) {
 			t.Errorf("second move: term %d lost the user's expressions: %+v", i, term.MatchExpressions)
 		}
 	}
+}
+
+func countPrefix(args []string, prefix string) int {
+	n := 0
+	for _, a := range args {
+		if strings.HasPrefix(a, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestTargetPodName: deterministic, different per migration, a DNS label for the longest VM name.

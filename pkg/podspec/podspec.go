@@ -119,6 +119,11 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		c.Acceleration = runnerconfig.AccelEmulated
 	}
+	if vm.Spec.Provider == vmv1.ProviderQEMU {
+		// The machine the guest first ran with (status.machine), so a newer QEMU builds the
+		// same hardware; "" before its first start.
+		c.Machine = vm.Status.Machine
+	}
 	if g.NetworkMode == vmv1.NetworkMasquerade {
 		c.Network = runnerconfig.NetworkMasquerade
 	}

@@ -1,6 +1,7 @@
 package podspec_test
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -271,5 +272,22 @@ func TestResourcesAllocationRatio(t *testing.T) {
 				t.Errorf("memory request %s limit %s, want both %s", r.Requests.Memory(), got, c.wantMem)
 			}
 		})
+	}
+}
+
+// TestMachinePinnedFromStatus: a QEMU guest's runner gets the machine it first ran with; before
+// that, and for cloud-hypervisor, none (QEMU's q35).
+func TestMachinePinnedFromStatus(t *testing.T) {
+	vm := baseVM()
+	if c := podspec.RunnerConfig(vm); c.Machine != "" {
+		t.Errorf("before the first start: machine %q", c.Machine)
+	}
+	vm.Status.Machine = "pc-q35-7.2"
+	if c := podspec.RunnerConfig(vm); c.Machine != "pc-q35-7.2" || !slices.Contains(c.Args(), "--machine=pc-q35-7.2") {
+		t.Errorf("pinned: machine %q, args %q", c.Machine, c.Args())
+	}
+	vm.Spec.Provider = vmv1.ProviderCloudHypervisor
+	if c := podspec.RunnerConfig(vm); c.Machine != "" {
+		t.Errorf("cloud-hypervisor: machine %q", c.Machine)
 	}
 }

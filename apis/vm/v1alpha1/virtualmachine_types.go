@@ -502,6 +502,13 @@ type VirtualMachineStatus struct {
 	// podIP is the runner pod's IP, which the guest takes over.
 	// +optional
 	PodIP string `json:"podIP,omitempty"`
+	// machine is the guest's QEMU machine type (pc-q35-7.2), pinned from the first node it
+	// ran on (the node agent reports that node's QEMU). Every later runner pod, a migration's
+	// target and a restart alike, gets the same, so the guest keeps its hardware on a newer
+	// QEMU and can migrate onto one. Provider qemu only.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^pc-q35-[0-9]{1,2}\.[0-9]{1,2}$`
+	Machine string `json:"machine,omitempty"`
 	// restartCount is how many times the guest was restarted after its runner pod ended or
 	// vanished (crashes, power-offs under Always, lost pods); it drives the restart back-off.
 	// +optional
