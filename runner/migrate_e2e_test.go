@@ -30,8 +30,8 @@ import (
 // TestLiveMigration boots one guest, printing a numbered heartbeat every 50 ms, and drives the
 // runner's side of live migration against it with a relay in the node agents' place (its
 // migrate-out.sock to the target's migrate-in.sock). One boot serves every case, in this order:
-//   - cancel: DELETE while active; the guest keeps running at the source, the target exits
-//     non-zero naming the cause;
+//   - cancel: DELETE while the disks are copied (before any memory); the guest keeps running at
+//     the source, a second send can start at once; the target, stopped, exits naming the cause;
 //   - the target killed mid-stream: the source reports failed and its guest keeps running;
 //   - resume after completed: the guest moved, its target died, DELETE runs it at the source;
 //   - the move: the heartbeat goes on at the target from where the source stopped (no reboot),
@@ -63,6 +63,9 @@ func testLiveMigration(t *testing.T, network string) {
 	// copied disks: the target must read them from the disks the mirrors copied.
 	consoleRun(t, src.r, "echo moved-$((6*7)) >/migrated; sync; echo 3 >/proc/sys/vm/drop_caches")
 	consoleRun(t, src.r, "echo data-$((6*7)) | dd of="+guestDisk("data")+" conv=fsync 2>/dev/null; echo scratch-$((6*7)) | dd of="+guestDisk("scratch")+" conv=fsync 2>/dev/null")
+	// 8 MiB that are not zeroes on the claim, which a mirror must copy byte by byte: at 1 MiB/s
+	// shared by three mirrors the copy lasts long enough to cancel in the middle of it.
+	consoleRun(t, src.r, "dd if=/dev/urandom of="+guestDisk("data")+" bs=1M seek=4 count=8 conv=fsync 2>/dev/null")
 
 	t.Run("cancel", func(t *testing.T) {
 		dst := mt.target(t)
@@ -75,19 +78,32 @@ func testLiveMigration(t *testing.T, network string) {
 		}
 		newMigrationRelay(t, src.r, dst.r)
 		srcCtl.put(t, MigrationRequestBody(1, 0), http.StatusAccepted)
-		waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.TransferredBytes > 0 })
+		// Cancelled while the disks are still being copied, before any memory is sent.
+		mirroring := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.TransferredBytes > 0 })
+		if mirroring.State != controlapi.MigrationActive || mirroring.DiskBytes != mirroring.TransferredBytes || len(mirroring.Disks) != 3 {
+			t.Fatalf("while the disks are copied: %+v", mirroring)
+		}
 		if code, s := srcCtl.do(t, http.MethodPut, `{}`); code != http.StatusConflict || !strings.Contains(s.Error, "already active") {
 			t.Fatalf("a second PUT while active: %d %+v", code, s)
 		}
-		if got := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.State == controlapi.MigrationActive }); got.Role != controlapi.RoleTarget {
-			t.Fatalf("target GET %+v", got)
+		// The target's QEMU has no memory stream yet: it still waits, while its disks fill.
+		if code, got := dstCtl.do(t, http.MethodGet, ""); code != http.StatusOK || got.Role != controlapi.RoleTarget || got.State != controlapi.MigrationWaiting {
+			t.Fatalf("target GET while the disks are copied: %d %+v", code, got)
 		}
 		code, s := srcCtl.do(t, http.MethodDelete, "")
 		if code != http.StatusOK || s.State != controlapi.MigrationCancelled || s.Role != controlapi.RoleSource {
-			t.Fatalf("DELETE while active: %d %+v", code, s)
+			t.Fatalf("DELETE while the disks are copied: %d %+v", code, s)
 		}
 		src.heartbeatGoesOn(t)
-		if code, msg := dst.r.waitExit(t, 30*time.Second); code != runner.ExitIncomingFailed || !strings.Contains(msg, "incoming migration failed: the guest never arrived") {
+		if got := srcCtl.put(t, MigrationRequestBody(1, 0), http.StatusAccepted); got.State != controlapi.MigrationActive {
+			t.Fatalf("a send after the cancel: %+v", got) // the cancelled one's mirrors are gone
+		}
+		if code, s := srcCtl.do(t, http.MethodDelete, ""); code != http.StatusOK || s.State != controlapi.MigrationCancelled {
+			t.Fatalf("DELETE of the second send: %d %+v", code, s)
+		}
+		// The controller deletes a cancelled migration's target pod: its runner stops.
+		dst.r.signal(t, syscall.SIGTERM)
+		if code, msg := dst.r.waitExit(t, 30*time.Second); code != runner.ExitIncomingFailed || !strings.Contains(msg, "before the guest arrived") {
 			t.Fatalf("target after the cancel: exit %d %q", code, msg)
 		}
 		t.Logf("target's message: %s", readFile(dst.r.termLog))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,8 @@ func TestMigrationCloudHypervisor(t *testing.T) {
 }
 
 // TestMigrationRequests: bad bodies are refused naming the field before QEMU is asked anything;
-// a guest QEMU does not run answers 503; a guest with data disks cannot be sent.
+// a guest QEMU does not run answers 503; a guest with a writable claim that says nothing of
+// migration cannot be sent, and what is mirrored follows each disk's kind.
 func TestMigrationRequests(t *testing.T) {
 	h := migrationHandler(resizableConfig(), qemudriver.New("", nil, qemuSpecForTest(), nil, zap.NewNop()))
 	for _, bad := range []struct {
@@ -72,9 +74,36 @@ func TestMigrationRequests(t *testing.T) {
 			t.Errorf("%s before start: %d %+v", m, code, s)
 		}
 	}
-	withDisks := resizableConfig()
-	withDisks.Disks = []runnerconfig.Disk{{Name: "data"}}
-	if mig := newMigration(withDisks, qemudriver.New("", nil, qemuSpecForTest(), nil, zap.NewNop()), &statusBoard{}, zap.NewNop()); !strings.Contains(mig.refuse, "writable data disks") {
-		t.Errorf("a guest with data disks: refuse %q", mig.refuse)
+	withClaim := resizableConfig()
+	withClaim.Disks = []runnerconfig.Disk{{Name: "data", Kind: runnerconfig.DiskFile}}
+	if mig := newMigration(withClaim, qemudriver.New("", nil, qemuSpecForTest(), nil, zap.NewNop()), &statusBoard{}, zap.NewNop()); !strings.Contains(mig.refuse, "writable claims of drives disk-data: each needs migrate=copy") {
+		t.Errorf("a guest with a claim of no migrate mode: refuse %q", mig.refuse)
+	}
+	for name, tc := range map[string]struct {
+		root  *runnerconfig.Disk
+		disks []runnerconfig.Disk
+		want  []hypervisor.MirrorDisk
+	}{
+		"overlay only": {want: []hypervisor.MirrorDisk{{Drive: "root"}}},
+		"every kind": {
+			disks: []runnerconfig.Disk{
+				{Name: "copied", Kind: runnerconfig.DiskFile, Migrate: runnerconfig.MigrateCopy},
+				{Name: "shared", Kind: runnerconfig.DiskBlock, Migrate: runnerconfig.MigrateShared},
+				{Name: "scratch", Kind: runnerconfig.DiskEmpty, SizeMiB: 8},
+				{Name: "config", Kind: runnerconfig.DiskFiles, ReadOnly: true},
+				{Name: "tools", Kind: runnerconfig.DiskImage, ReadOnly: true},
+			},
+			want: []hypervisor.MirrorDisk{{Drive: "root"}, {Drive: "disk-copied", Whole: true}, {Drive: "disk-scratch", Whole: true}},
+		},
+		"root on a copied claim": {root: &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Migrate: runnerconfig.MigrateCopy},
+			want: []hypervisor.MirrorDisk{{Drive: "root", Whole: true}}},
+		"root on a shared claim": {root: &runnerconfig.Disk{Kind: runnerconfig.DiskBlock, Migrate: runnerconfig.MigrateShared}},
+	} {
+		cfg := resizableConfig()
+		cfg.RootVolume, cfg.Disks = tc.root, tc.disks
+		got, refuse := mirrorDisks(cfg)
+		if refuse != "" || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: mirrors %+v (refused %q), want %+v", name, got, refuse, tc.want)
+		}
 	}
 }

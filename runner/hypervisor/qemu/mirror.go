@@ -57,6 +57,13 @@ func (s *send) fail(err error) {
 	s.mu.Unlock()
 }
 
+// endMirroring marks the mirror phase over: memory is sent from now on, or the send ended in it.
+func (s *send) endMirroring() {
+	s.mu.Lock()
+	s.mirroring = false
+	s.mu.Unlock()
+}
+
 // cancel asks the send to stop, once.
 func (s *send) cancel() {
 	s.once.Do(func() {
@@ -77,9 +84,10 @@ func (s *send) report(m *hypervisor.MigrationInfo) {
 		m.Status = "failed"
 		m.ErrorDesc = strings.TrimSuffix(s.failure+"; "+m.ErrorDesc, "; ")
 	case s.mirroring:
-		m.Status = "active"
+		m.Status = "active" // still copying the disks, or stopping that copy
 	case s.cancelled && (m.Status == "" || m.Status == "none" || m.Status == "completed"):
-		// Cancelled before memory was sent: QEMU's status is still the last migration's.
+		// Cancelled while the disks were copied, before memory was sent: QEMU's status is
+		// still the last migration's.
 		m.Status = "cancelled"
 	}
 }
@@ -165,6 +173,7 @@ func (q *VM) drive(s *send, uri string) {
 		if err != nil {
 			s.fail(err)
 			q.abortMirrors(s)
+			s.endMirroring()
 			return
 		}
 		if ready {
@@ -173,6 +182,7 @@ func (q *VM) drive(s *send, uri string) {
 		select {
 		case <-s.stop:
 			q.abortMirrors(s)
+			s.endMirroring()
 			return
 		case <-q.exited:
 			return
@@ -180,9 +190,7 @@ func (q *VM) drive(s *send, uri string) {
 		}
 	}
 	q.log.Info("every mirror is ready: sending memory")
-	s.mu.Lock()
-	s.mirroring = false
-	s.mu.Unlock()
+	s.endMirroring()
 	if err := q.qmpRun("migrate", map[string]any{"uri": uri}, nil); err != nil {
 		s.fail(fmt.Errorf("starting the memory stream: %w", err))
 		q.abortMirrors(s)
