@@ -16,7 +16,7 @@ import (
 // TestRootDiskDirectory: --root-disk may name a VM image's /disk. One that holds no disk, two,
 // or a disk in a format the runner cannot boot ends the run at once with exit 8, naming what it
 // found and the fix, before any network or hypervisor is set up. (That a directory holding one
-// disk boots is TestDiskWithoutBootloader's bios case and TestDebianGuestBootsFromItsDisk.)
+// disk boots is TestDiskWithoutBootloader's bios case and TestDebianGuestBootsThroughBIOS.)
 func TestRootDiskDirectory(t *testing.T) {
 	need(t, haveBinary("qemu-system-x86_64") && haveBinary("qemu-img"), "needs qemu-system-x86 and qemu-utils")
 	mk := func(files map[string]string) string {
