@@ -18,10 +18,21 @@ const maxLinks = 40
 // then find the file in the image under every name they know it by on the host.
 // Directories on the way keep their host permissions. It returns the resolved (real) path.
 func (l *Layer) HostPath(p string) (string, error) {
-	return l.hostPath(p, 0)
+	return l.hostPath("", p, 0)
 }
 
-func (l *Layer) hostPath(p string, links int) (string, error) {
+// HostPathIn is HostPath for a file of another system's root tree on this machine (Debian 13's
+// QEMU built by mmdebstrap, say): p and the links met on the way are that system's, resolved
+// inside root (an absolute link target is root's, not this machine's), and the file lands at p in
+// the layer. It returns the resolved path inside root.
+func (l *Layer) HostPathIn(root, p string) (string, error) {
+	if !filepath.IsAbs(root) {
+		return "", fmt.Errorf("root %q is not absolute", root)
+	}
+	return l.hostPath(root, p, 0)
+}
+
+func (l *Layer) hostPath(root, p string, links int) (string, error) {
 	if !path.IsAbs(p) {
 		return "", fmt.Errorf("host path %q is not absolute", p)
 	}
@@ -29,7 +40,7 @@ func (l *Layer) hostPath(p string, links int) (string, error) {
 	cur := "/"
 	for i, part := range parts {
 		next := path.Join(cur, part)
-		fi, err := os.Lstat(next)
+		fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(next)))
 		if err != nil {
 			return "", err
 		}
@@ -38,7 +49,7 @@ func (l *Layer) hostPath(p string, links int) (string, error) {
 			if links >= maxLinks {
 				return "", fmt.Errorf("%s: too many levels of symbolic links", p)
 			}
-			target, err := os.Readlink(next)
+			target, err := os.Readlink(filepath.Join(root, filepath.FromSlash(next)))
 			if err != nil {
 				return "", err
 			}
@@ -48,13 +59,13 @@ func (l *Layer) hostPath(p string, links int) (string, error) {
 			if !path.IsAbs(target) {
 				target = path.Join(cur, target)
 			}
-			return l.hostPath(path.Join(append([]string{target}, parts[i+1:]...)...), links+1)
+			return l.hostPath(root, path.Join(append([]string{target}, parts[i+1:]...)...), links+1)
 		case fi.IsDir():
 			if err := l.Dir(next, fi.Mode().Perm()); err != nil {
 				return "", err
 			}
 		case fi.Mode().IsRegular() && i == len(parts)-1:
-			return next, l.HostFile(next, filepath.FromSlash(next), fi.Mode().Perm())
+			return next, l.HostFile(next, filepath.Join(root, filepath.FromSlash(next)), fi.Mode().Perm())
 		default:
 			return "", fmt.Errorf("%s: %s is a %v, want a directory, regular file or symlink", p, next, fi.Mode().Type())
 		}

@@ -154,6 +154,43 @@ func TestHostPathReproducesSymlinks(t *testing.T) {
 	}
 }
 
+// TestHostPathInResolvesInsideRoot: a file of another system's tree lands at its own path, and
+// an absolute link there (Debian's /lib64/ld-linux-x86-64.so.2) is that tree's, never this
+// machine's file of the same name.
+func TestHostPathInResolvesInsideRoot(t *testing.T) {
+	root := t.TempDir()
+	mustDo(t, os.MkdirAll(filepath.Join(root, "usr", "lib", "x86_64-linux-gnu"), 0o755))
+	mustDo(t, os.WriteFile(filepath.Join(root, "usr", "lib", "x86_64-linux-gnu", "ld.so"), []byte("the tree's"), 0o755))
+	mustDo(t, os.Symlink("usr/lib", filepath.Join(root, "lib")))
+	mustDo(t, os.MkdirAll(filepath.Join(root, "usr", "lib64"), 0o755))
+	mustDo(t, os.Symlink("usr/lib64", filepath.Join(root, "lib64")))
+	mustDo(t, os.Symlink("/lib/x86_64-linux-gnu/ld.so", filepath.Join(root, "usr", "lib64", "ld.so")))
+
+	l := NewLayer("test")
+	real, err := l.HostPathIn(root, "/lib64/ld.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if real != "/usr/lib/x86_64-linux-gnu/ld.so" {
+		t.Errorf("resolved to %s, want the tree's /usr/lib/x86_64-linux-gnu/ld.so", real)
+	}
+	for p, target := range map[string]string{
+		"/lib64": "usr/lib64", "/usr/lib64/ld.so": "/lib/x86_64-linux-gnu/ld.so", "/lib": "usr/lib",
+		"/usr/lib/x86_64-linux-gnu/ld.so": "",
+	} {
+		e, ok := l.entries[p]
+		if !ok || e.target != target {
+			t.Errorf("%s: %+v (present %v), want target %q", p, e, ok, target)
+		}
+	}
+	if e := l.entries["/usr/lib/x86_64-linux-gnu/ld.so"]; e.source != filepath.Join(root, "usr", "lib", "x86_64-linux-gnu", "ld.so") {
+		t.Errorf("the file's source is %q, want the tree's", e.source)
+	}
+	if _, err := l.HostPathIn("relative", "/x"); err == nil {
+		t.Error("a relative root: no error")
+	}
+}
+
 func TestImageArchiveRoundTrip(t *testing.T) {
 	t.Setenv("SOURCE_DATE_EPOCH", "1700000000")
 	l := NewLayer("hello")

@@ -24,6 +24,7 @@ import (
 // nowhere in the VM or its pod. A VM whose Secret does not exist waits, says which Secret, and
 // starts once the Secret is created.
 func TestCloudInitSeedFromSecret(t *testing.T) {
+	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	userData := "#cloud-config\n# virtpod-e2e-bootstrap-" + ns + "\nruncmd:\n  - [sh, -c, 'echo joined']\n"

@@ -40,6 +40,7 @@ const debianBoot = 10 * time.Minute
 // logs in over SSH with the key; vmctl ssh logs in through the API server's port-forward; and
 // deleting the VM powers the guest off through systemd. One boot for all of it.
 func TestDebianCloudGuest(t *testing.T) {
+	parallelSafe(t)
 	ns := namespace(t)
 	pub, priv := sshKey(t)
 	userData := fmt.Sprintf(`#cloud-config

@@ -90,6 +90,7 @@ func guestLog(t *testing.T, ns, vm string, lines ...string) string {
 // count survives QEMU killed and the pod deleted, each time in a new pod. A second VM naming the
 // same root claim is held, naming the first.
 func TestDisksKeepData(t *testing.T) {
+	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	if err := kube.Create(ctx, newClaim(ns, "keeper-root", "256Mi", corev1.PersistentVolumeFilesystem)); err != nil {

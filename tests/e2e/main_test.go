@@ -137,6 +137,12 @@ func restrict(p *corev1.Pod) {
 	}
 }
 
+// parallelSafe marks a test that only makes VMs and objects in its own namespace and changes
+// nothing cluster-wide (no agent restart, node, image map, upgrade or cordon): it runs after the
+// sequential tests, beside the other such tests (two at a time, -parallel's default on two
+// cores). Its guest mostly waits on one emulated vCPU, so the second core is used meanwhile.
+func parallelSafe(t *testing.T) { t.Parallel() }
+
 func namespace(t testing.TB) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-", Labels: maps.Clone(restrictedLabels)}}

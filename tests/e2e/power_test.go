@@ -28,6 +28,7 @@ const (
 // power-down is seen to be clean: the guest's kernel powered off on the ACPI button (its console
 // line) and, when the controller saw it, the runner's termination message in lastTermination.
 func TestPowerVerbs(t *testing.T) {
+	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	ctl := newPowerCtl(t, ns)

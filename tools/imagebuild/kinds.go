@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -20,19 +21,24 @@ const busyboxBinary = "/bin/busybox"
 
 func newRunnerCommand() *cobra.Command {
 	var withoutHypervisor bool
+	var qemuRoot string
 	cmd := &cobra.Command{
 		Use:   "runner",
-		Short: "The runner image: virtpod-runner, virtpod-agent, qemu-system-x86_64 and qemu-img from this machine with their libraries and firmware",
+		Short: "The runner image: virtpod-runner, virtpod-agent, qemu-system-x86_64 and qemu-img from this machine (or --qemu-root) with their libraries and firmware",
 		Args:  cobra.NoArgs,
 	}
 	o := addOutputFlags(cmd, "localhost/virtpod/runner:dev")
 	prebuilt := runnerLayout.flags(cmd)
 	cmd.Flags().BoolVar(&withoutHypervisor, "without-hypervisor", false, "leave out qemu-system-x86_64, its modules and firmware (tests the runner's \"provider binary not found\")")
+	cmd.Flags().StringVar(&qemuRoot, "qemu-root", "", "take QEMU, its libraries, modules and firmware from this root tree of another Debian instead of this machine (make qemu-next builds Debian 13's QEMU 10.0 in $VIRTPOD_CACHE/qemu-next/root)")
 	cmd.RunE = func(*cobra.Command, []string) error {
 		if err := o.check(); err != nil {
 			return err
 		}
-		img, err := goImage(runnerLayout, prebuilt, func() (*ociimage.Layer, error) { return qemuLayer(!withoutHypervisor) })
+		if qemuRoot != "" && !filepath.IsAbs(qemuRoot) {
+			return fmt.Errorf("--qemu-root %q: give an absolute path", qemuRoot)
+		}
+		img, err := goImage(runnerLayout, prebuilt, func() (*ociimage.Layer, error) { return qemuLayer(!withoutHypervisor, qemuRoot) })
 		if err != nil {
 			return err
 		}

@@ -52,13 +52,19 @@ var qemuPackages = map[string]string{
 }
 
 // qemuLayer holds qemu-img and, with the hypervisor, qemu-system-x86_64 with its modules and
-// firmware, plus every shared library and the dynamic loader they need, at their host paths.
-func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
+// firmware, plus every shared library and the dynamic loader they need, at their host paths:
+// this machine's, or (root set) those of another Debian's root tree on it, such as Debian 13's
+// QEMU 10.0 that make qemu-next builds.
+func qemuLayer(withHypervisor bool, root string) (*ociimage.Layer, error) {
 	l := ociimage.NewLayer("qemu")
+	take := l.HostPath
+	if root != "" {
+		take = func(p string) (string, error) { return l.HostPathIn(root, p) }
+	}
 	programs := []string{qemuImg}
 	if withHypervisor {
 		programs = append(programs, qemuSystem)
-		mods, err := existing(qemuModuleDir, qemuModules)
+		mods, err := existing(root, qemuModuleDir, qemuModules)
 		if err != nil {
 			return nil, err
 		}
@@ -66,7 +72,7 @@ func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
 	}
 	var real []string
 	for _, p := range programs {
-		r, err := l.HostPath(p)
+		r, err := take(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s not found: install Debian's %s (tools/dev/ci/install-deps.sh)", p, qemuPackages[p])
 		}
@@ -75,12 +81,12 @@ func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
 		}
 		real = append(real, r)
 	}
-	deps, err := elfdeps.Resolver{}.Resolve(real...)
+	deps, err := elfdeps.Resolver{Root: root}.Resolve(real...)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range append(deps.Interpreters, deps.Libraries...) {
-		if _, err := l.HostPath(p); err != nil {
+		if _, err := take(p); err != nil {
 			return nil, err
 		}
 	}
@@ -88,16 +94,16 @@ func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
 		return l, nil
 	}
 	for _, fw := range qemuFirmware {
-		p, err := findFirmware(fw.name)
+		p, err := findFirmware(root, fw.name)
 		if err != nil {
 			return nil, fmt.Errorf("QEMU firmware %s: %w: install Debian's %s", fw.name, err, fw.pkg)
 		}
-		if _, err := l.HostPath(p); err != nil {
+		if _, err := take(p); err != nil {
 			return nil, err
 		}
 	}
 	for _, p := range guestFirmware {
-		if _, err := l.HostPath(p); errors.Is(err, fs.ErrNotExist) {
+		if _, err := take(p); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("guest firmware %s not found: install Debian's %s (tools/dev/ci/install-deps.sh)", p, binaries.FirmwarePackages[p])
 		} else if err != nil {
 			return nil, err
@@ -106,26 +112,34 @@ func qemuLayer(withHypervisor bool) (*ociimage.Layer, error) {
 	return l, nil
 }
 
-// findFirmware returns the file QEMU would load for name: the first firmware dir that has it.
-func findFirmware(name string) (string, error) {
+// findFirmware returns the file QEMU would load for name: the first firmware dir that has it
+// (under root, "" for this machine).
+func findFirmware(root, name string) (string, error) {
 	for _, dir := range qemuFirmwareDirs {
 		p := path.Join(dir, name)
-		if _, err := os.Stat(p); err == nil {
+		if _, err := os.Stat(path.Join("/", root, p)); err == nil {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("not in %v", qemuFirmwareDirs)
 }
 
-// existing returns the modules present in dir; none when QEMU has no module dir at all.
-func existing(dir string, names []string) ([]string, error) {
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+// existing returns the modules present in dir (under root); none when QEMU has no module dir
+// at all.
+func existing(root, dir string, names []string) ([]string, error) {
+	if _, err := os.Stat(path.Join("/", root, dir)); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	var out []string
 	for _, n := range names {
 		p := path.Join(dir, n)
-		if _, err := os.Stat(p); err != nil {
+		_, err := os.Stat(path.Join("/", root, p))
+		if err != nil && root != "" && errors.Is(err, fs.ErrNotExist) {
+			// Debian 13's QEMU has TCG built in and no accel-tcg module; the image test boots
+			// an emulated guest in the image, which would fail without either.
+			continue
+		}
+		if err != nil {
 			return nil, fmt.Errorf("QEMU module %s: %w: install Debian's %s (its modules must match the binary)", p, err, qemuPackages[qemuSystem])
 		}
 		out = append(out, p)

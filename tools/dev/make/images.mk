@@ -13,7 +13,7 @@ IMAGEBUILD_BIN := $(VIRTPOD_CACHE)/bin/imagebuild
 
 # Always rebuilt: the images depend on the Go sources and the host's QEMU packages, and the
 # builds are reproducible, so an unchanged input gives the same archive.
-.PHONY: images imagebuild image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-coredns
+.PHONY: images imagebuild image-runner image-runner-debian13 image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-coredns
 
 imagebuild:
 	@mkdir -p $(dir $(IMAGEBUILD_BIN))
@@ -23,6 +23,11 @@ images: image-runner image-runner-nohypervisor image-controller image-pause imag
 
 image-runner: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --tag=$(RUNNER_IMAGE) --out=$(IMAGES_DIR)/runner.tar
+
+# The runner image with Debian 13's QEMU 10.0 (make qemu-next), beside today's Debian 12 one: what
+# the next runner image is; not in `images`, the local cluster runs today's.
+image-runner-debian13: imagebuild qemu-next ## The runner image with Debian 13's QEMU 10.0, $(IMAGES_DIR)/runner-debian13.tar.
+	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --qemu-root=$(QEMU_NEXT)/root --tag=localhost/virtpod/runner:dev-debian13 --out=$(IMAGES_DIR)/runner-debian13.tar
 
 image-runner-nohypervisor: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --without-hypervisor --tag=localhost/virtpod/runner-nohypervisor:dev --out=$(IMAGES_DIR)/runner-nohypervisor.tar

@@ -23,7 +23,7 @@ import (
 )
 
 // version changes whenever what is built changes.
-const version = 1
+const version = 2
 
 const (
 	suite  = "trixie"
@@ -32,9 +32,10 @@ const (
 	WantMajorMinor = "10.0"
 )
 
-// packages are QEMU's emulator and its image tool; their firmware (SeaBIOS, iPXE, the data
-// package) comes as their dependencies.
-var packages = []string{"qemu-system-x86", "qemu-utils"}
+// packages are QEMU's emulator and its image tool, whose firmware (SeaBIOS, iPXE, the data
+// package) comes as their dependencies, and OVMF for guests that boot through UEFI: what a
+// runner image on Debian 13 takes (imagebuild runner --qemu-root).
+var packages = []string{"qemu-system-x86", "qemu-utils", "ovmf"}
 
 // Manifest is qemu.json, written last: a build cut short is never current.
 type Manifest struct {

@@ -32,6 +32,9 @@ type Result struct {
 // Resolver resolves dependencies against a set of directories.
 type Resolver struct {
 	Dirs []string
+	// Root, when set, is another system's root tree on this machine (Debian 13's, built by
+	// mmdebstrap): files, directories and results are that system's paths, read under Root.
+	Root string
 }
 
 // Resolve walks the dependencies of files (executables or shared objects) recursively. A static
@@ -51,7 +54,7 @@ func (r Resolver) Resolve(files ...string) (Result, error) {
 			continue
 		}
 		seen[file] = true
-		info, err := read(file)
+		info, err := read(r.under(file))
 		if err != nil {
 			return Result{}, err
 		}
@@ -59,7 +62,7 @@ func (r Resolver) Resolve(files ...string) (Result, error) {
 			res.Interpreters = append(res.Interpreters, info.interp)
 		}
 		for _, lib := range info.needed {
-			found, err := find(lib, file, info, dirs)
+			found, err := find(lib, file, info, dirs, r.under)
 			if err != nil {
 				return Result{}, err
 			}
@@ -79,6 +82,14 @@ type elfInfo struct {
 	needed                 []string
 	class                  elf.Class
 	machine                elf.Machine
+}
+
+// under is where path p of the resolved system is on this machine.
+func (r Resolver) under(p string) string {
+	if r.Root == "" {
+		return p
+	}
+	return path.Join(r.Root, p)
 }
 
 func read(file string) (elfInfo, error) {
@@ -118,7 +129,7 @@ func dynString(f *elf.File, tag elf.DynTag) string {
 
 // find searches like the loader: DT_RPATH (ignored when DT_RUNPATH is set), DT_RUNPATH, then the
 // system directories. A candidate of another ELF class or machine is skipped, as the loader does.
-func find(lib, from string, info elfInfo, dirs []string) (string, error) {
+func find(lib, from string, info elfInfo, dirs []string, under func(string) string) (string, error) {
 	if strings.Contains(lib, "/") {
 		return lib, nil
 	}
@@ -130,7 +141,7 @@ func find(lib, from string, info elfInfo, dirs []string) (string, error) {
 	search = append(search, dirs...)
 	for _, dir := range search {
 		cand := path.Join(dir, lib)
-		f, err := elf.Open(cand)
+		f, err := elf.Open(under(cand))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
