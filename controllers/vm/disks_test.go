@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -170,9 +171,12 @@ func TestClaimInUse(t *testing.T) {
 
 	// Halted, the first VM's pod shuts down (on a node, with no kubelet here, it stays
 	// terminating): its guest may still write, so the second waits for the pod to be gone.
-	halt := getVM(t, first)
-	halt.Spec.RunStrategy = vmv1.RunHalted
-	if err := env.Client.Update(ctx, halt); err != nil {
+	// As kubectl edit would: the controller writes the VM's status meanwhile.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		halt := getVM(t, first)
+		halt.Spec.RunStrategy = vmv1.RunHalted
+		return env.Client.Update(ctx, halt)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the first VM's pod terminating", func() error {

@@ -57,12 +57,15 @@ func (c *cluster) containerdConfig() (string, error) {
 		return "", err
 	}
 	// A second node's containerd shares this machine with the first: everything it would put
-	// in a fixed place (the NRI socket, runc's state, the pods' network namespace files under
-	// /var/run/netns) goes under its own state folder instead.
-	var nri, runtime, runc string
+	// in a fixed place (the NRI socket, runc's state) goes under its own state folder instead.
+	// Every node keeps its pods' network namespace files there too, not in /run/netns: the
+	// first `ip netns add` on this machine (the runner tests make namespaces) bind-mounts
+	// /run/netns over itself, hiding the pods' namespace mounts under it, and containerd could
+	// then never remove them (unlinkat: device or resource busy; the pods stay Terminating).
+	var nri, runc string
+	runtime := "\n  netns_mounts_under_state_dir = true"
 	if c.primary != nil {
 		nri = fmt.Sprintf("\n[plugins.'io.containerd.nri.v1.nri']\n  socket_path = %q\n", c.ctrdState+"/nri.sock")
-		runtime = "\n  netns_mounts_under_state_dir = true"
 		runc = fmt.Sprintf("\n        Root = %q", c.ctrdState+"/runc")
 	}
 	body := fmt.Sprintf(`version = 3
