@@ -10,6 +10,7 @@ import (
 	"github.com/coreos/go-iptables/iptables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // masqChain masquerades what a node's pods send outside the cluster's pod network. The CNI
@@ -66,6 +67,25 @@ func inNetns(ns netns.NsHandle, fn func() error) error {
 // netnsPath is where a named network namespace is pinned (as `ip netns` does it).
 func netnsPath(name string) string { return "/run/netns/" + name }
 
+// sharedNetnsDir makes /run/netns a mount of its own with shared propagation, as `ip netns add`
+// does on its first use, before anything is pinned there: ip's first use would otherwise
+// bind-mount the directory over itself with what is pinned in it, and the copy underneath could
+// never be removed (unlinkat: device or resource busy).
+func sharedNetnsDir() error {
+	const dir = "/run/netns"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if !errors.Is(err, unix.EINVAL) {
+		return err // nil: already a mount point
+	}
+	if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	return unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+}
+
 // openOrMakeNetns returns the named network namespace, made (and pinned) when missing.
 func openOrMakeNetns(name string) (netns.NsHandle, error) {
 	if ns, err := netns.GetFromName(name); err == nil {
@@ -78,6 +98,9 @@ func openOrMakeNetns(name string) (netns.NsHandle, error) {
 		return netns.None(), err
 	}
 	defer orig.Close()
+	if err := sharedNetnsDir(); err != nil {
+		return netns.None(), fmt.Errorf("making /run/netns a shared mount: %w", err)
+	}
 	ns, err := netns.NewNamed(name) // leaves this thread in it
 	if rerr := netns.Set(orig); rerr != nil {
 		panic(fmt.Sprintf("cannot return to the host's network namespace: %v", rerr))

@@ -286,3 +286,30 @@ func TestSecondLeftoversState(t *testing.T) {
 		t.Errorf("leftovers with the node kept:\n got %q\nwant %q", got, want[:2])
 	}
 }
+
+// TestSharedNetnsDir: /run/netns ends as a shared mount of its own, so a later `ip netns add`
+// never bind-mounts it over what the cluster pinned there; a second call changes nothing.
+func TestSharedNetnsDir(t *testing.T) {
+	needRoot(t)
+	for range 2 {
+		if err := sharedNetnsDir(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 6 && f[4] == "/run/netns" {
+			n++
+			if !strings.Contains(line, " shared:") {
+				t.Errorf("/run/netns is not shared: %s", line)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("/run/netns is mounted %d times, want once", n)
+	}
+}
