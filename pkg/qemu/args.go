@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -31,10 +30,6 @@ const (
 	// FirmwareUEFI is OVMF: its code mapped read-only, its variable store a per-guest copy.
 	FirmwareUEFI = "uefi"
 )
-
-// machineRe is a q35 machine type: the alias, or a versioned one. Nothing else reaches
-// -machine, whose value is an option list.
-var machineRe = regexp.MustCompile(`^(q35|pc-q35-[0-9]{1,2}\.[0-9]{1,2})$`)
 
 // Spec is everything the command line depends on.
 type Spec struct {
@@ -225,7 +220,7 @@ func (s Spec) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("disk cache %q: use %s or %s (never unsafe: it drops the guest's flushes)", s.DiskCache, CacheNone, CacheWriteback))
 	}
-	if s.Machine != "" && !machineRe.MatchString(s.Machine) {
+	if s.Machine != "" && !vmv1.MachineType.MatchString(s.Machine) {
 		errs = append(errs, fmt.Errorf("machine %q: use q35 or a versioned q35 such as pc-q35-7.2", s.Machine))
 	}
 	// QEMU splits -cpu at its first comma into model and features, and ",," is no escape there.

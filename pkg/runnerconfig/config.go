@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -156,7 +155,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.size().Validate(sizeFlags)...)
 	errs = append(errs, c.validateControl()...)
-	if c.Machine != "" && !machineRe.MatchString(c.Machine) {
+	if c.Machine != "" && !vmv1.MachineType.MatchString(c.Machine) {
 		errs = append(errs, fmt.Errorf("--machine: %q is not a q35 machine type; use q35 or a versioned one such as pc-q35-7.2", c.Machine))
 	}
 	if c.Machine != "" && c.Provider != ProviderQEMU {
@@ -210,9 +209,6 @@ func (c *Config) Validate() error {
 }
 
 // sizeFlags names the size's flags in the errors of Validate.
-// machineRe is a q35 machine type: the alias, or a versioned one.
-var machineRe = regexp.MustCompile(`^(q35|pc-q35-[0-9]{1,2}\.[0-9]{1,2})$`)
-
 var sizeFlags = vmv1.SizeNames{CPUs: "--cpus", MaxCPUs: "--max-cpus", Memory: "--memory-mib", MaxMemory: "--max-memory-mib"}
 
 func (c *Config) size() vmv1.GuestSize {

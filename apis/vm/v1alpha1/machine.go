@@ -2,6 +2,11 @@ package v1alpha1
 
 import "regexp"
 
+// MachineType matches a q35 machine type the runner passes to QEMU: the alias, or a versioned
+// one (status.machine's pattern, without the alias). Nothing else reaches -machine, whose value
+// is an option list.
+var MachineType = regexp.MustCompile(`^(q35|pc-q35-[0-9]{1,2}\.[0-9]{1,2})$`)
+
 // qemuRelease is a QEMU version's release: its major and minor numbers.
 var qemuRelease = regexp.MustCompile(`^(\d{1,2})\.(\d{1,2})\.\d+`)
 
