@@ -113,13 +113,14 @@ func (q *VM) migrationEvent(status string) {
 // It returns once QEMU left the active states and the mirrors are gone, or after timeout.
 func (q *VM) CancelMigration(timeout time.Duration) (hypervisor.MigrationInfo, error) {
 	end := time.Now().Add(timeout)
-	if s := q.current(); s != nil {
+	s := q.current()
+	if s != nil {
 		s.cancel()
 	}
 	if err := q.qmpRun("migrate_cancel", nil, nil); err != nil {
 		return hypervisor.MigrationInfo{}, err
 	}
-	if s := q.current(); s != nil {
+	if s != nil {
 		select {
 		case <-s.done:
 		case <-time.After(time.Until(end)):
