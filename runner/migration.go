@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/pkg/diskimage"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner/hypervisor"
 )
@@ -78,20 +79,26 @@ func newMigration(cfg runnerconfig.Config, hv hypervisor.Hypervisor, board *stat
 	if m, ok := hv.(hypervisor.Migrator); ok {
 		mig.m = m
 	}
-	mig.disks, mig.refuse = mirrorDisks(cfg)
+	mig.disks, mig.refuse = mirrorDisks(cfg, diskimage.SupportsDirectIO)
 	return mig
 }
 
 // mirrorDisks is what a migration copies of the guest's disks: the root disk's overlay (its
 // base is the image both sides have), each empty disk whole, and each writable claim as its
-// migrate mode says. A writable claim without one makes the guest not migratable (refuse).
-func mirrorDisks(cfg runnerconfig.Config) (disks []hypervisor.MirrorDisk, refuse string) {
-	var stuck []string
+// migrate mode says. A writable claim without one makes the guest not migratable (refuse), and
+// so does a shared file claim whose folder cannot be opened with O_DIRECT (directIO false): its
+// disk then runs with cache=writeback, and the target's host could read what the source's page
+// cache had not yet written back (QEMU flushes at the switch, but only its own host's cache).
+func mirrorDisks(cfg runnerconfig.Config, directIO func(dir string) bool) (disks []hypervisor.MirrorDisk, refuse string) {
+	var stuck, cached []string
 	claim := func(drive string, d runnerconfig.Disk) {
 		switch d.Migrate {
 		case runnerconfig.MigrateCopy:
 			disks = append(disks, hypervisor.MirrorDisk{Drive: drive, Whole: true})
 		case runnerconfig.MigrateShared:
+			if d.Kind == runnerconfig.DiskFile && !directIO(d.Path) {
+				cached = append(cached, drive)
+			}
 		default:
 			stuck = append(stuck, drive)
 		}
@@ -113,6 +120,10 @@ func mirrorDisks(cfg runnerconfig.Config) (disks []hypervisor.MirrorDisk, refuse
 	if len(stuck) > 0 {
 		return nil, fmt.Sprintf("live migration cannot carry the writable claims of drives %s: each needs migrate=%s (the target's own claim is filled by mirroring) or migrate=%s (both nodes attach the same volume)",
 			strings.Join(stuck, ", "), runnerconfig.MigrateCopy, runnerconfig.MigrateShared)
+	}
+	if len(cached) > 0 {
+		return nil, fmt.Sprintf("live migration cannot hand over the shared claims of drives %s: their file system does not support O_DIRECT, so the disks run with cache=writeback, "+
+			"and the target's node could read data the source's page cache still holds; use a file system or a Block claim that supports O_DIRECT", strings.Join(cached, ", "))
 	}
 	return disks, ""
 }

@@ -98,12 +98,21 @@ func TestMigrationRequests(t *testing.T) {
 		"root on a copied claim": {root: &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Migrate: runnerconfig.MigrateCopy},
 			want: []hypervisor.MirrorDisk{{Drive: "root", Whole: true}}},
 		"root on a shared claim": {root: &runnerconfig.Disk{Kind: runnerconfig.DiskBlock, Migrate: runnerconfig.MigrateShared}},
+		"shared file claims with O_DIRECT": {root: &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: "/virtpod/root", Migrate: runnerconfig.MigrateShared},
+			disks: []runnerconfig.Disk{{Name: "data", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/data", Migrate: runnerconfig.MigrateShared}}},
 	} {
 		cfg := resizableConfig()
 		cfg.RootVolume, cfg.Disks = tc.root, tc.disks
-		got, refuse := mirrorDisks(cfg)
+		got, refuse := mirrorDisks(cfg, func(string) bool { return true })
 		if refuse != "" || !slices.Equal(got, tc.want) {
 			t.Errorf("%s: mirrors %+v (refused %q), want %+v", name, got, refuse, tc.want)
 		}
+	}
+	// A shared file claim whose file system has no O_DIRECT runs cache=writeback: refused, named.
+	cfg := resizableConfig()
+	cfg.Disks = []runnerconfig.Disk{{Name: "nfs", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/nfs", Migrate: runnerconfig.MigrateShared},
+		{Name: "raw", Kind: runnerconfig.DiskBlock, Path: "/dev/virtpod/raw", Migrate: runnerconfig.MigrateShared}}
+	if _, refuse := mirrorDisks(cfg, func(dir string) bool { return dir != "/virtpod/disks/nfs" }); !strings.Contains(refuse, "shared claims of drives disk-nfs: their file system does not support O_DIRECT") {
+		t.Errorf("a shared claim without O_DIRECT: refuse %q", refuse)
 	}
 }

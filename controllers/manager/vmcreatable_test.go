@@ -89,6 +89,18 @@ func uninstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The CRDs must be gone before install creates them again. A CRD's deletion waits for the
+	// API server to remove its instances and drain its storage: seconds, or minutes when CI loads
+	// the machine (90 s once).
+	for _, o := range crds(t) {
+		kubeapi.Eventually(t, "CRD "+o.GetName()+" deleted", 5*time.Minute, func() error {
+			err := env.Client.Get(ctx, client.ObjectKeyFromObject(o), o)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there (err %v, deletionTimestamp %v)", err, o.GetDeletionTimestamp())
+		})
+	}
 	// Best effort: on a loaded machine the aggregated OpenAPI can take minutes to drop the
 	// group; the round then may not meet the window, which the test only reports.
 	deadline := time.Now().Add(90 * time.Second)

@@ -394,6 +394,9 @@ func progress(st *vmv1.VirtualMachineMigrationStatus, s controlapi.MigrationStat
 	if s.DowntimeMs > 0 {
 		st.DowntimeMs = s.DowntimeMs
 	}
+	if s.Role == controlapi.RoleSource && len(s.Disks) > 0 {
+		st.CopiedDisks, st.DiskBytes = s.Disks, max(st.DiskBytes, s.DiskBytes)
+	}
 }
 
 func setCompleted(st *vmv1.VirtualMachineMigrationStatus, generation int64, status metav1.ConditionStatus, reason, message string) {

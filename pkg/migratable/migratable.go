@@ -40,29 +40,75 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 		return Verdict{vmv1.ReasonNetworkNotMigratable, fmt.Sprintf("spec.guest.networkMode is Masquerade, but the running guest started with the pod network "+
 			"(runner pod %s); it applies at the next start: restart the VM (vmctl restart %s)", pod.Name, vm.Name)}
 	}
-	if c := vm.Spec.Guest.RootDisk.PersistentVolumeClaim; c != nil {
-		return Verdict{vmv1.ReasonDiskNotMigratable, fmt.Sprintf("spec.guest.rootDisk.persistentVolumeClaim (%s): a root disk on a claim does not migrate "+
-			"(a ReadWriteOnce filesystem claim is never on two nodes at once, and shared claims are not supported yet); "+
-			"use a root disk from spec.guest.rootDisk.image alone, whose overlay is copied with the guest", c.ClaimName)}
-	}
-	for i, d := range vm.Spec.Guest.Disks {
-		if d.PersistentVolumeClaim != nil {
-			return Verdict{vmv1.ReasonDiskNotMigratable, fmt.Sprintf("spec.guest.disks[%d] (%s) is on claim %s: disks on claims do not migrate "+
-				"(a ReadWriteOnce filesystem claim is never on two nodes at once; ReadWriteMany and block claims are not supported yet); "+
-				"remove the disk, or keep spec.evictionStrategy None", i, d.Name, d.PersistentVolumeClaim.ClaimName)}
-		}
-	}
-	for _, v := range pod.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
-			return Verdict{vmv1.ReasonDiskNotMigratable, fmt.Sprintf("the running guest uses claim %s (runner pod %s), removed from the spec since it started: "+
-				"disks on claims do not migrate; restart the VM (vmctl restart %s) to run it without", v.PersistentVolumeClaim.ClaimName, pod.Name, vm.Name)}
-		}
+	if why := unsharedClaim(vm, pod); why != "" {
+		return Verdict{vmv1.ReasonDiskNotMigratable, why}
 	}
 	if why := resized(vm, pod, args); why != "" {
 		return Verdict{vmv1.ReasonGuestResized, why + "; a target is built at the boot size, so hotplugged CPUs and memory would not be there: " +
 			"restart the VM (vmctl restart " + vm.Name + ") to migrate it at its new size"}
 	}
 	return Verdict{vmv1.ReasonMigratable, fmt.Sprintf("the guest can move to another node (runner pod %s)", pod.Name)}
+}
+
+// unsharedClaim names the first claim of the running guest that only one node can attach
+// ("" when there is none): the runner pod's disk flags say, as the controller built them from
+// the claims' access modes, which a claim cannot change (migrate=shared: ReadWriteMany, or
+// ReadOnlyMany used read-only). The target attaches a shared claim too; virtpod does not copy a
+// claim into one of the target's.
+func unsharedClaim(vm *vmv1.VirtualMachine, pod *corev1.Pod) string {
+	const fix = "a live migration's target cannot attach it while the source holds it, and virtpod does not copy a claim to the target's node yet; " +
+		"use a claim whose access modes include ReadWriteMany (both nodes attach it and nothing is copied), or keep spec.evictionStrategy None"
+	for _, c := range pod.Spec.Containers {
+		if c.Name != vmv1.RunnerContainer {
+			continue
+		}
+		for _, a := range c.Args {
+			flag, value, _ := strings.Cut(a, "=")
+			if flag != "--root-volume" && flag != "--disk" {
+				continue
+			}
+			d, err := runnerconfig.ParseDisk(value)
+			if err != nil || d.Kind != runnerconfig.DiskBlock && d.Kind != runnerconfig.DiskFile || d.Migrate == runnerconfig.MigrateShared {
+				continue
+			}
+			claim := claimOf(pod, d)
+			if flag == "--root-volume" {
+				return fmt.Sprintf("the root disk is on claim %s, which one node at a time can attach (runner pod %s): %s", claim, pod.Name, fix)
+			}
+			field := "a disk the running guest started with"
+			for i, sd := range vm.Spec.Guest.Disks {
+				if sd.Name == d.Name {
+					field = fmt.Sprintf("spec.guest.disks[%d] (%s)", i, d.Name)
+				}
+			}
+			return fmt.Sprintf("%s is on claim %s, which one node at a time can attach (runner pod %s): %s", field, claim, pod.Name, fix)
+		}
+	}
+	return ""
+}
+
+// claimOf names the claim behind a disk flag of pod, by the volume mounted (or handed as a
+// device) at the disk's path.
+func claimOf(pod *corev1.Pod, d runnerconfig.Disk) string {
+	vol := ""
+	for _, c := range pod.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == d.Path {
+				vol = m.Name
+			}
+		}
+		for _, m := range c.VolumeDevices {
+			if m.DevicePath == d.Path {
+				vol = m.Name
+			}
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == vol && v.PersistentVolumeClaim != nil {
+			return v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return "?"
 }
 
 // resized says how the guest's size differs from the one it booted with ("" when it does not):

@@ -42,16 +42,6 @@ func TestCheck(t *testing.T) {
 			vmv1.ReasonNetworkNotMigratable, "spec.guest.networkMode", "Masquerade"},
 		{"masquerade not yet applied", nil, func(p *corev1.Pod) { setArg(p, "--network=", "pod") },
 			vmv1.ReasonNetworkNotMigratable, "spec.guest.networkMode", "vmctl restart web"},
-		{"root disk on a claim", func(v *vmv1.VirtualMachine) {
-			v.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "web-root"}
-		}, nil, vmv1.ReasonDiskNotMigratable, "spec.guest.rootDisk.persistentVolumeClaim", "spec.guest.rootDisk.image alone"},
-		{"data disk on a claim", func(v *vmv1.VirtualMachine) {
-			v.Spec.Guest.Disks = []vmv1.Disk{{Name: "scratch", EmptyDisk: &vmv1.EmptyDiskSource{Size: resource.MustParse("1Gi")}},
-				{Name: "data", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "data-1"}}}
-		}, nil, vmv1.ReasonDiskNotMigratable, "spec.guest.disks[1] (data)", "ReadWriteOnce filesystem claim"},
-		{"claim still in the running pod", nil, func(p *corev1.Pod) {
-			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "x", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "old"}}})
-		}, vmv1.ReasonDiskNotMigratable, "claim old", "vmctl restart web"},
 		{"resize asked in the spec", func(v *vmv1.VirtualMachine) { v.Spec.Guest.CPUs = 2 }, nil,
 			vmv1.ReasonGuestResized, "spec.guest asks for 2 CPUs", "vmctl restart web"},
 		{"guest grew and was asked back", nil, func(p *corev1.Pod) {
@@ -82,6 +72,70 @@ func TestCheck(t *testing.T) {
 				t.Errorf("message %q does not name %q and the fix %q", got.Message, tc.field, tc.fix)
 			}
 		})
+	}
+}
+
+// TestCheckClaims: a guest moves with the claims a second node can attach (ReadWriteMany, or
+// ReadOnlyMany read-only), as its runner pod's flags record them; any other claim refuses, named
+// by its field, with the fix.
+func TestCheckClaims(t *testing.T) {
+	rootClaim := func(v *vmv1.VirtualMachine) {
+		v.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "web-root"}
+	}
+	cases := []struct {
+		name       string
+		vm         func(*vmv1.VirtualMachine)
+		claims     map[string]podspec.Claim
+		reason     string
+		field, fix string
+	}{
+		{"root disk on a ReadWriteOnce claim", rootClaim, map[string]podspec.Claim{"web-root": {}},
+			vmv1.ReasonDiskNotMigratable, "the root disk is on claim web-root", "ReadWriteMany"},
+		{"data disk on a ReadWriteOnce claim", withData(false), map[string]podspec.Claim{"data-1": {Block: true}},
+			vmv1.ReasonDiskNotMigratable, "spec.guest.disks[1] (data) is on claim data-1", "ReadWriteMany"},
+		{"read-only disk on a ReadWriteOnce claim", withData(true), map[string]podspec.Claim{"data-1": {}},
+			vmv1.ReasonDiskNotMigratable, "spec.guest.disks[1] (data) is on claim data-1", "spec.evictionStrategy None"},
+		{"claims a second node attaches", func(v *vmv1.VirtualMachine) {
+			withData(false)(v)
+			rootClaim(v)
+			v.Spec.Guest.Disks = append(v.Spec.Guest.Disks, vmv1.Disk{Name: "ro", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "ro-1", ReadOnly: true}})
+		}, map[string]podspec.Claim{"web-root": {ReadWriteMany: true}, "data-1": {Block: true, ReadWriteMany: true}, "ro-1": {ReadOnlyMany: true}},
+			vmv1.ReasonMigratable, "", ""},
+		{"read-only disk on a ReadOnlyMany claim, the root on a ReadWriteOnce one", func(v *vmv1.VirtualMachine) { withData(true)(v); rootClaim(v) },
+			map[string]podspec.Claim{"web-root": {ReadOnlyMany: true}, "data-1": {ReadOnlyMany: true}},
+			vmv1.ReasonDiskNotMigratable, "the root disk is on claim web-root", "ReadWriteMany"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := vm()
+			tc.vm(v)
+			opts := podspec.DefaultOptions()
+			opts.Claims = tc.claims
+			got := migratable.Check(v, podspec.Build(v, opts))
+			if got.Reason != tc.reason {
+				t.Fatalf("reason %s (%s), want %s", got.Reason, got.Message, tc.reason)
+			}
+			if !strings.Contains(got.Message, tc.field) || !strings.Contains(got.Message, tc.fix) {
+				t.Errorf("message %q does not name %q and the fix %q", got.Message, tc.field, tc.fix)
+			}
+		})
+	}
+	// The spec no longer names the claim, the running guest still uses it: what runs is what moves.
+	started := vm()
+	withData(false)(started)
+	opts := podspec.DefaultOptions()
+	opts.Claims = map[string]podspec.Claim{"data-1": {}}
+	if got := migratable.Check(vm(), podspec.Build(started, opts)); got.Reason != vmv1.ReasonDiskNotMigratable ||
+		!strings.Contains(got.Message, "a disk the running guest started with is on claim data-1") {
+		t.Errorf("claim removed from the spec, still in the running pod: %+v", got)
+	}
+}
+
+// withData adds an empty disk and a data disk on claim data-1.
+func withData(readOnly bool) func(*vmv1.VirtualMachine) {
+	return func(v *vmv1.VirtualMachine) {
+		v.Spec.Guest.Disks = []vmv1.Disk{{Name: "scratch", EmptyDisk: &vmv1.EmptyDiskSource{Size: resource.MustParse("1Gi")}},
+			{Name: "data", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "data-1", ReadOnly: readOnly}}}
 	}
 }
 

@@ -1,6 +1,8 @@
 package podspec
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
@@ -29,11 +31,33 @@ type Claim struct {
 	// SizeMiB is the claim's capacity (its request while unbound); 0 when unknown, and the
 	// runner then takes the volume's size.
 	SizeMiB int64
+	// ReadWriteMany and ReadOnlyMany: the claim's access modes allow nodes to attach it at
+	// once, for writing or for reading; a live migration's target then attaches the same
+	// volume, and nothing is copied.
+	ReadWriteMany, ReadOnlyMany bool
+}
+
+// migrate is how a live migration carries the claim, used for writing or not: the target
+// attaches the same volume when its access modes let a second node attach it (shared); "" when
+// only one node can (ReadWriteOnce, ReadWriteOncePod): the guest is then not migratable, as
+// virtpod does not copy claims to a claim of the target's yet.
+func (c Claim) migrate(readOnly bool) string {
+	if c.ReadWriteMany || readOnly && c.ReadOnlyMany {
+		return runnerconfig.MigrateShared
+	}
+	return ""
 }
 
 // ClaimOf reads what a runner pod needs of a claim.
 func ClaimOf(pvc *corev1.PersistentVolumeClaim) Claim {
 	c := Claim{Block: pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock}
+	// A bound claim's modes are its volume's; an unbound one's are what it asks for.
+	modes := pvc.Status.AccessModes
+	if len(modes) == 0 {
+		modes = pvc.Spec.AccessModes
+	}
+	c.ReadWriteMany = slices.Contains(modes, corev1.ReadWriteMany)
+	c.ReadOnlyMany = slices.Contains(modes, corev1.ReadOnlyMany)
 	size, ok := pvc.Status.Capacity[corev1.ResourceStorage]
 	if !ok {
 		size, ok = pvc.Spec.Resources.Requests[corev1.ResourceStorage]
@@ -73,6 +97,7 @@ func disks(vm *vmv1.VirtualMachine, opts Options) diskParts {
 			p.mounts = append(p.mounts, corev1.VolumeMount{Name: rootClaim, MountPath: rootMount})
 			p.rootDisk = &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: rootMount}
 		}
+		p.rootDisk.Migrate = claim.migrate(false)
 	}
 	for _, d := range g.Disks {
 		vol := corev1.Volume{Name: diskVolumeName(d.Name)}
@@ -83,7 +108,7 @@ func disks(vm *vmv1.VirtualMachine, opts Options) diskParts {
 			c := d.PersistentVolumeClaim
 			claim := opts.Claims[c.ClaimName]
 			vol.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}
-			rd.ReadOnly = c.ReadOnly
+			rd.ReadOnly, rd.Migrate = c.ReadOnly, claim.migrate(c.ReadOnly)
 			if claim.Block {
 				rd.Kind, rd.Path = runnerconfig.DiskBlock, devicesDir+"/"+d.Name
 				p.devices = append(p.devices, corev1.VolumeDevice{Name: vol.Name, DevicePath: rd.Path})

@@ -30,7 +30,7 @@ func withDisks(vm *vmv1.VirtualMachine) {
 
 func claims() map[string]podspec.Claim {
 	return map[string]podspec.Claim{
-		"web-data": {SizeMiB: 10240}, "web-raw": {Block: true, SizeMiB: 1024}, "shared": {SizeMiB: 100},
+		"web-data": {SizeMiB: 10240}, "web-raw": {Block: true, SizeMiB: 1024, ReadWriteMany: true}, "shared": {SizeMiB: 100, ReadOnlyMany: true},
 		"web-root": {SizeMiB: 20480}, "web-root-dev": {Block: true},
 	}
 }
@@ -72,7 +72,9 @@ func TestDiskGolden(t *testing.T) {
 }
 
 // TestDiskFlags: the runner is told each disk's kind from its source and its claim's
-// volumeMode, in the VM's order, with the claim's capacity as a file disk's size.
+// volumeMode, in the VM's order, with the claim's capacity as a file disk's size; a claim a
+// second node can attach (ReadWriteMany, or ReadOnlyMany used read-only) is migrate=shared, a
+// ReadWriteOnce one has no migrate mode.
 func TestDiskFlags(t *testing.T) {
 	vm, opts := baseVM(), podspec.DefaultOptions()
 	withDisks(vm)
@@ -84,8 +86,8 @@ func TestDiskFlags(t *testing.T) {
 	}
 	want := []runnerconfig.Disk{
 		{Name: "data", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/data", SizeMiB: 10240},
-		{Name: "raw", Kind: runnerconfig.DiskBlock, Path: "/dev/virtpod/raw"},
-		{Name: "shared", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/shared", SizeMiB: 100, ReadOnly: true},
+		{Name: "raw", Kind: runnerconfig.DiskBlock, Path: "/dev/virtpod/raw", Migrate: runnerconfig.MigrateShared},
+		{Name: "shared", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/shared", SizeMiB: 100, ReadOnly: true, Migrate: runnerconfig.MigrateShared},
 		{Name: "scratch", Kind: runnerconfig.DiskEmpty, Path: "/virtpod/disks/scratch", SizeMiB: 2048},
 		{Name: "config", Kind: runnerconfig.DiskFiles, Path: "/virtpod/disks/config", ReadOnly: true},
 		{Name: "creds", Kind: runnerconfig.DiskFiles, Path: "/virtpod/disks/creds", ReadOnly: true},
@@ -104,7 +106,8 @@ func TestDiskFlags(t *testing.T) {
 	}
 }
 
-// TestClaimOf: a claim's capacity once bound, its request before; Block from volumeMode.
+// TestClaimOf: a claim's capacity once bound, its request before; Block from volumeMode; its
+// access modes once bound (the volume's), those it asks for before.
 func TestClaimOf(t *testing.T) {
 	block := corev1.PersistentVolumeBlock
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: corev1.PersistentVolumeClaimSpec{
@@ -117,5 +120,18 @@ func TestClaimOf(t *testing.T) {
 	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
 	if got := podspec.ClaimOf(pvc); got != (podspec.Claim{SizeMiB: 2048}) {
 		t.Errorf("bound Filesystem claim of 2Gi: %+v", got)
+	}
+	pvc.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	if got := podspec.ClaimOf(pvc); got.ReadWriteMany || got.ReadOnlyMany {
+		t.Errorf("ReadWriteOnce claim: %+v", got)
+	}
+	pvc.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadWriteMany}
+	if got := podspec.ClaimOf(pvc); !got.ReadWriteMany || got.ReadOnlyMany {
+		t.Errorf("unbound claim asking for ReadWriteOnce and ReadWriteMany: %+v", got)
+	}
+	// Bound, the volume's modes count: it may offer fewer than were asked for.
+	pvc.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany}
+	if got := podspec.ClaimOf(pvc); got.ReadWriteMany || !got.ReadOnlyMany {
+		t.Errorf("claim bound to a ReadWriteOnce, ReadOnlyMany volume: %+v", got)
 	}
 }

@@ -43,9 +43,10 @@ type Disk struct {
 	Path     string // the device, folder or image file, by Kind
 	SizeMiB  int64  // DiskFile, DiskEmpty: the disk's size
 	ReadOnly bool
-	// Migrate says how a live migration carries a writable claim (DiskBlock, DiskFile):
-	// MigrateCopy or MigrateShared; "" refuses to migrate the guest. An empty disk is always
-	// copied, and a read-only disk never.
+	// Migrate says how a live migration carries a claim (DiskBlock, DiskFile): MigrateCopy or
+	// MigrateShared; "" refuses to migrate the guest when the claim is writable. An empty disk
+	// is always copied, and a read-only disk never: on one, MigrateShared records that the
+	// target's node can attach the volume too (the controller's verdict reads it).
 	Migrate string
 }
 
@@ -152,8 +153,10 @@ func (d Disk) validate(flag string, root bool) error {
 	case d.Migrate == "":
 	case d.Migrate != MigrateCopy && d.Migrate != MigrateShared:
 		errs = append(errs, fmt.Errorf("%s: migrate %q: use %s (the target's own claim is filled by mirroring) or %s (both sides attach the same volume)", flag, d.Migrate, MigrateCopy, MigrateShared))
-	case d.Kind != DiskBlock && d.Kind != DiskFile || d.ReadOnly:
-		errs = append(errs, fmt.Errorf("%s: migrate is only for a writable claim (kind %s or %s): an empty disk is always copied, a read-only one never", flag, DiskBlock, DiskFile))
+	case d.Kind != DiskBlock && d.Kind != DiskFile:
+		errs = append(errs, fmt.Errorf("%s: migrate is only for a claim (kind %s or %s): an empty disk is always copied, the others never", flag, DiskBlock, DiskFile))
+	case d.ReadOnly && d.Migrate == MigrateCopy:
+		errs = append(errs, fmt.Errorf("%s: migrate=%s on a read-only claim: nothing is written to it, so nothing is copied; use migrate=%s (the target attaches the same volume)", flag, MigrateCopy, MigrateShared))
 	}
 	if !diskPathRe.MatchString(d.Path) {
 		errs = append(errs, fmt.Errorf("%s: path %q: want an absolute path of letters, digits, '-', '_', '.' and '/'", flag, d.Path))

@@ -75,7 +75,8 @@ func TestDisksRefused(t *testing.T) {
 		{"read-only empty disk", func(c *runnerconfig.Config) { c.Disks[2].ReadOnly = true }, "drop readonly"},
 		{"unknown migrate mode", func(c *runnerconfig.Config) { c.Disks[0].Migrate = "move" }, `migrate "move": use copy`},
 		{"migrate on an empty disk", func(c *runnerconfig.Config) { c.Disks[2].Migrate = runnerconfig.MigrateCopy }, "an empty disk is always copied"},
-		{"migrate on a read-only claim", func(c *runnerconfig.Config) { c.Disks[5].Migrate = runnerconfig.MigrateShared }, "only for a writable claim"},
+		{"copy of a read-only claim", func(c *runnerconfig.Config) { c.Disks[5].Migrate = runnerconfig.MigrateCopy }, "on a read-only claim: nothing is written to it"},
+		{"migrate on an image disk", func(c *runnerconfig.Config) { c.Disks[4].Migrate = runnerconfig.MigrateShared }, "only for a claim"},
 		{"named root volume", func(c *runnerconfig.Config) { c.RootVolume.Name = "x" }, "--root-volume: the root disk takes no name"},
 		{"image root volume", func(c *runnerconfig.Config) { c.RootVolume.Kind = runnerconfig.DiskImage }, "kind block or file"},
 		{"block root filled from an image", func(c *runnerconfig.Config) {

@@ -38,6 +38,11 @@ func MigrationState(qemuStatus string, target bool) string {
 			return controlapi.MigrationWaiting
 		}
 		return controlapi.MigrationNone
+	case "setup":
+		// A target listening for its stream: QEMU 7.2 says none, QEMU 9.1 and later setup.
+		if target {
+			return controlapi.MigrationWaiting
+		}
 	case "completed":
 		return controlapi.MigrationCompleted
 	case "failed":

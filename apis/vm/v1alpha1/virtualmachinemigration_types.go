@@ -76,6 +76,16 @@ type VirtualMachineMigrationStatus struct {
 	// downtimeMs is how long the guest was paused for the switch, as QEMU reports it.
 	// +optional
 	DowntimeMs int64 `json:"downtimeMs,omitempty"`
+	// copiedDisks are the drives the migration copied to the target by mirroring: root (the
+	// overlay over the root image, or the whole root claim), and disk-<name> for each data disk
+	// it copied. Claims both nodes attach (ReadWriteMany) and read-only disks are never copied.
+	// diskBytes is how much of them the mirrors have copied.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=17
+	// +optional
+	CopiedDisks []string `json:"copiedDisks,omitempty"`
+	// +optional
+	DiskBytes int64 `json:"diskBytes,omitempty"`
 	// conditions: Completed (False while in progress and on failure, with the cause).
 	// +listType=map
 	// +listMapKey=type

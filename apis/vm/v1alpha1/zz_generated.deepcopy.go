@@ -785,6 +785,11 @@ func (in *VirtualMachineMigrationStatus) DeepCopyInto(out *VirtualMachineMigrati
 		in, out := &in.CompletionTime, &out.CompletionTime
 		*out = (*in).DeepCopy()
 	}
+	if in.CopiedDisks != nil {
+		in, out := &in.CopiedDisks, &out.CopiedDisks
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))
