@@ -188,7 +188,7 @@ func TestMigrationFailures(t *testing.T) {
 			}},
 		{name: "not migratable", reason: vmv1.ReasonNotMigratable, words: "spec.guest.networkMode is Pod", keepSource: true,
 			vm: func(v *vmv1.VirtualMachine) { v.Spec.Guest.NetworkMode = "" }},
-		{name: "root disk on a claim", reason: vmv1.ReasonNotMigratable, words: "spec.guest.rootDisk.persistentVolumeClaim", keepSource: true,
+		{name: "root disk on a ReadWriteOnce claim", reason: vmv1.ReasonNotMigratable, words: "the root disk is on claim web-root, which one node at a time can attach", keepSource: true,
 			vm: func(v *vmv1.VirtualMachine) {
 				v.Spec.Guest.RootDisk = vmv1.RootDisk{PersistentVolumeClaim: &vmv1.RootDiskClaim{ClaimName: "web-root"}}
 			}},
@@ -199,7 +199,7 @@ func TestMigrationFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := namespace(t)
 			n1, n2 := node(t, "a"), node(t, "b")
-			if tc.name == "root disk on a claim" {
+			if tc.name == "root disk on a ReadWriteOnce claim" {
 				claim(t, ns, "web-root")
 			}
 			vm, source := runningVM(t, ns, "web", n1, tc.vm)
