@@ -141,7 +141,11 @@ func (r *Reconciler) start(ctx context.Context, mig *vmv1.VirtualMachineMigratio
 	if err := r.writeStatus(ctx, mig, next); err != nil {
 		return reconcile.Result{}, statuspatch.IgnoreStale(err)
 	}
-	target := podspec.TargetPod(marked, mig, vm.Status.Machine)
+	runner := ""
+	if vm.Status.Images != nil {
+		runner = vm.Status.Images.Runner
+	}
+	target := podspec.TargetPod(marked, mig, vm.Status.Machine, runner)
 	if err := r.Client.Create(ctx, target); apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
 		return r.fail(ctx, next, next.DeepCopy(), pods{source: marked}, vmv1.ReasonTargetFailed, "the API server refused target pod "+target.Name+": "+err.Error())
 	} else if err != nil && !apierrors.IsAlreadyExists(err) {

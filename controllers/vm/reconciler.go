@@ -42,6 +42,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachinemigrations,verbs=create
 
 // Reconcile brings one VM's runner pod and status in line with its spec, in steps: the
 // provider, the runner pod and its disks, power (the run strategy), the running guest (resize,
@@ -141,6 +142,9 @@ func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
 	}
 	v := migratable.Check(vm, pod)
 	s.movable = &v
+	if err := r.liveUpdate(ctx, s); err != nil {
+		return err
+	}
 	return r.pinMachine(ctx, s)
 }
 

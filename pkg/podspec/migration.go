@@ -38,11 +38,14 @@ var sourceOnly = map[string]bool{
 
 // TargetPod renders the target runner pod of migration mig from the source runner pod src: the
 // same spec (images, volumes, the resources it has now, the runner's arguments plus --incoming
-// and, when the source's lack it, --machine=machine: the VM's pinned machine type),
-// unbound, and kept off the source's node by node affinity in every required term (or sent to
-// mig's targetNode). Labels are the source's plus the target role, so Services select it once
-// it runs the guest. Pure.
-func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine string) *corev1.Pod {
+// and, when the source's lack it, --machine=machine: the VM's pinned machine type), except the
+// runner container's image, which is runnerImage when given (the VM's effective one: a guest
+// moves onto the current runner, which is how imageUpdatePolicy LiveMigrate updates it; the
+// kernel and disk images stay the source's, which the guest runs from), unbound, and kept off
+// the source's node by node affinity in every required term (or sent to mig's targetNode).
+// Labels are the source's plus the target role, so Services select it once it runs the guest.
+// Pure.
+func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine, runnerImage string) *corev1.Pod {
 	pod := &corev1.Pod{TypeMeta: src.TypeMeta}
 	pod.Name = TargetPodName(mig.Spec.VMName, mig.UID)
 	pod.Namespace = src.Namespace
@@ -67,6 +70,9 @@ func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine strin
 		c := &spec.Containers[i]
 		if c.Name != vmv1.RunnerContainer {
 			continue
+		}
+		if runnerImage != "" {
+			c.Image = runnerImage
 		}
 		if !hasArg(c.Args, IncomingFlag) {
 			c.Args = append(c.Args, IncomingFlag)

@@ -43,8 +43,13 @@ func migration(target string) *vmv1.VirtualMachineMigration {
 func TestMigrationTargetGolden(t *testing.T) {
 	src := runningSource(t, nil)
 	before := src.DeepCopy()
-	// A source started before its machine was pinned: the target gets the pinned one.
-	got, err := yaml.Marshal(podspec.TargetPod(src, migration(""), "pc-q35-7.2"))
+	// A source started before its machine was pinned: the target gets the pinned one. The VM's
+	// runner image changed since: the target runs the new runner, on the source's kernel and disk.
+	target := podspec.TargetPod(src, migration(""), "pc-q35-7.2", "registry.example.com/virtpod/runner:v2")
+	if have, had := podspec.PodImages(target), podspec.PodImages(src); have.Runner != "registry.example.com/virtpod/runner:v2" || have.Kernel != had.Kernel || have.RootDisk != had.RootDisk {
+		t.Errorf("target's images %+v, source's %+v: want the new runner and the source's kernel and disk", have, had)
+	}
+	got, err := yaml.Marshal(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +80,7 @@ func TestMigrationTargetPlacement(t *testing.T) {
 		"":       {Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-1"}},
 		"node-9": {Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-9"}},
 	} {
-		pod := podspec.TargetPod(src, migration(target), "")
+		pod := podspec.TargetPod(src, migration(target), "", "")
 		terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 		if len(terms) != 2 {
 			t.Fatalf("target %q: %d terms, want the user's 2", target, len(terms))
@@ -98,9 +103,9 @@ func TestMigrationTargetPlacement(t *testing.T) {
 
 	// Back again: the guest moved to node-2 leaves it for anywhere but node-2, node-1 included
 	// (the first move's placement is replaced, not kept beside the second's).
-	moved := podspec.TargetPod(src, migration(""), "pc-q35-7.2")
+	moved := podspec.TargetPod(src, migration(""), "pc-q35-7.2", "")
 	moved.Spec.NodeName = "node-2"
-	back := podspec.TargetPod(moved, migration(""), "pc-q35-7.2")
+	back := podspec.TargetPod(moved, migration(""), "pc-q35-7.2", "")
 	// The machine is given once, however often the guest moves.
 	if n := countPrefix(back.Spec.Containers[0].Args, podspec.MachineFlag+"="); n != 1 {
 		t.Errorf("second move: %d --machine arguments in %q, want 1", n, back.Spec.Containers[0].Args)

@@ -50,7 +50,7 @@ func runnerPodShapes() map[string]*corev1.Pod {
 	}
 	mig := &vmv1.VirtualMachineMigration{}
 	mig.Name, mig.Namespace, mig.UID, mig.Spec.VMName = "move", "team-a", "5e1f", "web"
-	pods["migration target"] = podspec.TargetPod(pods["masquerade"], mig, "pc-q35-7.2")
+	pods["migration target"] = podspec.TargetPod(pods["masquerade"], mig, "pc-q35-7.2", "")
 	return pods
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tools/imagebuild/push"
 )
@@ -19,8 +21,9 @@ import (
 // TestUpgrade installs release N+1 (the same tree pushed under another version, so its images
 // have other digests) over N with a guest running: the controller rolls onto N+1's image, the
 // CRDs are updated in place (same objects, N+1's version label), the running guest's pod is
-// untouched, and a new VM runs N+1's runner (whose guest then resolves a Service name). Later
-// tests run on N+1.
+// untouched (imageUpdatePolicy OnRestart), and a new VM runs N+1's runner (whose guest then
+// resolves a Service name). Then the running guest opts in (imageUpdatePolicy LiveMigrate) and
+// is moved onto N+1's runner by a live migration, without a reboot. Later tests run on N+1.
 func TestUpgrade(t *testing.T) {
 	next := os.Getenv("VIRTPOD_RELEASE_NEXT")
 	if next == "" {
@@ -32,7 +35,11 @@ func TestUpgrade(t *testing.T) {
 		t.Fatalf("releases N and N+1 have the same runner image %s: nothing would show which one runs", lockN["virtpod/runner"].Digest)
 	}
 	ns := namespace(t)
-	if err := kube.Create(ctx, newVM(ns, "before")); err != nil {
+	// Migratable (Masquerade), with a heartbeat that shows a reboot, for the live update at the end.
+	old := newVM(ns, "before")
+	old.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
+	old.Spec.Guest.KernelArgs = "virtpod.heartbeat"
+	if err := kube.Create(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	waitRunning(t, ns, "before", 0)
@@ -89,6 +96,52 @@ func TestUpgrade(t *testing.T) {
 	if vm.Status.Phase != "Running" {
 		t.Errorf("the VM of release N: %+v", vm.Status)
 	}
+
+	// The opt-in: the guest moves onto N+1's runner by a live migration the controller makes,
+	// to the other node, and its heartbeat goes on (no reboot).
+	secondNode(t) // up, for the target
+	from, to := vm.Status.Node, ""
+	for _, n := range nodeNames(t) {
+		if n != from {
+			to = n
+		}
+	}
+	m := &mover{t: t, ctx: ctx, ns: ns, name: "before"}
+	beat := m.beat()
+	patched := vm.DeepCopy()
+	patched.Spec.ImageUpdatePolicy = vmv1.ImageUpdateLiveMigrate
+	if err := kube.Patch(ctx, patched, client.MergeFrom(vm)); err != nil {
+		t.Fatal(err)
+	}
+	mig := &vmv1.VirtualMachineMigration{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vmv1.ImageUpdateMigrationName("before", lockNext["virtpod/runner"].Digest)}}
+	eventually(t, "the live update's migration "+mig.Name, 2*time.Minute, func() error { return kube.Get(ctx, client.ObjectKeyFromObject(mig), mig) })
+	mig = m.ended(mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded, 5*time.Minute)
+	moved := m.oneGuest(to, beat)
+	pod, err := kubeset.CoreV1().Pods(ns).Get(ctx, moved.Status.PodName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := podspec.PodImages(pod); got.Runner != lockNext["virtpod/runner"].Digest {
+		t.Errorf("after the live update the guest runs %s, want N+1's runner %s", got.Runner, lockNext["virtpod/runner"].Digest)
+	}
+	if moved.Status.RestartCount != 0 || moved.Status.PodName != mig.Status.TargetPod {
+		t.Errorf("VM status after the live update: %+v", moved.Status)
+	}
+	t.Logf("live update %s → %s onto N+1's runner: downtime %d ms", from, to, mig.Status.DowntimeMs)
+}
+
+// nodeNames are the cluster's nodes.
+func nodeNames(t *testing.T) []string {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := kube.List(context.Background(), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	return names
 }
 
 func runnerPod(t *testing.T, ns, vm string) *corev1.Pod {

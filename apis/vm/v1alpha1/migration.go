@@ -1,5 +1,10 @@
 package v1alpha1
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
 // Live migration (docs/api.md#live-migration): the contract between the migration controller
 // and the node agents, written on the runner pods. The controller owns the role label and the
 // migration, migrate-to and migration-resume annotations; the target node's agent writes
@@ -41,3 +46,15 @@ const EvacuationSuffix = "-evacuation"
 // pod, and no VirtualMachine may carry such a label, since a VM's labels are copied to its pod
 // (config/admission/runner-pods-policy.yaml).
 const ReservedKeyPrefix = "vm.virtpod.io/"
+
+// LabelImageUpdate is on a VirtualMachineMigration the VM controller made to move a guest onto a
+// new runner image (imageUpdatePolicy LiveMigrate); its value is the VM's name.
+const LabelImageUpdate = "vm.virtpod.io/image-update"
+
+// ImageUpdateMigrationName is the deterministic name of the migration that moves VM vmName's
+// guest onto runnerImage: one per VM and image, so a failed one is the record (it is not made
+// again) until someone deletes it.
+func ImageUpdateMigrationName(vmName, runnerImage string) string {
+	sum := sha256.Sum256([]byte(runnerImage))
+	return vmName + "-update-" + hex.EncodeToString(sum[:])[:8]
+}

@@ -140,7 +140,10 @@ type VirtualMachineSpec struct {
 	// imageUpdatePolicy says when new images reach a running guest, whether they come from a
 	// spec change or from the controller's image map: OnRestart (the default) uses them at the
 	// guest's next start; Recreate replaces the runner pod now, shutting the guest down cleanly
-	// and booting it from the new images. Recreate is meant for development loops.
+	// and booting it from the new images, and is meant for development loops; LiveMigrate moves
+	// a running guest onto a new runner image (an upgrade of virtpod, or the VM's own) by a live
+	// migration, without a reboot, while the guest is Migratable; a new kernel or root-disk
+	// image still waits for the next start.
 	// +kubebuilder:default=OnRestart
 	// +optional
 	ImageUpdatePolicy ImageUpdatePolicy `json:"imageUpdatePolicy,omitempty"`
@@ -425,13 +428,14 @@ type Port struct {
 }
 
 // ImageUpdatePolicy says when changed images reach a running guest.
-// +kubebuilder:validation:Enum=OnRestart;Recreate
+// +kubebuilder:validation:Enum=OnRestart;Recreate;LiveMigrate
 type ImageUpdatePolicy string
 
 // Image update policies.
 const (
-	ImageUpdateOnRestart ImageUpdatePolicy = "OnRestart"
-	ImageUpdateRecreate  ImageUpdatePolicy = "Recreate"
+	ImageUpdateOnRestart   ImageUpdatePolicy = "OnRestart"
+	ImageUpdateRecreate    ImageUpdatePolicy = "Recreate"
+	ImageUpdateLiveMigrate ImageUpdatePolicy = "LiveMigrate"
 )
 
 // Images are the images a runner pod is built from, after the controller's image map.
