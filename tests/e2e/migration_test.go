@@ -353,9 +353,7 @@ func TestLiveMigration(t *testing.T) {
 	})
 	m.oneGuest(node1, beat)
 
-	// 5. The target's QEMU killed mid-stream: the guest goes on at the source. The failures come
-	// after the moves: on QEMU 7.2 a guest whose attempt was cancelled or whose target died has
-	// crashed after a later move (docs/runner.md, Known problems); this order does not provoke it.
+	// 5. The target's QEMU killed mid-stream: the guest goes on at the source.
 	beat = m.beat()
 	mig = m.running(m.start("", 1))
 	m.killQEMU(mig.Status.TargetPod)

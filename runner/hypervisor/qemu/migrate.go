@@ -85,7 +85,7 @@ func (q *VM) SendGuest(req controlapi.MigrationRequest, sock, nbdSock string, di
 	q.sendMu.Lock()
 	q.cur = s
 	q.sendMu.Unlock()
-	if len(disks) == 0 {
+	if len(disks) == 0 && q.spec.Acceleration != "tcg" {
 		close(s.done)
 		return q.qmpRun("migrate", map[string]any{"uri": "unix:" + sock}, nil)
 	}
