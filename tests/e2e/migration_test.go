@@ -252,17 +252,7 @@ func TestLiveMigration(t *testing.T) {
 	}
 	node1 := waitRunning(t, ns, "mover", 0).Status.Node
 	node2 := secondNode(t)
-	// The target needs a node its node agent has probed and labelled, as any runner pod does.
-	eventually(t, node2+" labelled by its node agent", 2*time.Minute, func() error {
-		n, err := kubeset.CoreV1().Nodes().Get(ctx, node2, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if n.Labels[vmv1.LabelProviderPrefix+"qemu"] != "true" || n.Labels[vmv1.LabelEmulation] != "true" {
-			return fmt.Errorf("labels %v", n.Labels)
-		}
-		return nil
-	})
+	labelled(t, node2)
 	m := &mover{t: t, ctx: ctx, ns: ns, name: "mover"}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -384,6 +374,22 @@ func TestLiveMigration(t *testing.T) {
 	eventually(t, "no runner pod left", 2*time.Minute, func() error {
 		if n := len(m.runnerPods()); n > 0 {
 			return fmt.Errorf("%d runner pods", n)
+		}
+		return nil
+	})
+}
+
+// labelled waits for node to be probed and labelled by its node agent: a migration's target
+// needs that, as any runner pod does.
+func labelled(t *testing.T, node string) {
+	t.Helper()
+	eventually(t, node+" labelled by its node agent", 2*time.Minute, func() error {
+		n, err := kubeset.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if n.Labels[vmv1.LabelProviderPrefix+"qemu"] != "true" || n.Labels[vmv1.LabelEmulation] != "true" {
+			return fmt.Errorf("labels %v", n.Labels)
 		}
 		return nil
 	})

@@ -106,6 +106,7 @@ func TestUpgrade(t *testing.T) {
 			to = n
 		}
 	}
+	labelled(t, to)
 	m := &mover{t: t, ctx: ctx, ns: ns, name: "before"}
 	beat := m.beat()
 	patched := vm.DeepCopy()
