@@ -208,7 +208,7 @@ func TestNotReadyWhileCRDAbsent(t *testing.T) {
 // API server's 503 window and a policy not yet loaded are over. About 10 s a round.
 func TestReadyMeansCreatable(t *testing.T) {
 	ctx := context.Background()
-	const rounds = 6
+	const rounds = 3
 	windows := 0
 	for round := range rounds {
 		uninstall(t)

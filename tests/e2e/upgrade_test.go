@@ -129,6 +129,15 @@ func TestUpgrade(t *testing.T) {
 		t.Errorf("VM status after the live update: %+v", moved.Status)
 	}
 	t.Logf("live update %s → %s onto N+1's runner: downtime %d ms", from, to, mig.Status.DowntimeMs)
+	// The VMs go before their namespace: deleted with it, a pod may be removed before its VM,
+	// which the controller would restart in a new pod while the namespace goes (a boot for
+	// nothing, and a pod still terminating at the run's final uninstall check).
+	for _, name := range []string{"before", "after"} {
+		v := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if err := kube.Delete(ctx, v); err != nil {
+			t.Errorf("delete VM %s: %v", name, err)
+		}
+	}
 }
 
 // nodeNames are the cluster's nodes.
