@@ -71,6 +71,12 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			<-hv.Exited()
 			return failf(ExitIncomingFailed, "incoming migration: serving the disks for the source's mirrors: %v", err)
 		}
+		// Only now the memory socket: a source that finds it finds the disks served too.
+		if err := mig.m.ListenIncoming(); err != nil {
+			hv.Kill()
+			<-hv.Exited()
+			return failf(ExitIncomingFailed, "incoming migration: %v", err)
+		}
 		board.set(StateIncoming, "waiting for the guest on "+mig.inSocket())
 		log.Info("waiting for the migrating guest", zap.String("socket", mig.inSocket()))
 		poll := time.NewTicker(incomingPollInterval)

@@ -281,7 +281,7 @@ func TestControlOnlyOnUnixSockets(t *testing.T) {
 		for i, a := range args {
 			switch a {
 			case "-monitor", "-vnc", "-spice", "-gdb", "-s", "-incoming", "-display":
-				if a == "-incoming" && i+1 < len(args) && args[i+1] == "unix:"+s.IncomingSocket && s.IncomingSocket != "" {
+				if a == "-incoming" && i+1 < len(args) && args[i+1] == "defer" && s.IncomingSocket != "" {
 					continue
 				}
 				if a == "-display" && i+1 < len(args) && args[i+1] == "none" {
@@ -309,8 +309,8 @@ func TestControlOnlyOnUnixSockets(t *testing.T) {
 }
 
 // TestIncomingIsOneUnixSocket: a migration target's argv differs from the same guest's boot only
-// by -incoming unix:<path>, before -S (it stays paused once the guest arrived), and a hostile
-// path stays that one argument's value.
+// by -incoming defer, before -S (it stays paused once the guest arrived): it listens when
+// told, on "unix:" and the path verbatim, a hostile path staying the path.
 func TestIncomingIsOneUnixSocket(t *testing.T) {
 	boot := baseSpec()
 	bootArgs, err := Args(boot)
@@ -324,9 +324,12 @@ func TestIncomingIsOneUnixSocket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := append(slices.Clone(bootArgs[:len(bootArgs)-1]), "-incoming", "unix:"+path, "-S")
+		want := append(slices.Clone(bootArgs[:len(bootArgs)-1]), "-incoming", "defer", "-S")
 		if !slices.Equal(args, want) {
 			t.Errorf("incoming %q:\n got %q\nwant %q", path, args, want)
+		}
+		if uri := target.IncomingURI(); uri != "unix:"+path {
+			t.Errorf("incoming %q: URI %q", path, uri)
 		}
 	}
 }

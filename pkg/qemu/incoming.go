@@ -9,16 +9,22 @@ import (
 // maxSocketPath is the longest path a unix socket can have (sun_path, with its NUL).
 const maxSocketPath = 107
 
-// incomingArgs makes QEMU a live migration's target: it listens on the unix socket and loads
-// the guest from the stream instead of booting it. -incoming's "unix:" takes the rest of its
-// value as the path verbatim (no option list), and the path is absolute, so no value can name
-// another transport (tcp:, exec:) or become an option of its own.
+// incomingArgs makes QEMU a live migration's target, which loads the guest from a stream
+// instead of booting it: "-incoming defer", so it listens only when told to (QMP
+// migrate-incoming on IncomingURI), once the disks the source mirrors onto are served. A
+// source that found the memory socket before the NBD one would fail its first mirror (libvirt
+// orders it the same way).
 func (s Spec) incomingArgs() []string {
 	if s.IncomingSocket == "" {
 		return nil
 	}
-	return []string{"-incoming", "unix:" + s.IncomingSocket}
+	return []string{"-incoming", "defer"}
 }
+
+// IncomingURI is where the target listens, for migrate-incoming. "unix:" takes the rest of the
+// value as the path verbatim (no option list), and the path is absolute, so no value can name
+// another transport (tcp:, exec:) or carry an option of its own.
+func (s Spec) IncomingURI() string { return "unix:" + s.IncomingSocket }
 
 func (s Spec) validateIncoming() []error {
 	p := s.IncomingSocket

@@ -82,6 +82,9 @@ type Migrator interface {
 	ExportDisks(sock string, drives []string) error
 	// StopExports ends the target's NBD exports: its guest arrived and is about to run.
 	StopExports() error
+	// ListenIncoming makes a waiting target listen for the guest's stream, once its disks
+	// are served (ExportDisks).
+	ListenIncoming() error
 	// ResumeGuest lets a guest paused by a completed migration run.
 	ResumeGuest() error
 }

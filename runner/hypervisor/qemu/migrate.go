@@ -135,6 +135,14 @@ func (q *VM) CancelMigration(timeout time.Duration) (hypervisor.MigrationInfo, e
 	}
 }
 
+// ListenIncoming has QEMU, started with "-incoming defer", listen on its incoming socket.
+func (q *VM) ListenIncoming() error {
+	if err := q.qmpRun("migrate-incoming", map[string]any{"uri": q.spec.IncomingURI()}, nil); err != nil {
+		return fmt.Errorf("listening for the incoming guest on %s: %w", q.spec.IncomingSocket, err)
+	}
+	return nil
+}
+
 // ResumeGuest lets a guest paused by a completed migration (or a target's arrived one) run.
 func (q *VM) ResumeGuest() error {
 	if err := q.qmpRun("cont", nil, nil); err != nil {
