@@ -60,17 +60,27 @@ func blockPV(t *testing.T, ns, claim, word string) string {
 			}}}},
 		},
 	}
+	bindStatic(t, ns, claim, pv)
+	return file
+}
+
+// bindStatic creates the static PersistentVolume pv (removed when the test ends) and claim in
+// ns pre-bound to it: no class, the volume's capacity, mode and access modes.
+func bindStatic(t *testing.T, ns, claim string, pv *corev1.PersistentVolume) {
+	t.Helper()
+	ctx := context.Background()
 	if err := kube.Create(ctx, pv); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kube.Delete(context.Background(), pv) })
-	pvc := newClaim(ns, claim, "16Mi", block)
-	pvc.Spec.StorageClassName = new(string) // static: no class, bound to the PV above
+	pvc := newClaim(ns, claim, "16Mi", *pv.Spec.VolumeMode)
+	pvc.Spec.Resources.Requests = pv.Spec.Capacity
+	pvc.Spec.AccessModes = pv.Spec.AccessModes
+	pvc.Spec.StorageClassName = new(string) // static: no class, bound to pv
 	pvc.Spec.VolumeName = pv.Name
 	if err := kube.Create(ctx, pvc); err != nil {
 		t.Fatal(err)
 	}
-	return file
 }
 
 // guestLog waits for the current runner pod's logs (the guest console) to hold every line.

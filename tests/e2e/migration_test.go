@@ -401,7 +401,6 @@ func labelled(t *testing.T, node string) {
 // runner's user, as an export for VMs would. It returns the folder; both go when the test ends.
 func sharedPV(t *testing.T, ns, claim string) string {
 	t.Helper()
-	ctx := context.Background()
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -421,16 +420,6 @@ func sharedPV(t *testing.T, ns, claim string) string {
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
 		},
 	}
-	if err := kube.Create(ctx, pv); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kube.Delete(context.Background(), pv) })
-	pvc := newClaim(ns, claim, "16Mi", fs)
-	pvc.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
-	pvc.Spec.StorageClassName = new(string) // static: no class, bound to the PV above
-	pvc.Spec.VolumeName = pv.Name
-	if err := kube.Create(ctx, pvc); err != nil {
-		t.Fatal(err)
-	}
+	bindStatic(t, ns, claim, pv)
 	return dir
 }
