@@ -374,19 +374,91 @@ func (r *runnerProc) signal(t *testing.T, sig syscall.Signal) {
 // qemuPID finds the runner's qemu-system-x86_64 child.
 func (r *runnerProc) qemuPID(t *testing.T) int {
 	t.Helper()
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", r.cmd.Process.Pid))
-	for _, f := range tasks {
-		b, _ := os.ReadFile(f)
-		for _, s := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(s)
-			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-			if strings.HasPrefix(strings.TrimSpace(string(comm)), "qemu-system") {
-				return pid
-			}
+	for _, pid := range r.children() {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if strings.HasPrefix(strings.TrimSpace(string(comm)), "qemu-system") {
+			return pid
 		}
 	}
 	t.Fatalf("no qemu child of runner %d", r.cmd.Process.Pid)
 	return 0
+}
+
+// children lists the runner's child processes (its hypervisor; QEMU 10.0 runs through its
+// tree's loader, so its name is the loader's).
+func (r *runnerProc) children() []int {
+	var pids []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", r.cmd.Process.Pid))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(s); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// waitGone waits until none of pids runs, as a pod is gone only when all its processes are.
+// A process is gone when no thread of it is left but a zombie: a killed process's leader can be
+// a zombie while its other threads still exit, and its files (and their locks) stay open until
+// the last one has.
+func waitGone(t *testing.T, pids []int, d time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for end := start.Add(d); ; time.Sleep(50 * time.Millisecond) {
+		var alive []string
+		for _, pid := range pids {
+			stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+			for _, f := range stats {
+				b, err := os.ReadFile(f)
+				// The state follows the command's closing parenthesis: Z is a zombie, X dead.
+				if _, rest, ok := strings.Cut(string(b), ") "); err == nil && ok && rest[0] != 'Z' && rest[0] != 'X' {
+					alive = append(alive, fmt.Sprintf("%s (%c)", filepath.Base(filepath.Dir(f)), rest[0]))
+				}
+			}
+		}
+		if len(alive) == 0 {
+			t.Logf("processes %v gone %v after their runner", pids, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("threads still running %v after their runner died: %v", d, alive)
+		}
+	}
+}
+
+// lockHolders names every process that has path open, with the locks it holds on it (QEMU's
+// are OFD locks, which /proc/locks lists with no process: its fdinfo names them), for a failure
+// that blames a lock.
+func lockHolders(path string) string {
+	want, err := os.Stat(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		// By the file, not its name: another mount namespace names it otherwise.
+		if fi, err := os.Stat(fd); err != nil || !os.SameFile(fi, want) {
+			continue
+		}
+		proc := filepath.Dir(filepath.Dir(fd))
+		cmd, _ := os.ReadFile(filepath.Join(proc, "cmdline"))
+		info, _ := os.ReadFile(filepath.Join(proc, "fdinfo", filepath.Base(fd)))
+		var locks []string
+		for _, l := range strings.Split(string(info), "\n") {
+			if strings.HasPrefix(l, "lock:") {
+				locks = append(locks, strings.Join(strings.Fields(l), " "))
+			}
+		}
+		out = append(out, fmt.Sprintf("%s (%.100s): %v", proc, strings.ReplaceAll(string(cmd), "\x00", " "), locks))
+	}
+	if len(out) == 0 {
+		return "nobody has " + path + " open"
+	}
+	return strings.Join(out, "\n")
 }
 
 func readFile(p string) string {

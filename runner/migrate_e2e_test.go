@@ -271,18 +271,23 @@ func testLiveMigration(t *testing.T, network string) {
 			}
 			src.wantState(t, runner.StateMigrated)
 			dst.waitRunning(t)
-			// The target dies; only then may the source run the guest again.
+			// The target dies; only then may the source run the guest again. The controller asks
+			// once the target pod is gone, and a pod is gone when all its processes are: the
+			// target's QEMU dies just after its runner (Pdeathsig), and until its last thread has
+			// exited (its leader is a zombie before that) it holds the shared claim's image, which
+			// QEMU then rightly refuses to take back (its write lock). A lock still held after
+			// that fails the test, naming who holds it.
+			hypervisors := dst.r.children()
 			dst.r.signal(t, syscall.SIGKILL)
 			dst.r.waitExit(t, 30*time.Second)
+			waitGone(t, hypervisors, 30*time.Second)
 			if code, s := srcCtl.do(t, http.MethodPut, `{}`); code != http.StatusConflict || !strings.Contains(s.Error, "already migrated away") {
 				t.Fatalf("PUT after completed: %d %+v", code, s)
 			}
-			// The target's QEMU dies just after its runner (Pdeathsig): until it has, it holds the
-			// shared claim's image, and QEMU refuses to take it back (its write lock) — a guest on
-			// one side only. The controller asks only once the target pod is gone; here, again.
 			code, s := srcCtl.do(t, http.MethodDelete, "")
-			for end := time.Now().Add(15 * time.Second); code == http.StatusInternalServerError && strings.Contains(s.Error, `Failed to get "write" lock`) && time.Now().Before(end); {
-				time.Sleep(200 * time.Millisecond)
+			for end := time.Now().Add(20 * time.Second); code == http.StatusInternalServerError && strings.Contains(s.Error, "lock") && time.Now().Before(end); {
+				t.Errorf("who holds the shared claim's image:\n%s", lockHolders(filepath.Join(sharedClaim(t, mt), runnerconfig.DiskFileName)))
+				time.Sleep(time.Second)
 				code, s = srcCtl.do(t, http.MethodDelete, "")
 			}
 			if code != http.StatusOK || s.State != controlapi.MigrationCancelled || !strings.Contains(s.Error, "resumed here") {
