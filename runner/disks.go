@@ -51,7 +51,13 @@ func prepareRootVolume(ctx context.Context, cfg runnerconfig.Config, qemuImg str
 		return rootDisk{path: v.Path, format: diskimage.FormatRaw, block: true, cache: qemu.CacheNone}, nil
 	}
 	disk := filepath.Join(v.Path, runnerconfig.DiskFileName)
+	if receives(cfg, *v) {
+		return receiveRootVolume(cfg, log)
+	}
 	if cfg.RootDisk == "" {
+		if err := volumedisk.CheckComplete(v.Path); err != nil {
+			return rootDisk{}, fmt.Errorf("--root-volume: %w", err)
+		}
 		if _, err := os.Stat(disk); err != nil {
 			return rootDisk{}, fmt.Errorf("--root-volume: the claim holds no %s and there is no image to fill it with: give the VM rootDisk.image, or put a raw disk there as %s", runnerconfig.DiskFileName, runnerconfig.DiskFileName)
 		}
@@ -129,7 +135,13 @@ func prepareDisk(cfg runnerconfig.Config, d runnerconfig.Disk, log *zap.Logger) 
 			}
 			size = s
 		}
-		created, err := volumedisk.Ensure(drive.Path, size)
+		created := true
+		var err error
+		if receives(cfg, d) {
+			_, err = volumedisk.Receive(d.Path, size, cfg.Name)
+		} else if err = volumedisk.CheckComplete(d.Path); err == nil {
+			created, err = volumedisk.Ensure(drive.Path, size)
+		}
 		if err != nil {
 			return drive, err
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/volumedisk"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/podcontrol"
@@ -103,6 +104,14 @@ func testLiveMigration(t *testing.T, network string) {
 		}
 		dst.heartbeatGoesOn(t)
 		t.Logf("heartbeat %d at the source, %d at the target; QEMU's downtime %d ms", last, first, s.DowntimeMs)
+		// The target's root claim is the guest's now: marked as filled (by the migration), so
+		// no later start fills it from the image again, and no longer as being received.
+		if m, err := volumedisk.ReadMarker(dst.rootClaim(t)); err != nil || !m.Migrated || m.SizeBytes != 128<<20 {
+			t.Errorf("the target's root claim's fill marker: %+v, %v; want migrated, 128 MiB", m, err)
+		}
+		if err := volumedisk.CheckComplete(dst.rootClaim(t)); err != nil {
+			t.Errorf("the target's root claim after the move: %v", err)
+		}
 		// The mirrors copied the root overlay and the two writable disks, not the shared claim
 		// (the target attached it) nor the read-only cloud-init seed.
 		if want := []string{"root", "disk-data", "disk-scratch"}; !slices.Equal(s.Disks, want) || s.DiskBytes <= 0 {
@@ -244,6 +253,10 @@ func testLiveMigration(t *testing.T, network string) {
 				t.Fatalf("target after the cancel: exit %d %q", code, msg)
 			}
 			t.Logf("target's message: %s", readFile(dst.r.termLog))
+			// The claims it made for the mirrors are partial, and say so to any later runner.
+			if err := volumedisk.CheckComplete(dst.rootClaim(t)); err == nil || !strings.Contains(err.Error(), "never completed here") {
+				t.Errorf("the cancelled target's root claim: %v; want it refused as partial", err)
+			}
 		})
 
 		t.Run("target killed mid-stream", func(t *testing.T) {
@@ -359,9 +372,11 @@ func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *mi
 			args[i] = "--memory-mib=" + strconv.Itoa(memMiB)
 		}
 	}
-	// Disks a move copies whole: a claim of each runner's own (migrate=copy, as a node-local
-	// claim) and an emptyDir disk; beside the root overlay, which is mirrored over the base.
-	args = append(args, "--disk=name=data,kind=file,path="+perRunnerDir+",size-mib=16,migrate=copy",
+	// Disks a move copies whole: claims of each runner's own (migrate=copy, as node-local
+	// claims: the root disk, filled from its image at the first boot, and a data disk) and an
+	// emptyDir disk. The e2e test moves a root overlay, mirrored over its base.
+	args = append(args, "--root-volume=kind=file,path="+perRunnerDir+"-root,migrate=copy",
+		"--disk=name=data,kind=file,path="+perRunnerDir+",size-mib=16,migrate=copy",
 		"--disk=name=scratch,kind=empty,path="+perRunnerDir+"-scratch,size-mib=8",
 		// And a claim every runner attaches, as a ReadWriteMany one: never copied.
 		"--disk=name=shared,kind=file,path="+runnerDir(t)+",size-mib=8,migrate=shared")
@@ -414,7 +429,10 @@ func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 	t.Helper()
 	args = append([]string(nil), args...)
 	for i, a := range args {
-		args[i] = strings.ReplaceAll(strings.ReplaceAll(a, perRunnerDir+"-scratch", runnerDir(t)), perRunnerDir, runnerDir(t))
+		for _, suffix := range []string{"-scratch", "-root", ""} {
+			a = strings.ReplaceAll(a, perRunnerDir+suffix, runnerDir(t))
+		}
+		args[i] = a
 	}
 	if mt.network != "masquerade" {
 		return startMigrationRunner(t, "", args)
@@ -430,8 +448,25 @@ func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 	return m
 }
 
-// perRunnerDir in an argument is replaced with a directory of each runner's own: its claim.
+// perRunnerDir in an argument (alone, or with -scratch or -root) is replaced with a directory
+// of each runner's own: its claim.
 const perRunnerDir = "/per-runner-dir"
+
+// rootClaim is the folder of a runner's root claim (--root-volume).
+func (m *migrationRunner) rootClaim(t testing.TB) string {
+	t.Helper()
+	for _, a := range m.r.cmd.Args {
+		if v, ok := strings.CutPrefix(a, "--root-volume="); ok {
+			d, err := runnerconfig.ParseDisk(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d.Path
+		}
+	}
+	t.Fatal("no --root-volume")
+	return ""
+}
 
 // guestDisk is the shell's name of the guest's disk with serial.
 func guestDisk(serial string) string {

@@ -116,6 +116,11 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			// The source completed its mirrors before the switch and no longer writes.
 			log.Warn("stopping the disks' NBD exports", zap.Error(err))
 		}
+		if err := markReceived(cfg); err != nil {
+			// The guest runs here and nowhere else now: it keeps running, and a later start
+			// from these claims refuses them as partial, which this line explains.
+			log.Error("recording the received disks as complete failed", zap.Error(err))
+		}
 		if err := hv.Resume(ctx); err != nil {
 			log.Error("resuming the arrived guest failed", zap.Error(err))
 			quit("resume failed")

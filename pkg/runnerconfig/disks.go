@@ -29,10 +29,12 @@ const (
 
 // DiskFileName is the disk's file in a DiskFile folder. PopulatedMarker, beside it on a root
 // disk's volume, records that the root-disk image was copied in completely; the copy is never
-// made again.
+// made again. ReceivingMarker, beside a disk a live migration's target made for the source's
+// mirror to fill, says the disk is partial until the guest arrived.
 const (
 	DiskFileName    = "disk.img"
 	PopulatedMarker = ".virtpod-populated"
+	ReceivingMarker = ".virtpod-receiving"
 )
 
 // Disk is one disk of the guest, rendered as --disk (data disks, in order) or --root-volume

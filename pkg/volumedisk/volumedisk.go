@@ -85,6 +85,9 @@ type Marker struct {
 	SizeBytes    int64     `json:"sizeBytes"`
 	WrittenBytes int64     `json:"writtenBytes"`
 	Finished     time.Time `json:"finished"`
+	// Migrated: the disk came whole from a live migration's source (whose claim was filled
+	// from Image), not from Image here.
+	Migrated bool `json:"migrated,omitempty"`
 }
 
 // FillOptions tune Fill.
@@ -115,6 +118,9 @@ type FillResult struct {
 func Fill(ctx context.Context, image, dir string, o FillOptions) (FillResult, error) {
 	disk := filepath.Join(dir, runnerconfig.DiskFileName)
 	res := FillResult{Path: disk}
+	if err := CheckComplete(dir); err != nil {
+		return res, err
+	}
 	if _, err := os.Lstat(disk); err == nil {
 		res.Marker, _ = ReadMarker(dir)
 		return res, nil
@@ -136,7 +142,7 @@ func Fill(ctx context.Context, image, dir string, o FillOptions) (FillResult, er
 	if err != nil {
 		return res, fmt.Errorf("root-disk image: %w", err)
 	}
-	size := max(imageSize, o.SizeBytes)
+	size := filledSize(imageSize, o.SizeBytes)
 	switch format {
 	case diskimage.FormatRaw:
 		res.Resumed, res.Written, err = copyRaw(ctx, image, partial, filepath.Join(dir, progressName), imageSize, o)
@@ -173,6 +179,20 @@ func Fill(ctx context.Context, image, dir string, o FillOptions) (FillResult, er
 	_ = os.Remove(filepath.Join(dir, progressName))
 	res.Filled, res.Marker = true, &m
 	return res, syncDir(dir)
+}
+
+// filledSize is the size of a disk filled from an image of imageSize bytes when sizeBytes was
+// asked for: the larger.
+func filledSize(imageSize, sizeBytes int64) int64 { return max(imageSize, sizeBytes) }
+
+// FilledSize is the size Fill gives a disk filled from image with FillOptions.SizeBytes
+// sizeBytes: what a migration target's empty root disk must measure to take the source's.
+func FilledSize(image string, sizeBytes int64) (int64, error) {
+	_, imageSize, err := diskimage.Inspect(image)
+	if err != nil {
+		return 0, fmt.Errorf("root-disk image: %w", err)
+	}
+	return filledSize(imageSize, sizeBytes), nil
 }
 
 // ReadMarker reads dir's marker, if any.
