@@ -20,7 +20,7 @@ func TestPartialClaimsRefused(t *testing.T) {
 	rootDir, dataDir := t.TempDir(), t.TempDir()
 	target := runnerconfig.Config{Name: "vm-m1", Incoming: true, DiskSizeMiB: 16,
 		RootVolume: &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: rootDir, Migrate: runnerconfig.MigrateCopy, SizeMiB: 16},
-		Disks: []runnerconfig.Disk{{Name: "data", Kind: runnerconfig.DiskFile, Path: dataDir, SizeMiB: 8, Migrate: runnerconfig.MigrateCopy}}}
+		Disks:      []runnerconfig.Disk{{Name: "data", Kind: runnerconfig.DiskFile, Path: dataDir, SizeMiB: 8, Migrate: runnerconfig.MigrateCopy}}}
 	if _, err := prepareRootVolume(context.Background(), target, "", &statusBoard{}, zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
