@@ -80,6 +80,7 @@ func get(t *testing.T, url string) (int, string) {
 func uninstall(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
+	start := time.Now()
 	objs, err := kubeapi.AdmissionObjects()
 	if err != nil {
 		t.Fatal(err)
@@ -98,9 +99,10 @@ func uninstall(t *testing.T) {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("still there (err %v, deletionTimestamp %v)", err, o.GetDeletionTimestamp())
+			return fmt.Errorf("still there (err %v, deletionTimestamp %v, status %v)", err, o.GetDeletionTimestamp(), o.Object["status"])
 		})
 	}
+	t.Logf("uninstall: the CRDs gone after %v", time.Since(start).Round(time.Millisecond))
 	// Best effort: the aggregated OpenAPI drops the group within about a second, or, once an
 	// earlier round met the window, sometimes not for minutes (every round of a 317 s run waited
 	// out a 90 s cap here). Waiting longer then buys nothing: the round may not meet the
@@ -109,6 +111,7 @@ func uninstall(t *testing.T) {
 	for {
 		b, err := kubernetes.NewForConfigOrDie(env.Config).Discovery().RESTClient().Get().AbsPath("/openapi/v3").DoRaw(ctx)
 		if err == nil && !strings.Contains(string(b), `"apis/vm.virtpod.io/v1alpha1"`) {
+			t.Logf("uninstall: the group gone from the OpenAPI after %v", time.Since(start).Round(time.Millisecond))
 			break
 		}
 		if time.Now().After(deadline) {

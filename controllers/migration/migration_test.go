@@ -188,9 +188,9 @@ func TestMigrationFailures(t *testing.T) {
 			}},
 		{name: "not migratable", reason: vmv1.ReasonNotMigratable, words: "spec.guest.networkMode is Pod", keepSource: true,
 			vm: func(v *vmv1.VirtualMachine) { v.Spec.Guest.NetworkMode = "" }},
-		{name: "root disk on a ReadWriteOnce claim", reason: vmv1.ReasonNotMigratable, words: "the root disk is on claim web-root, which one node at a time can attach", keepSource: true,
+		{name: "read-only disk on a ReadWriteOnce claim", reason: vmv1.ReasonNotMigratable, words: "spec.guest.disks[0] (data) is on claim data-1, which one node at a time can attach", keepSource: true,
 			vm: func(v *vmv1.VirtualMachine) {
-				v.Spec.Guest.RootDisk = vmv1.RootDisk{PersistentVolumeClaim: &vmv1.RootDiskClaim{ClaimName: "web-root"}}
+				v.Spec.Guest.Disks = []vmv1.Disk{{Name: "data", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "data-1", ReadOnly: true}}}
 			}},
 		{name: "no such VM", reason: vmv1.ReasonVMNotFound, words: "no VirtualMachine nothing",
 			mig: func(m *vmv1.VirtualMachineMigration) { m.Spec.VMName = "nothing" }},
@@ -199,8 +199,8 @@ func TestMigrationFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := namespace(t)
 			n1, n2 := node(t, "a"), node(t, "b")
-			if tc.name == "root disk on a ReadWriteOnce claim" {
-				claim(t, ns, "web-root")
+			if tc.name == "read-only disk on a ReadWriteOnce claim" {
+				claim(t, ns, "data-1")
 			}
 			vm, source := runningVM(t, ns, "web", n1, tc.vm)
 			failures := counter(t, "virtpod_migrations_total", map[string]string{"result": tc.reason})

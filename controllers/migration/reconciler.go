@@ -137,15 +137,24 @@ func (r *Reconciler) start(ctx context.Context, mig *vmv1.VirtualMachineMigratio
 	next.Status.SourcePod, next.Status.SourceNode = source.Name, source.Spec.NodeName
 	next.Status.TargetPod = podspec.TargetPodName(vm.Name, mig.UID)
 	next.Status.StartTime = ptrTime(r.now())
+	next.Status.Claims = migratable.CopiedClaims(marked)
+	for i := range next.Status.Claims {
+		next.Status.Claims[i].Target = podspec.TargetClaimName(next.Status.Claims[i].Source, mig.UID)
+	}
 	setCompleted(&next.Status, mig.Generation, metav1.ConditionFalse, vmv1.ReasonInProgress, fmt.Sprintf("creating target pod %s for the guest on node %s", next.Status.TargetPod, source.Spec.NodeName))
 	if err := r.writeStatus(ctx, mig, next); err != nil {
 		return reconcile.Result{}, statuspatch.IgnoreStale(err)
+	}
+	if refused, err := r.makeTargetClaims(ctx, next); err != nil {
+		return reconcile.Result{}, err
+	} else if refused != "" {
+		return r.fail(ctx, next, next.DeepCopy(), pods{source: marked}, vmv1.ReasonTargetFailed, refused)
 	}
 	runner := ""
 	if vm.Status.Images != nil {
 		runner = vm.Status.Images.Runner
 	}
-	target := podspec.TargetPod(marked, mig, vm.Status.Machine, runner)
+	target := podspec.TargetPod(marked, next, vm.Status.Machine, runner)
 	if err := r.Client.Create(ctx, target); apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
 		return r.fail(ctx, next, next.DeepCopy(), pods{source: marked}, vmv1.ReasonTargetFailed, "the API server refused target pod "+target.Name+": "+err.Error())
 	} else if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -256,6 +265,10 @@ func (r *Reconciler) switchOver(ctx context.Context, was, next *vmv1.VirtualMach
 			// one must not be a second.
 			return r.fail(ctx, was, next, p, vmv1.ReasonSourceFailed, fmt.Sprintf("VirtualMachine %s runs pod %s now, not source pod %s", vm.Name, vm.Status.PodName, next.Status.SourcePod))
 		}
+		vm, err := r.repointVM(ctx, vm, next.Status.Claims)
+		if err != nil {
+			return reconcile.Result{}, err // a conflict retries from the VM as it is now
+		}
 		switched := vm.DeepCopy()
 		switched.Status.PodName, switched.Status.PodUID = t.Name, string(t.UID)
 		switched.Status.Node, switched.Status.PodIP = t.Spec.NodeName, t.Status.PodIP
@@ -304,6 +317,9 @@ func (r *Reconciler) end(ctx context.Context, was, next *vmv1.VirtualMachineMigr
 // had sent everything, resumed). Repeatable: a terminal migration's reconcile runs it again.
 func (r *Reconciler) cleanUp(ctx context.Context, mig *vmv1.VirtualMachineMigration, p pods) error {
 	uid := string(mig.UID)
+	if err := r.settleClaims(ctx, mig); err != nil {
+		return err
+	}
 	keep, drop := p.source, p.target
 	if mig.Status.Phase == vmv1.MigrationSucceeded {
 		keep, drop = p.target, p.source

@@ -50,14 +50,15 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 	return Verdict{vmv1.ReasonMigratable, fmt.Sprintf("the guest can move to another node (runner pod %s)", pod.Name)}
 }
 
-// unsharedClaim names the first claim of the running guest that only one node can attach
-// ("" when there is none): the runner pod's disk flags say, as the controller built them from
-// the claims' access modes, which a claim cannot change (migrate=shared: ReadWriteMany, or
-// ReadOnlyMany used read-only). The target attaches a shared claim too; virtpod does not copy a
-// claim into one of the target's.
+// unsharedClaim names the first claim of the running guest that a migration can neither attach
+// on the target nor copy ("" when there is none): the runner pod's disk flags say, as the
+// controller built them from the claims' access modes, which a claim cannot change. The target
+// attaches a shared claim too (migrate=shared: ReadWriteMany, or ReadOnlyMany used read-only);
+// a writable one only one node attaches is copied into a claim made for the target
+// (migrate=copy); a read-only one only one node attaches is neither.
 func unsharedClaim(vm *vmv1.VirtualMachine, pod *corev1.Pod) string {
-	const fix = "a live migration's target cannot attach it while the source holds it, and virtpod does not copy a claim to the target's node yet; " +
-		"use a claim whose access modes include ReadWriteMany (both nodes attach it and nothing is copied), or keep spec.evictionStrategy None"
+	const fix = "a live migration's target cannot attach it while the source holds it, and a read-only disk is not copied; " +
+		"use a claim whose access modes include ReadOnlyMany (both nodes attach it), make the disk writable (the migration then copies it), or keep spec.evictionStrategy None"
 	for _, c := range pod.Spec.Containers {
 		if c.Name != vmv1.RunnerContainer {
 			continue
@@ -68,7 +69,7 @@ func unsharedClaim(vm *vmv1.VirtualMachine, pod *corev1.Pod) string {
 				continue
 			}
 			d, err := runnerconfig.ParseDisk(value)
-			if err != nil || d.Kind != runnerconfig.DiskBlock && d.Kind != runnerconfig.DiskFile || d.Migrate == runnerconfig.MigrateShared {
+			if err != nil || d.Kind != runnerconfig.DiskBlock && d.Kind != runnerconfig.DiskFile || d.Migrate == runnerconfig.MigrateShared || d.Migrate == runnerconfig.MigrateCopy && !d.ReadOnly {
 				continue
 			}
 			claim := claimOf(pod, d)
@@ -85,6 +86,36 @@ func unsharedClaim(vm *vmv1.VirtualMachine, pod *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// CopiedClaims are the claims of the guest running in pod that a migration copies into claims
+// made for the target (migrate=copy), by disk (root, or the data disk's name), in the pod's
+// order: the runner pod's disk flags say, as for unsharedClaim.
+func CopiedClaims(pod *corev1.Pod) []vmv1.MigratedClaim {
+	var out []vmv1.MigratedClaim
+	for _, c := range pod.Spec.Containers {
+		if c.Name != vmv1.RunnerContainer {
+			continue
+		}
+		for _, a := range c.Args {
+			flag, value, _ := strings.Cut(a, "=")
+			if flag != "--root-volume" && flag != "--disk" {
+				continue
+			}
+			d, err := runnerconfig.ParseDisk(value)
+			if err != nil || d.Migrate != runnerconfig.MigrateCopy || d.ReadOnly {
+				continue
+			}
+			disk := d.Name
+			if flag == "--root-volume" {
+				disk = vmv1.RootDiskName
+			}
+			if claim := claimOf(pod, d); claim != "?" {
+				out = append(out, vmv1.MigratedClaim{Disk: disk, Source: claim})
+			}
+		}
+	}
+	return out
 }
 
 // claimOf names the claim behind a disk flag of pod, by the volume mounted (or handed as a

@@ -1,6 +1,7 @@
 package migratable_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,10 +90,11 @@ func TestCheckClaims(t *testing.T) {
 		reason     string
 		field, fix string
 	}{
+		// Copied into claims made for the target.
 		{"root disk on a ReadWriteOnce claim", rootClaim, map[string]podspec.Claim{"web-root": {}},
-			vmv1.ReasonDiskNotMigratable, "the root disk is on claim web-root", "ReadWriteMany"},
+			vmv1.ReasonMigratable, "", ""},
 		{"data disk on a ReadWriteOnce claim", withData(false), map[string]podspec.Claim{"data-1": {Block: true}},
-			vmv1.ReasonDiskNotMigratable, "spec.guest.disks[1] (data) is on claim data-1", "ReadWriteMany"},
+			vmv1.ReasonMigratable, "", ""},
 		{"read-only disk on a ReadWriteOnce claim", withData(true), map[string]podspec.Claim{"data-1": {}},
 			vmv1.ReasonDiskNotMigratable, "spec.guest.disks[1] (data) is on claim data-1", "spec.evictionStrategy None"},
 		{"claims a second node attaches", func(v *vmv1.VirtualMachine) {
@@ -103,7 +105,7 @@ func TestCheckClaims(t *testing.T) {
 			vmv1.ReasonMigratable, "", ""},
 		{"read-only disk on a ReadOnlyMany claim, the root on a ReadWriteOnce one", func(v *vmv1.VirtualMachine) { withData(true)(v); rootClaim(v) },
 			map[string]podspec.Claim{"web-root": {ReadOnlyMany: true}, "data-1": {ReadOnlyMany: true}},
-			vmv1.ReasonDiskNotMigratable, "the root disk is on claim web-root", "ReadWriteMany"},
+			vmv1.ReasonMigratable, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,12 +124,30 @@ func TestCheckClaims(t *testing.T) {
 	}
 	// The spec no longer names the claim, the running guest still uses it: what runs is what moves.
 	started := vm()
-	withData(false)(started)
+	withData(true)(started)
 	opts := podspec.DefaultOptions()
 	opts.Claims = map[string]podspec.Claim{"data-1": {}}
 	if got := migratable.Check(vm(), podspec.Build(started, opts)); got.Reason != vmv1.ReasonDiskNotMigratable ||
 		!strings.Contains(got.Message, "a disk the running guest started with is on claim data-1") {
 		t.Errorf("claim removed from the spec, still in the running pod: %+v", got)
+	}
+}
+
+// TestCopiedClaims: the writable claims only one node attaches, by disk, root first; not the
+// shared, read-only or emptyDir ones.
+func TestCopiedClaims(t *testing.T) {
+	v := vm()
+	withData(false)(v)
+	v.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "web-root"}
+	v.Spec.Guest.Disks = append(v.Spec.Guest.Disks,
+		vmv1.Disk{Name: "shared", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "shared-1"}},
+		vmv1.Disk{Name: "ro", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "ro-1", ReadOnly: true}})
+	opts := podspec.DefaultOptions()
+	opts.Claims = map[string]podspec.Claim{"web-root": {}, "data-1": {Block: true}, "shared-1": {ReadWriteMany: true}, "ro-1": {}}
+	got := migratable.CopiedClaims(podspec.Build(v, opts))
+	want := []vmv1.MigratedClaim{{Disk: "root", Source: "web-root"}, {Disk: "data", Source: "data-1"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("CopiedClaims %+v, want %+v", got, want)
 	}
 }
 

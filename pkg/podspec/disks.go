@@ -38,14 +38,18 @@ type Claim struct {
 }
 
 // migrate is how a live migration carries the claim, used for writing or not: the target
-// attaches the same volume when its access modes let a second node attach it (shared); "" when
-// only one node can (ReadWriteOnce, ReadWriteOncePod): the guest is then not migratable, as
-// virtpod does not copy claims to a claim of the target's yet.
+// attaches the same volume when its access modes let a second node attach it (shared); a
+// writable claim only one node attaches (ReadWriteOnce, ReadWriteOncePod) is copied into a
+// claim made for the target (copy); "" for a read-only one: the target cannot attach it while
+// the source holds it, and the guest is not migratable.
 func (c Claim) migrate(readOnly bool) string {
-	if c.ReadWriteMany || readOnly && c.ReadOnlyMany {
+	switch {
+	case c.ReadWriteMany || readOnly && c.ReadOnlyMany:
 		return runnerconfig.MigrateShared
+	case readOnly:
+		return ""
 	}
-	return ""
+	return runnerconfig.MigrateCopy
 }
 
 // ClaimOf reads what a runner pod needs of a claim.

@@ -74,7 +74,8 @@ func TestDiskGolden(t *testing.T) {
 // TestDiskFlags: the runner is told each disk's kind from its source and its claim's
 // volumeMode, in the VM's order, with the claim's capacity as a file disk's size; a claim a
 // second node can attach (ReadWriteMany, or ReadOnlyMany used read-only) is migrate=shared, a
-// ReadWriteOnce one has no migrate mode.
+// writable ReadWriteOnce one (the root claim too) migrate=copy: a migration copies it into a
+// claim of the target's.
 func TestDiskFlags(t *testing.T) {
 	vm, opts := baseVM(), podspec.DefaultOptions()
 	withDisks(vm)
@@ -85,7 +86,7 @@ func TestDiskFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []runnerconfig.Disk{
-		{Name: "data", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/data", SizeMiB: 10240},
+		{Name: "data", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/data", SizeMiB: 10240, Migrate: runnerconfig.MigrateCopy},
 		{Name: "raw", Kind: runnerconfig.DiskBlock, Path: "/dev/virtpod/raw", Migrate: runnerconfig.MigrateShared},
 		{Name: "shared", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/shared", SizeMiB: 100, ReadOnly: true, Migrate: runnerconfig.MigrateShared},
 		{Name: "scratch", Kind: runnerconfig.DiskEmpty, Path: "/virtpod/disks/scratch", SizeMiB: 2048},
@@ -101,7 +102,7 @@ func TestDiskFlags(t *testing.T) {
 			t.Errorf("disk %d: %+v, want %+v", i, cfg.Disks[i], want[i])
 		}
 	}
-	if r := cfg.RootVolume; r == nil || *r != (runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: "/virtpod/root"}) || cfg.RootDisk == "" {
+	if r := cfg.RootVolume; r == nil || *r != (runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: "/virtpod/root", Migrate: runnerconfig.MigrateCopy}) || cfg.RootDisk == "" {
 		t.Errorf("root volume %+v with image %q, want the claim's folder, filled from the image", r, cfg.RootDisk)
 	}
 }

@@ -42,7 +42,8 @@ var sourceOnly = map[string]bool{
 // runner container's image, which is runnerImage when given (the VM's effective one: a guest
 // moves onto the current runner, which is how imageUpdatePolicy LiveMigrate updates it; the
 // kernel and disk images stay the source's, which the guest runs from), unbound, and kept off
-// the source's node by node affinity in every required term (or sent to mig's targetNode).
+// the source's node by node affinity in every required term (or sent to mig's targetNode), and
+// with the claims mig copies (status.claims) replaced by those it made for the target.
 // Labels are the source's plus the target role, so Services select it once it runs the guest.
 // Pure.
 func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine, runnerImage string) *corev1.Pod {
@@ -64,6 +65,7 @@ func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine, runn
 	pod.Annotations[vmv1.AnnotationMigration] = string(mig.UID)
 
 	spec := src.Spec.DeepCopy()
+	withTargetClaims(spec, mig)
 	spec.NodeName = ""
 	spec.EphemeralContainers = nil
 	for i := range spec.Containers {

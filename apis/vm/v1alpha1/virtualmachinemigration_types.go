@@ -86,11 +86,31 @@ type VirtualMachineMigrationStatus struct {
 	CopiedDisks []string `json:"copiedDisks,omitempty"`
 	// +optional
 	DiskBytes int64 `json:"diskBytes,omitempty"`
+	// claims are the VM's claims that one node at a time attaches (ReadWriteOnce), each copied
+	// into a claim made for the target (same class, access modes, volume mode and size). Once
+	// the migration succeeded the VM names the target claims, and each source claim is owned by
+	// this migration: deleted with it. A failed migration deletes the target claims it made.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=17
+	// +optional
+	Claims []MigratedClaim `json:"claims,omitempty"`
 	// conditions: Completed (False while in progress and on failure, with the cause).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MigratedClaim is one claim a migration copies: the source's, and the one made for the target.
+type MigratedClaim struct {
+	// disk is root for the root disk, or the data disk's name.
+	// +kubebuilder:validation:MaxLength=63
+	Disk string `json:"disk"`
+	// source is the claim the guest's disk was on; target the claim made for it on the target.
+	// +kubebuilder:validation:MaxLength=253
+	Source string `json:"source"`
+	// +kubebuilder:validation:MaxLength=253
+	Target string `json:"target"`
 }
 
 // Terminal says whether the migration has ended.
