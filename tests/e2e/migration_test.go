@@ -228,11 +228,12 @@ func lastPoll(log string) int {
 	return n
 }
 
-// TestLiveMigration: one guest with a Masquerade network and a data disk on a ReadWriteMany
-// claim, booted once on the first node, moves to a second node while a pod on the first fetches
-// its page through a Service; its heartbeat goes on without restarting (no reboot), the VM's
-// status names the new node, and only the root overlay was copied (the target attached the
-// claim). Then each failure a migration can meet — deleted mid-way, no node for the target —
+// TestLiveMigration: one guest with a Masquerade network, a data disk on a ReadWriteMany claim
+// and one on a node-local (local-path) claim, booted once on the first node, moves to a second
+// node while a pod on the first fetches its page through a Service; its heartbeat goes on
+// without restarting (no reboot), the VM's status names the new node, the root overlay and the
+// node-local claim were copied (into a claim made on the second node, which the VM names now,
+// holding what the guest wrote) and the shared claim was not (the target attached it). Then each failure a migration can meet — deleted mid-way, no node for the target —
 // ends the migration Failed with its reason and exactly one guest running; `kubectl drain` moves
 // the VM instead of killing it; then the target's QEMU killed and the source's QEMU killed end
 // Failed with their reasons; deleting the VM mid-way ends the migration Failed with nothing left.
@@ -245,8 +246,14 @@ func TestLiveMigration(t *testing.T) {
 	// A data disk on a ReadWriteMany claim, which both nodes attach: it moves with the guest
 	// without a copy. The guest writes a word on it at boot.
 	shared := sharedPV(t, ns, "mover-shared")
-	vm.Spec.Guest.Disks = []vmv1.Disk{{Name: "shared", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "mover-shared"}}}
-	vm.Spec.Guest.KernelArgs = "virtpod.heartbeat virtpod.disk-write=shared:mover-wrote"
+	// And one on a node-local claim (local-path, ReadWriteOnce): each move copies it into a claim
+	// made on the target's node.
+	if err := kube.Create(ctx, newClaim(ns, "mover-local", "32Mi", corev1.PersistentVolumeFilesystem)); err != nil {
+		t.Fatal(err)
+	}
+	vm.Spec.Guest.Disks = []vmv1.Disk{{Name: "shared", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "mover-shared"}},
+		{Name: "local", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "mover-local"}}}
+	vm.Spec.Guest.KernelArgs = "virtpod.heartbeat virtpod.disk-write=shared:mover-wrote virtpod.disk-write=local:mover-local"
 	if err := kube.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
@@ -283,11 +290,12 @@ func TestLiveMigration(t *testing.T) {
 	if moved.Status.PodName != mig.Status.TargetPod || moved.Status.RestartCount != 0 {
 		t.Errorf("VM status after the move: %+v", moved.Status)
 	}
-	// Only the root disk's overlay was copied: the target attached the shared claim, whose
-	// volume holds what the guest wrote at boot.
-	if !slices.Equal(mig.Status.CopiedDisks, []string{"root"}) || mig.Status.DiskBytes <= 0 {
-		t.Errorf("copied disks %q (%d bytes), want the root overlay alone", mig.Status.CopiedDisks, mig.Status.DiskBytes)
+	// The root disk's overlay and the node-local claim were copied: the target attached the
+	// shared claim, whose volume holds what the guest wrote at boot.
+	if !slices.Equal(mig.Status.CopiedDisks, []string{"root", "disk-local"}) || mig.Status.DiskBytes <= 0 {
+		t.Errorf("copied disks %q (%d bytes), want the root overlay and the local claim", mig.Status.CopiedDisks, mig.Status.DiskBytes)
 	}
+	m.claimMoved(mig, "mover-local", "mover-local")
 	if b, err := os.ReadFile(filepath.Join(shared, "disk.img")); err != nil || !strings.HasPrefix(string(b), "mover-wrote") {
 		t.Errorf("the shared claim's disk: %q, %v; want the guest's word", b[:min(len(b), 16)], err)
 	}
@@ -343,7 +351,8 @@ func TestLiveMigration(t *testing.T) {
 	})
 	m.oneGuest(node1, beat)
 
-	// 5. The target's QEMU killed mid-stream: the guest goes on at the source.
+	// 5. The target's QEMU killed mid-stream: the guest goes on at the source, on its claim; the
+	// claim made for the target, partly copied, is deleted.
 	beat = m.beat()
 	mig = m.running(m.start("", 1))
 	m.killQEMU(mig.Status.TargetPod)
@@ -351,6 +360,7 @@ func TestLiveMigration(t *testing.T) {
 	// depends on the kubelet's and the agent's timing: both say the target went.
 	mig = m.ended(mig, vmv1.MigrationFailed, vmv1.ReasonTargetFailed, 3*time.Minute, vmv1.ReasonStreamBroken)
 	t.Logf("target killed: %s", meta.FindStatusCondition(mig.Status.Conditions, vmv1.ConditionCompleted).Message)
+	m.claimDeleted(mig)
 	m.oneGuest(node1, beat)
 
 	// 6. The source's QEMU killed mid-stream: the migration fails, and runStrategy (Always)
@@ -377,6 +387,63 @@ func TestLiveMigration(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// claimMoved checks that migration mig, which succeeded, copied the VM's disk on claim from
+// into a claim of the target's node, which the VM names now, holding the guest's word; from
+// is the migration's, deleted with it.
+func (m *mover) claimMoved(mig *vmv1.VirtualMachineMigration, from, word string) {
+	m.t.Helper()
+	if len(mig.Status.Claims) != 1 || mig.Status.Claims[0].Source != from || mig.Status.Claims[0].Disk != "local" {
+		m.t.Fatalf("migration %s claims %+v, want %s copied", mig.Name, mig.Status.Claims, from)
+	}
+	to := mig.Status.Claims[0].Target
+	if names := m.vm().Spec.Guest.ClaimNames(); !slices.Contains(names, to) || slices.Contains(names, from) {
+		m.t.Errorf("the VM's claims after the move: %v, want %s in place of %s", names, to, from)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := kube.Get(m.ctx, types.NamespacedName{Namespace: m.ns, Name: to}, pvc); err != nil {
+		m.t.Fatal(err)
+	}
+	pv, err := kubeset.CoreV1().PersistentVolumes().Get(m.ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		m.t.Fatalf("the target claim %s's volume: %v", to, err)
+	}
+	dir := ""
+	switch s := pv.Spec.PersistentVolumeSource; {
+	case s.HostPath != nil:
+		dir = s.HostPath.Path
+	case s.Local != nil:
+		dir = s.Local.Path
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "disk.img")); err != nil || !strings.HasPrefix(string(b), word) {
+		m.t.Errorf("the target claim %s's disk (%s): %q, %v; want the guest's word %q", to, dir, b[:min(len(b), 16)], err, word)
+	}
+	old := &corev1.PersistentVolumeClaim{}
+	if err := kube.Get(m.ctx, types.NamespacedName{Namespace: m.ns, Name: from}, old); err != nil {
+		m.t.Fatal(err)
+	}
+	if !slices.ContainsFunc(old.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == mig.UID }) {
+		m.t.Errorf("the source claim %s's owners %v: want migration %s", from, old.OwnerReferences, mig.Name)
+	}
+}
+
+// claimDeleted waits until the claim failed migration mig made for its target is gone.
+func (m *mover) claimDeleted(mig *vmv1.VirtualMachineMigration) {
+	m.t.Helper()
+	mig = m.get(mig)
+	for _, c := range mig.Status.Claims {
+		eventually(m.t, "claim "+c.Target+" of failed migration "+mig.Name+" deleted", time.Minute, func() error {
+			err := kube.Get(m.ctx, types.NamespacedName{Namespace: m.ns, Name: c.Target}, &corev1.PersistentVolumeClaim{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there (%v)", err)
+		})
+	}
+	if len(mig.Status.Claims) == 0 {
+		m.t.Errorf("migration %s copied no claim", mig.Name)
+	}
 }
 
 // labelled waits for node to be probed and labelled by its node agent: a migration's target
