@@ -379,7 +379,7 @@ func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *mi
 		"--disk=name=data,kind=file,path="+perRunnerDir+",size-mib=16,migrate=copy",
 		"--disk=name=scratch,kind=empty,path="+perRunnerDir+"-scratch,size-mib=8",
 		// And a claim every runner attaches, as a ReadWriteMany one: never copied.
-		"--disk=name=shared,kind=file,path="+runnerDir(t)+",size-mib=8,migrate=shared")
+		"--disk=name=shared,kind=file,path="+claimDir(t, network)+",size-mib=8,migrate=shared")
 	// A cloud-init seed: a read-only drive, which the migration must leave alone.
 	userData := filepath.Join(t.TempDir(), "user-data")
 	if err := os.WriteFile(userData, []byte("#cloud-config\n"), 0o600); err != nil {
@@ -430,7 +430,7 @@ func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 	args = append([]string(nil), args...)
 	for i, a := range args {
 		for _, suffix := range []string{"-scratch", "-root", ""} {
-			a = strings.ReplaceAll(a, perRunnerDir+suffix, runnerDir(t))
+			a = strings.ReplaceAll(a, perRunnerDir+suffix, claimDir(t, mt.network))
 		}
 		args[i] = a
 	}
@@ -451,6 +451,15 @@ func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 // perRunnerDir in an argument (alone, or with -scratch or -root) is replaced with a directory
 // of each runner's own: its claim.
 const perRunnerDir = "/per-runner-dir"
+
+// claimDir is a folder for a claim: the runner's user's when the runner runs as that user (in a
+// pod's network namespace), root's otherwise (root without capabilities, startRunnerVia).
+func claimDir(t testing.TB, network string) string {
+	if network == "masquerade" {
+		return runnerDir(t)
+	}
+	return t.TempDir()
+}
 
 // rootClaim is the folder of a runner's root claim (--root-volume).
 func (m *migrationRunner) rootClaim(t testing.TB) string {
