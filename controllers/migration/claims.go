@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/migratable"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
@@ -23,11 +24,49 @@ import (
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachines,verbs=patch
 
+// planClaims is what the migration copies of the guest running in source: each claim the
+// guest's disks are on that only one node attaches, into the claim spec.claims names for its
+// disk, or else one the migration makes (podspec.TargetClaimName). why says what in
+// spec.claims cannot be done ("" when all can).
+func planClaims(mig *vmv1.VirtualMachineMigration, source *corev1.Pod) (claims []vmv1.MigratedClaim, why string) {
+	claims = migratable.CopiedClaims(source)
+	var disks []string
+	for i := range claims {
+		claims[i].Target = podspec.TargetClaimName(claims[i].Source, mig.UID)
+		disks = append(disks, claims[i].Disk)
+	}
+	for i, want := range mig.Spec.Claims {
+		j := slices.IndexFunc(claims, func(c vmv1.MigratedClaim) bool { return c.Disk == want.Disk })
+		switch {
+		case j < 0:
+			return nil, fmt.Sprintf("spec.claims[%d]: disk %s is not on a claim this migration copies (it copies %v: writable claims only one node attaches); name one of those", i, want.Disk, disks)
+		case want.ClaimName == claims[j].Source:
+			return nil, fmt.Sprintf("spec.claims[%d]: claim %s is the one disk %s is on now; name a new, empty claim", i, want.ClaimName, want.Disk)
+		}
+		claims[j].Target = want.ClaimName
+	}
+	return claims, ""
+}
+
+// chosen says whether target is a claim spec.claims names, which the user made.
+func chosen(mig *vmv1.VirtualMachineMigration, target string) bool {
+	return slices.ContainsFunc(mig.Spec.Claims, func(c vmv1.ClaimTarget) bool { return c.ClaimName == target })
+}
+
 // makeTargetClaims creates the claims mig.Status.Claims names for the target, each from its
-// source claim; refused is the API server's words when it refuses one (quota, a class it does
-// not know), which fails the migration.
+// source claim, except those spec.claims names, which must exist; refused is why one cannot be
+// had (the API server's words when it refuses one: a quota, a class it does not know), which
+// fails the migration.
 func (r *Reconciler) makeTargetClaims(ctx context.Context, mig *vmv1.VirtualMachineMigration) (refused string, err error) {
 	for _, c := range mig.Status.Claims {
+		if chosen(mig, c.Target) {
+			if got, err := r.claim(ctx, mig.Namespace, c.Target); err != nil {
+				return "", err
+			} else if got == nil {
+				return fmt.Sprintf("spec.claims: claim %s for disk %s does not exist in namespace %s: create it, empty and at least as large as claim %s, then migrate again", c.Target, c.Disk, mig.Namespace, c.Source), nil
+			}
+			continue
+		}
 		src := &corev1.PersistentVolumeClaim{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: mig.Namespace, Name: c.Source}, src); apierrors.IsNotFound(err) {
 			return fmt.Sprintf("claim %s of disk %s is gone: nothing to copy", c.Source, c.Disk), nil

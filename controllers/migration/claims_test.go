@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,4 +137,62 @@ func TestMigrationCopiesClaims(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestMigrationOntoChosenClaims: spec.claims moves a disk onto a claim the user made (storage
+// migration): the target pod mounts it, the VM names it after the move, and it is never the
+// migration's to delete; what cannot be done is refused naming the field and the fix.
+func TestMigrationOntoChosenClaims(t *testing.T) {
+	ns := namespace(t)
+	n1, n2 := node(t, "a"), node(t, "b")
+	vm, source := runningVM(t, ns, "web", n1, onClaims(t, ns))
+	claim(t, ns, "web-data-2")
+
+	for _, tc := range []struct {
+		name, reason, words string
+		claims              []vmv1.ClaimTarget
+	}{
+		{"no such disk", vmv1.ReasonNotMigratable, "spec.claims[0]: disk scratch is not on a claim this migration copies (it copies [root data]", []vmv1.ClaimTarget{{Disk: "scratch", ClaimName: "x"}}},
+		{"the disks own claim", vmv1.ReasonNotMigratable, "spec.claims[0]: claim web-data is the one disk data is on now; name a new, empty claim", []vmv1.ClaimTarget{{Disk: "data", ClaimName: "web-data"}}},
+		{"no such claim", vmv1.ReasonTargetFailed, "spec.claims: claim nothing for disk data does not exist in namespace " + ns + ": create it", []vmv1.ClaimTarget{{Disk: "data", ClaimName: "nothing"}}},
+	} {
+		mig := migrate(t, vm, "refused-"+strings.ReplaceAll(tc.name, " ", "-"), func(m *vmv1.VirtualMachineMigration) { m.Spec.Claims = tc.claims })
+		got := ended(t, mig, vmv1.MigrationFailed, tc.reason)
+		if c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionCompleted); !strings.Contains(c.Message, tc.words) {
+			t.Errorf("%s: Completed %q, want %q", tc.name, c.Message, tc.words)
+		}
+		source = unmarked(t, source)
+	}
+
+	mig := migrate(t, vm, "onto", func(m *vmv1.VirtualMachineMigration) {
+		m.Spec.Claims = []vmv1.ClaimTarget{{Disk: "data", ClaimName: "web-data-2"}}
+	})
+	tgt := target(t, mig)
+	mig = getMig(t, mig)
+	if c := mig.Status.Claims; len(c) != 2 || c[1] != (vmv1.MigratedClaim{Disk: "data", Source: "web-data", Target: "web-data-2"}) || c[0].Target != podspec.TargetClaimName("web-root", mig.UID) {
+		t.Fatalf("status.claims %+v", c)
+	}
+	for _, v := range tgt.Spec.Volumes {
+		if v.Name == "disk-data" && v.PersistentVolumeClaim.ClaimName != "web-data-2" {
+			t.Fatalf("target pod's data disk on %s, want web-data-2", v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	env.Bind(t, tgt, n2)
+	env.Kubelet(t, tgt, waiting("10.244.1.9"))
+	sending(t, source, tgt)
+	state(t, source, controlapi.MigrationCompleted, 300<<20, 300<<20, 42, "")
+	env.Kubelet(t, tgt, started("10.244.1.9"))
+	got := ended(t, mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded)
+	if names := getVM(t, vm).Spec.Guest.ClaimNames(); !slices.Equal(names, []string{got.Status.Claims[0].Target, "web-data-2"}) {
+		t.Fatalf("VM claims after the move: %v", names)
+	}
+	eventually(t, "the old data claim the migration's", func() error {
+		if !ownedBy(getClaim(t, ns, "web-data"), got) {
+			return fmt.Errorf("web-data not owned by the migration")
+		}
+		return nil
+	})
+	if c := getClaim(t, ns, "web-data-2"); ownedBy(c, got) || c.DeletionTimestamp != nil {
+		t.Errorf("the chosen claim: owners %v, deleting %v", c.OwnerReferences, c.DeletionTimestamp)
+	}
 }

@@ -115,6 +115,10 @@ func (r *Reconciler) start(ctx context.Context, mig *vmv1.VirtualMachineMigratio
 	if v := migratable.Check(vm, source); !v.OK() {
 		return r.fail(ctx, mig, mig.DeepCopy(), pods{}, vmv1.ReasonNotMigratable, v.Reason+": "+v.Message)
 	}
+	claims, why := planClaims(mig, source)
+	if why != "" {
+		return r.fail(ctx, mig, mig.DeepCopy(), pods{}, vmv1.ReasonNotMigratable, why)
+	}
 	if mig.Spec.TargetNode != "" && mig.Spec.TargetNode == source.Spec.NodeName {
 		return r.fail(ctx, mig, mig.DeepCopy(), pods{}, vmv1.ReasonNotMigratable, fmt.Sprintf("spec.targetNode %s is the node the guest runs on: name another node, or leave targetNode empty", mig.Spec.TargetNode))
 	}
@@ -137,10 +141,7 @@ func (r *Reconciler) start(ctx context.Context, mig *vmv1.VirtualMachineMigratio
 	next.Status.SourcePod, next.Status.SourceNode = source.Name, source.Spec.NodeName
 	next.Status.TargetPod = podspec.TargetPodName(vm.Name, mig.UID)
 	next.Status.StartTime = ptrTime(r.now())
-	next.Status.Claims = migratable.CopiedClaims(marked)
-	for i := range next.Status.Claims {
-		next.Status.Claims[i].Target = podspec.TargetClaimName(next.Status.Claims[i].Source, mig.UID)
-	}
+	next.Status.Claims = claims
 	setCompleted(&next.Status, mig.Generation, metav1.ConditionFalse, vmv1.ReasonInProgress, fmt.Sprintf("creating target pod %s for the guest on node %s", next.Status.TargetPod, source.Spec.NodeName))
 	if err := r.writeStatus(ctx, mig, next); err != nil {
 		return reconcile.Result{}, statuspatch.IgnoreStale(err)

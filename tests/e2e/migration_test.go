@@ -54,13 +54,14 @@ type mover struct {
 
 func (m *mover) vm() *vmv1.VirtualMachine { return getVM(m.t, m.ns, m.name) }
 
-// start creates a migration of the VM; targetNode may be "". bandwidth 0 is the default.
-func (m *mover) start(targetNode string, bandwidthMiBps int64) *vmv1.VirtualMachineMigration {
+// start creates a migration of the VM; targetNode may be "". bandwidth 0 is the default; claims
+// is spec.claims.
+func (m *mover) start(targetNode string, bandwidthMiBps int64, claims ...vmv1.ClaimTarget) *vmv1.VirtualMachineMigration {
 	m.t.Helper()
 	m.n++
 	mig := &vmv1.VirtualMachineMigration{
 		ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: fmt.Sprintf("%s-%d", m.name, m.n)},
-		Spec:       vmv1.VirtualMachineMigrationSpec{VMName: m.name, TargetNode: targetNode, BandwidthMiBps: bandwidthMiBps},
+		Spec:       vmv1.VirtualMachineMigrationSpec{VMName: m.name, TargetNode: targetNode, BandwidthMiBps: bandwidthMiBps, Claims: claims},
 	}
 	if err := kube.Create(m.ctx, mig); err != nil {
 		m.t.Fatal(err)
@@ -280,9 +281,13 @@ func TestLiveMigration(t *testing.T) {
 	}
 	poller := m.poller(node1, svc.Spec.ClusterIP)
 
-	// 1. node 1 → node 2, while the poller fetches.
+	// 1. node 1 → node 2, while the poller fetches; the local disk onto a claim the user made
+	// (spec.claims), the later moves onto claims the migration makes.
+	if err := kube.Create(ctx, newClaim(ns, "mover-local-2", "32Mi", corev1.PersistentVolumeFilesystem)); err != nil {
+		t.Fatal(err)
+	}
 	from, beat := lastPoll(podLogs(ns, poller)), m.beat()
-	mig := m.ended(m.start("", 0), vmv1.MigrationSucceeded, vmv1.ReasonSucceeded, 5*time.Minute)
+	mig := m.ended(m.start("", 0, vmv1.ClaimTarget{Disk: "local", ClaimName: "mover-local-2"}), vmv1.MigrationSucceeded, vmv1.ReasonSucceeded, 5*time.Minute)
 	if mig.Status.SourceNode != node1 || mig.Status.TargetNode != node2 || mig.Status.TransferredBytes <= 0 || mig.Status.DowntimeMs <= 0 || mig.Status.StartTime == nil || mig.Status.CompletionTime == nil {
 		t.Errorf("migration status: %+v", mig.Status)
 	}
@@ -296,6 +301,9 @@ func TestLiveMigration(t *testing.T) {
 		t.Errorf("copied disks %q (%d bytes), want the root overlay and the local claim", mig.Status.CopiedDisks, mig.Status.DiskBytes)
 	}
 	m.claimMoved(mig, "mover-local", "mover-local")
+	if mig.Status.Claims[0].Target != "mover-local-2" {
+		t.Errorf("the local disk moved onto %s, want the chosen mover-local-2", mig.Status.Claims[0].Target)
+	}
 	if b, err := os.ReadFile(filepath.Join(shared, "disk.img")); err != nil || !strings.HasPrefix(string(b), "mover-wrote") {
 		t.Errorf("the shared claim's disk: %q, %v; want the guest's word", b[:min(len(b), 16)], err)
 	}

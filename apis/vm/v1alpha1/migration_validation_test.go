@@ -29,6 +29,12 @@ func TestMigrationValidation(t *testing.T) {
 		{"no VM", func(m *vmv1.VirtualMachineMigration) { m.Spec.VMName = "" }, "spec.vmName", "at least 1 chars long"},
 		{"timeout too short", func(m *vmv1.VirtualMachineMigration) { m.Spec.CompletionTimeoutSeconds = 5 }, "spec.completionTimeoutSeconds", "greater than or equal to 10"},
 		{"negative bandwidth", func(m *vmv1.VirtualMachineMigration) { m.Spec.BandwidthMiBps = -1 }, "spec.bandwidthMiBps", "greater than or equal to 0"},
+		{"claim name", func(m *vmv1.VirtualMachineMigration) {
+			m.Spec.Claims = []vmv1.ClaimTarget{{Disk: "data", ClaimName: "Data_2"}}
+		}, "spec.claims[0].claimName", "a DNS subdomain"},
+		{"a disk twice", func(m *vmv1.VirtualMachineMigration) {
+			m.Spec.Claims = []vmv1.ClaimTarget{{Disk: "data", ClaimName: "a"}, {Disk: "data", ClaimName: "b"}}
+		}, "spec.claims[1]", "Duplicate value"},
 	}
 	for i, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,6 +58,7 @@ func TestMigrationValidation(t *testing.T) {
 	}{
 		{"vmName", func(m *vmv1.VirtualMachineMigration) { m.Spec.VMName = "other" }, "spec.vmName is immutable; create a new VirtualMachineMigration"},
 		{"targetNode", func(m *vmv1.VirtualMachineMigration) { m.Spec.TargetNode = "node-3" }, "spec.targetNode is immutable; create a new VirtualMachineMigration"},
+		{"claims", func(m *vmv1.VirtualMachineMigration) { m.Spec.Claims = []vmv1.ClaimTarget{{Disk: "root", ClaimName: "r"}} }, "spec.claims is immutable"},
 	} {
 		t.Run("immutable "+tc.name, func(t *testing.T) {
 			changed := m.DeepCopy()

@@ -5,6 +5,7 @@ import (
 )
 
 // VirtualMachineMigrationSpec asks for one live migration of a running VM to another node.
+// +kubebuilder:validation:XValidation:rule="has(self.claims) == has(oldSelf.claims)",message="spec.claims is immutable; create a new VirtualMachineMigration for other claims"
 type VirtualMachineMigrationSpec struct {
 	// vmName is the VirtualMachine to move, in the migration's namespace. Immutable.
 	// +kubebuilder:validation:MinLength=1
@@ -27,6 +28,17 @@ type VirtualMachineMigrationSpec struct {
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
 	CompletionTimeoutSeconds int64 `json:"completionTimeoutSeconds,omitempty"`
+
+	// claims moves disks onto claims of the user's choosing: each names a disk (root, or a data
+	// disk's name) on a writable claim only one node attaches, and the claim, empty, that the
+	// migration copies it into in place of one it would make. Once the migration succeeds the
+	// VM names these claims. Immutable.
+	// +listType=map
+	// +listMapKey=disk
+	// +kubebuilder:validation:MaxItems=17
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.claims is immutable; create a new VirtualMachineMigration for other claims"
+	// +optional
+	Claims []ClaimTarget `json:"claims,omitempty"`
 
 	// bandwidthMiBps limits the transfer (MiB/s); 0 or empty means the runner's default.
 	// +kubebuilder:validation:Minimum=0
@@ -99,6 +111,18 @@ type VirtualMachineMigrationStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ClaimTarget names the claim a migration copies one disk into.
+type ClaimTarget struct {
+	// disk is root for the root disk, or the data disk's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Disk string `json:"disk"`
+	// claimName is an existing, empty PersistentVolumeClaim in the migration's namespace.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.claims[].claimName must be a PersistentVolumeClaim name (a DNS subdomain) such as data-2"
+	ClaimName string `json:"claimName"`
 }
 
 // MigratedClaim is one claim a migration copies: the source's, and the one made for the target.
