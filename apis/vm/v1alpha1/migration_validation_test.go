@@ -58,7 +58,9 @@ func TestMigrationValidation(t *testing.T) {
 	}{
 		{"vmName", func(m *vmv1.VirtualMachineMigration) { m.Spec.VMName = "other" }, "spec.vmName is immutable; create a new VirtualMachineMigration"},
 		{"targetNode", func(m *vmv1.VirtualMachineMigration) { m.Spec.TargetNode = "node-3" }, "spec.targetNode is immutable; create a new VirtualMachineMigration"},
-		{"claims", func(m *vmv1.VirtualMachineMigration) { m.Spec.Claims = []vmv1.ClaimTarget{{Disk: "root", ClaimName: "r"}} }, "spec.claims is immutable"},
+		{"claims", func(m *vmv1.VirtualMachineMigration) {
+			m.Spec.Claims = []vmv1.ClaimTarget{{Disk: "root", ClaimName: "r"}}
+		}, "spec.claims is immutable"},
 	} {
 		t.Run("immutable "+tc.name, func(t *testing.T) {
 			changed := m.DeepCopy()
