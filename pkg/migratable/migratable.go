@@ -59,31 +59,22 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 func unsharedClaim(vm *vmv1.VirtualMachine, pod *corev1.Pod) string {
 	const fix = "a live migration's target cannot attach it while the source holds it, and a read-only disk is not copied; " +
 		"use a claim whose access modes include ReadOnlyMany (both nodes attach it), make the disk writable (the migration then copies it), or keep spec.evictionStrategy None"
-	for _, c := range pod.Spec.Containers {
-		if c.Name != vmv1.RunnerContainer {
+	for _, f := range diskFlags(pod) {
+		d := f.disk
+		if d.Kind != runnerconfig.DiskBlock && d.Kind != runnerconfig.DiskFile || d.Migrate == runnerconfig.MigrateShared || d.Migrate == runnerconfig.MigrateCopy && !d.ReadOnly {
 			continue
 		}
-		for _, a := range c.Args {
-			flag, value, _ := strings.Cut(a, "=")
-			if flag != "--root-volume" && flag != "--disk" {
-				continue
-			}
-			d, err := runnerconfig.ParseDisk(value)
-			if err != nil || d.Kind != runnerconfig.DiskBlock && d.Kind != runnerconfig.DiskFile || d.Migrate == runnerconfig.MigrateShared || d.Migrate == runnerconfig.MigrateCopy && !d.ReadOnly {
-				continue
-			}
-			claim := claimOf(pod, d)
-			if flag == "--root-volume" {
-				return fmt.Sprintf("the root disk is on claim %s, which one node at a time can attach (runner pod %s): %s", claim, pod.Name, fix)
-			}
-			field := "a disk the running guest started with"
-			for i, sd := range vm.Spec.Guest.Disks {
-				if sd.Name == d.Name {
-					field = fmt.Sprintf("spec.guest.disks[%d] (%s)", i, d.Name)
-				}
-			}
-			return fmt.Sprintf("%s is on claim %s, which one node at a time can attach (runner pod %s): %s", field, claim, pod.Name, fix)
+		claim := claimOf(pod, d)
+		if f.root {
+			return fmt.Sprintf("the root disk is on claim %s, which one node at a time can attach (runner pod %s): %s", claim, pod.Name, fix)
 		}
+		field := "a disk the running guest started with"
+		for i, sd := range vm.Spec.Guest.Disks {
+			if sd.Name == d.Name {
+				field = fmt.Sprintf("spec.guest.disks[%d] (%s)", i, d.Name)
+			}
+		}
+		return fmt.Sprintf("%s is on claim %s, which one node at a time can attach (runner pod %s): %s", field, claim, pod.Name, fix)
 	}
 	return ""
 }
@@ -93,6 +84,30 @@ func unsharedClaim(vm *vmv1.VirtualMachine, pod *corev1.Pod) string {
 // order: the runner pod's disk flags say, as for unsharedClaim.
 func CopiedClaims(pod *corev1.Pod) []vmv1.MigratedClaim {
 	var out []vmv1.MigratedClaim
+	for _, f := range diskFlags(pod) {
+		if f.disk.Migrate != runnerconfig.MigrateCopy || f.disk.ReadOnly {
+			continue
+		}
+		disk := f.disk.Name
+		if f.root {
+			disk = vmv1.RootDiskName
+		}
+		if claim := claimOf(pod, f.disk); claim != "?" {
+			out = append(out, vmv1.MigratedClaim{Disk: disk, Source: claim})
+		}
+	}
+	return out
+}
+
+// diskFlag is one --disk or --root-volume flag of a runner pod, parsed.
+type diskFlag struct {
+	root bool // --root-volume
+	disk runnerconfig.Disk
+}
+
+// diskFlags are the runner container's disk flags that parse, in order.
+func diskFlags(pod *corev1.Pod) []diskFlag {
+	var out []diskFlag
 	for _, c := range pod.Spec.Containers {
 		if c.Name != vmv1.RunnerContainer {
 			continue
@@ -102,16 +117,8 @@ func CopiedClaims(pod *corev1.Pod) []vmv1.MigratedClaim {
 			if flag != "--root-volume" && flag != "--disk" {
 				continue
 			}
-			d, err := runnerconfig.ParseDisk(value)
-			if err != nil || d.Migrate != runnerconfig.MigrateCopy || d.ReadOnly {
-				continue
-			}
-			disk := d.Name
-			if flag == "--root-volume" {
-				disk = vmv1.RootDiskName
-			}
-			if claim := claimOf(pod, d); claim != "?" {
-				out = append(out, vmv1.MigratedClaim{Disk: disk, Source: claim})
+			if d, err := runnerconfig.ParseDisk(value); err == nil {
+				out = append(out, diskFlag{root: flag == "--root-volume", disk: d})
 			}
 		}
 	}
