@@ -34,6 +34,18 @@ func onClaims(t *testing.T, ns string) func(*vmv1.VirtualMachine) {
 	}
 }
 
+// succeed plays a migration to its success: the target bound to node, its runner waiting, the
+// stream sent, the guest started there.
+func succeed(t *testing.T, mig *vmv1.VirtualMachineMigration, source, tgt *corev1.Pod, node string) *vmv1.VirtualMachineMigration {
+	t.Helper()
+	env.Bind(t, tgt, node)
+	env.Kubelet(t, tgt, waiting("10.244.1.9"))
+	sending(t, source, tgt)
+	state(t, source, controlapi.MigrationCompleted, 300<<20, 300<<20, 42, "")
+	env.Kubelet(t, tgt, started("10.244.1.9"))
+	return ended(t, mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded)
+}
+
 func getClaim(t *testing.T, ns, name string) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	pvc := &corev1.PersistentVolumeClaim{}
@@ -108,12 +120,7 @@ func TestMigrationCopiesClaims(t *testing.T) {
 	source = unmarked(t, source)
 	mig := migrate(t, vm, "second", nil)
 	tgt = target(t, mig)
-	env.Bind(t, tgt, n2)
-	env.Kubelet(t, tgt, waiting("10.244.1.9"))
-	sending(t, source, tgt)
-	state(t, source, controlapi.MigrationCompleted, 300<<20, 300<<20, 42, "")
-	env.Kubelet(t, tgt, started("10.244.1.9"))
-	got := ended(t, mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded)
+	got := succeed(t, mig, source, tgt, n2)
 	want := []string{got.Status.Claims[0].Target, got.Status.Claims[1].Target}
 	if v := getVM(t, vm); !slices.Equal(v.Spec.Guest.ClaimNames(), want) || v.Status.PodName != tgt.Name {
 		t.Fatalf("VM after the move: claims %v pod %s, want claims %v pod %s", v.Spec.Guest.ClaimNames(), v.Status.PodName, want, tgt.Name)
@@ -177,12 +184,7 @@ func TestMigrationOntoChosenClaims(t *testing.T) {
 			t.Fatalf("target pod's data disk on %s, want web-data-2", v.PersistentVolumeClaim.ClaimName)
 		}
 	}
-	env.Bind(t, tgt, n2)
-	env.Kubelet(t, tgt, waiting("10.244.1.9"))
-	sending(t, source, tgt)
-	state(t, source, controlapi.MigrationCompleted, 300<<20, 300<<20, 42, "")
-	env.Kubelet(t, tgt, started("10.244.1.9"))
-	got := ended(t, mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded)
+	got := succeed(t, mig, source, tgt, n2)
 	if names := getVM(t, vm).Spec.Guest.ClaimNames(); !slices.Equal(names, []string{got.Status.Claims[0].Target, "web-data-2"}) {
 		t.Fatalf("VM claims after the move: %v", names)
 	}
