@@ -43,7 +43,8 @@ type controlServer struct {
 	log                   *zap.Logger
 	mu                    sync.Mutex // held for a whole resize
 	pending               atomic.Bool
-	mig                   *migration // /v1/migration; nil serves none
+	mig                   *migration  // /v1/migration; nil serves none
+	agent                 *guestAgent // /v1/guest; nil serves none
 }
 
 func newControlServer(cfg runnerconfig.Config, hv hypervisor.Resizer, timeout time.Duration, log *zap.Logger) *controlServer {
@@ -88,6 +89,9 @@ func (c *controlServer) handler() http.Handler {
 	mux.HandleFunc("PUT "+controlapi.SizePath, c.put)
 	if c.mig != nil {
 		c.mig.routes(mux)
+	}
+	if c.agent != nil {
+		mux.HandleFunc("GET "+controlapi.GuestPath, c.agent.serveGuest)
 	}
 	return mux
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,8 +15,10 @@ import (
 	"github.com/virtpod/virtpod/tests/loopback"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/kvm"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
 // bootTimeout bounds a TCG boot of the fixture (about 5 s on an idle 2-core machine).
@@ -86,14 +90,42 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("/status = %+v", st)
 	}
 
+	// The guest agent (qemu-guest-agent in the guest) answers on its channel: the OS, the
+	// hostname and the pod IP the guest took over.
+	g := agentFacts(t, r, true)
+	if g.OS == nil || g.OS.ID != "virtpod-fixture" || g.OS.KernelRelease == "" || g.Hostname != "vm-e2e" ||
+		!slices.ContainsFunc(g.Interfaces, func(i vmv1.GuestInterface) bool {
+			return i.Name == "eth0" && slices.ContainsFunc(i.IPs, func(ip string) bool { return strings.HasPrefix(ip, ns.podIP+"/") })
+		}) {
+		t.Errorf("guest agent facts %+v (os %+v), want the fixture, vm-e2e and eth0 with %s", g, g.OS, ns.podIP)
+	}
+
+	// SIGTERM: the agent is asked to power the guest off, before any power button.
 	r.signal(t, syscall.SIGTERM)
 	code, msg := r.waitExit(t, 30*time.Second)
 	if code != runner.ExitOK || msg != "stopped on SIGTERM: guest powered off" {
 		t.Fatalf("after SIGTERM: exit %d, termination message %q", code, msg)
 	}
-	if !strings.Contains(r.stdout.String(), "reboot: Power down") {
-		t.Fatalf("the guest console does not show the power-off:\n%s", tail(r.stdout.String(), 10))
+	console := r.stdout.String()
+	if !strings.Contains(console, "reboot: Power down") || !strings.Contains(console, "the guest agent asked to power off") || strings.Contains(console, "power button pressed") {
+		t.Fatalf("the guest console does not show the agent's power-off:\n%s", tail(console, 10))
 	}
+}
+
+// agentFacts reads GET /v1/guest until the agent's connection is as wanted.
+func agentFacts(t *testing.T, r *runnerProc, connected bool) controlapi.Guest {
+	t.Helper()
+	c := podcontrol.NewClient(podcontrol.Control{Root: filepath.Dir(filepath.Dir(r.control)), Device: filepath.Base(filepath.Dir(r.control))}, 10*time.Second)
+	defer c.Close()
+	var g controlapi.Guest
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if g, err = c.Guest(context.Background()); err == nil && g.Channel && g.Connected == connected {
+			return g
+		}
+	}
+	t.Fatalf("GET /v1/guest: %+v, %v; want a channel, connected %v", g, err, connected)
+	return g
 }
 
 // TestGuestIgnoringPowerButtonIsStoppedAfterGrace: a guest that ignores the ACPI power button is
@@ -104,13 +136,18 @@ func TestGuestIgnoringPowerButtonIsStoppedAfterGrace(t *testing.T) {
 	for i, a := range args {
 		switch {
 		case strings.HasPrefix(a, "--kernel-args="):
-			args[i] = "--kernel-args=rw virtpod.ignore-power-button"
+			args[i] = "--kernel-args=rw virtpod.ignore-power-button virtpod.no-agent"
 		case strings.HasPrefix(a, "--grace-period-seconds="):
 			args[i] = "--grace-period-seconds=3"
 		}
 	}
 	r := startRunner(t, "", append(args, "--network=none", "--http-addr="+loopback.FreeAddr(t))...)
 	r.waitMarker(t, bootTimeout)
+	// The guest has the channel but runs no agent: it says so, and the stop falls back to the
+	// power button, which this guest ignores.
+	if g := agentFacts(t, r, false); g.OS != nil || g.Error != "" {
+		t.Errorf("a guest without an agent: %+v", g)
+	}
 	start := time.Now()
 	r.signal(t, syscall.SIGTERM)
 	code, msg := r.waitExit(t, 30*time.Second)

@@ -241,7 +241,7 @@ func baseArgs(t testing.TB, guest, name string) []string {
 		"--kernel=" + filepath.Join(guest, "boot", "vmlinuz"),
 		"--initrd=" + filepath.Join(guest, "boot", "initrd.img"),
 		"--root-disk=" + filepath.Join(guest, "disk", "root.img"),
-		"--disk-size-mib=128", "--kernel-args=rw", "--grace-period-seconds=20",
+		"--disk-size-mib=128", "--kernel-args=rw", "--grace-period-seconds=20", "--guest-agent",
 	}
 }
 

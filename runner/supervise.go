@@ -38,7 +38,7 @@ func kvmFailure(cfg runnerconfig.Config, detail string) bool {
 	return cfg.Acceleration == runnerconfig.AccelKVM && strings.Contains(strings.ToLower(detail), "kvm")
 }
 
-func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor.Hypervisor, mig *migration, consoleSocket, serial string) Outcome {
+func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor.Hypervisor, mig *migration, agent *guestAgent, consoleSocket, serial string) Outcome {
 	log := o.Log
 	board.set(StateStarting, "")
 	if err := hv.Start(ctx); err != nil {
@@ -151,11 +151,23 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			}
 			mig.cancelActive()
 			log.Info("powering the guest down", zap.String("signal", st.stopping), zap.Int64("gracePeriodSeconds", cfg.GracePeriodSeconds))
+			grace = time.After(time.Duration(cfg.GracePeriodSeconds) * time.Second)
+			// The guest's agent first: it shuts the guest down as its own shutdown command
+			// would, where the power button depends on what the guest does with it (ACPI
+			// follows should the guest still run after agentShutdownWait).
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := agent.shutdown(actx)
+			cancel()
+			if err == nil {
+				log.Info("asked the guest agent to power the guest off")
+				repress = time.After(agentShutdownWait)
+				continue
+			}
+			log.Info("no guest agent to power the guest off; pressing the ACPI power button", zap.String("why", err.Error()))
 			if err := hv.Powerdown(ctx); err != nil {
 				log.Warn("ACPI power-down failed", zap.Error(err))
 				quit("power-down failed")
 			}
-			grace = time.After(time.Duration(cfg.GracePeriodSeconds) * time.Second)
 			repress = time.After(powerdownRepeat)
 		case <-repress:
 			// A guest still booting when the first press came had nothing listening for the
@@ -201,6 +213,10 @@ const incomingPollInterval = 500 * time.Millisecond
 // powerdownRepeat is how often the ACPI power button is pressed again while the guest has not
 // shut down.
 const powerdownRepeat = 3 * time.Second
+
+// agentShutdownWait is how long a guest the agent was asked to power off has before the ACPI
+// power button is pressed as well.
+const agentShutdownWait = 10 * time.Second
 
 func (st *runState) apply(ev hypervisor.Event, board *statusBoard, mig *migration, log *zap.Logger) {
 	log.Info("guest event", zap.Stringer("kind", ev.Kind), zap.Bool("guest", ev.Guest), zap.String("reason", ev.Reason))

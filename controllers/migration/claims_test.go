@@ -147,11 +147,12 @@ func TestMigrationCopiesClaims(t *testing.T) {
 }
 
 // TestMigrationOntoChosenClaims: spec.claims moves a disk onto a claim the user made (storage
-// migration): the target pod mounts it, the VM names it after the move, and it is never the
-// migration's to delete; what cannot be done is refused naming the field and the fix.
+// migration), here within the guest's node (spec.targetNode its own): the target pod is pinned
+// there and mounts the claim, the VM names it after the move, and it is never the migration's
+// to delete; what cannot be done is refused naming the field and the fix.
 func TestMigrationOntoChosenClaims(t *testing.T) {
 	ns := namespace(t)
-	n1, n2 := node(t, "a"), node(t, "b")
+	n1 := node(t, "a")
 	vm, source := runningVM(t, ns, "web", n1, onClaims(t, ns))
 	claim(t, ns, "web-data-2")
 
@@ -171,10 +172,16 @@ func TestMigrationOntoChosenClaims(t *testing.T) {
 		source = unmarked(t, source)
 	}
 
+	// A storage migration: the guest stays on its node, its data disk moves onto the chosen claim.
 	mig := migrate(t, vm, "onto", func(m *vmv1.VirtualMachineMigration) {
+		m.Spec.TargetNode = n1
 		m.Spec.Claims = []vmv1.ClaimTarget{{Disk: "data", ClaimName: "web-data-2"}}
 	})
 	tgt := target(t, mig)
+	if terms := tgt.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; len(terms) != 1 || len(terms[0].MatchFields) != 1 ||
+		terms[0].MatchFields[0].Operator != corev1.NodeSelectorOpIn || !slices.Equal(terms[0].MatchFields[0].Values, []string{n1}) {
+		t.Fatalf("target pod's node terms %+v, want metadata.name In [%s]", terms, n1)
+	}
 	mig = getMig(t, mig)
 	if c := mig.Status.Claims; len(c) != 2 || c[1] != (vmv1.MigratedClaim{Disk: "data", Source: "web-data", Target: "web-data-2"}) || c[0].Target != podspec.TargetClaimName("web-root", mig.UID) {
 		t.Fatalf("status.claims %+v", c)
@@ -184,7 +191,10 @@ func TestMigrationOntoChosenClaims(t *testing.T) {
 			t.Fatalf("target pod's data disk on %s, want web-data-2", v.PersistentVolumeClaim.ClaimName)
 		}
 	}
-	got := succeed(t, mig, source, tgt, n2)
+	got := succeed(t, mig, source, tgt, n1)
+	if got.Status.SourceNode != n1 || got.Status.TargetNode != n1 {
+		t.Errorf("moved from %s to %s, want within %s", got.Status.SourceNode, got.Status.TargetNode, n1)
+	}
 	if names := getVM(t, vm).Spec.Guest.ClaimNames(); !slices.Equal(names, []string{got.Status.Claims[0].Target, "web-data-2"}) {
 		t.Fatalf("VM claims after the move: %v", names)
 	}

@@ -12,12 +12,12 @@ type Transition struct {
 	Event    string
 }
 
-// Transitions are all the moves of a migration's phase the controller makes; docs/api.md's
+// Transitions are all the moves of a migration's phase the controller makes; docs/migration.md's
 // table under "## Live migration" is this one (TestPhaseTableDocumented). A migration without a
 // phase is Pending. Staying in a phase (progress, messages) is no transition.
 var Transitions = []Transition{
 	{vmv1.MigrationPending, vmv1.MigrationScheduling, "the source pod is marked and the target pod is created"},
-	{vmv1.MigrationPending, vmv1.MigrationFailed, "the VM cannot move (no VM, VM deleted, not migratable, already migrating, targetNode is the source's node)"},
+	{vmv1.MigrationPending, vmv1.MigrationFailed, "the VM cannot move (no VM, VM deleted, not migratable, already migrating)"},
 	{vmv1.MigrationScheduling, vmv1.MigrationRunning, "the target's agent listens: the source is told where to send"},
 	// One reconcile may see the receiver and the running target at once.
 	{vmv1.MigrationScheduling, vmv1.MigrationSucceeded, "the guest runs on the target before a reconcile saw the transfer"},

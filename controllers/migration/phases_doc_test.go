@@ -11,10 +11,10 @@ import (
 	"github.com/virtpod/virtpod/controllers/migration"
 )
 
-// TestPhaseTableDocumented: docs/api.md's table of phase transitions under "## Live migration"
-// is migration.Transitions, row for row, so neither can change without the other.
+// TestPhaseTableDocumented: docs/migration.md's table of phase transitions (before its first
+// "## " section) is migration.Transitions, row for row, so neither can change without the other.
 func TestPhaseTableDocumented(t *testing.T) {
-	documented := parsePhaseTable(t, filepath.Join("..", "..", "docs", "api.md"))
+	documented := parsePhaseTable(t, filepath.Join("..", "..", "docs", "migration.md"))
 	code := map[string]string{}
 	for _, tr := range migration.Transitions {
 		row := "| `" + string(tr.From) + "` | `" + string(tr.To) + "` | " + tr.Event + " |"
@@ -23,16 +23,16 @@ func TestPhaseTableDocumented(t *testing.T) {
 		}
 		code[row] = string(tr.From) + " → " + string(tr.To)
 		if _, ok := documented[row]; !ok {
-			t.Errorf("migration.Transitions' %s is missing from docs/api.md's table of phases; the row is:\n%s", code[row], row)
+			t.Errorf("migration.Transitions' %s is missing from docs/migration.md's table of phases; the row is:\n%s", code[row], row)
 		}
 	}
 	for row, n := range documented {
 		if _, ok := code[row]; !ok {
-			t.Errorf("docs/api.md:%d: %s is no transition of migration.Transitions (or its words differ)", n, row)
+			t.Errorf("docs/migration.md:%d: %s is no transition of migration.Transitions (or its words differ)", n, row)
 		}
 	}
 	if len(documented) == 0 {
-		t.Errorf("docs/api.md has no table | phase | next phase | when | under ## Live migration")
+		t.Errorf("docs/migration.md has no table | phase | next phase | when | before its first ## section")
 	}
 }
 
@@ -50,8 +50,8 @@ func TestPhasesKnown(t *testing.T) {
 	}
 }
 
-// parsePhaseTable reads the rows of the table headed "| phase | next phase | when |" under
-// docs/api.md's "## Live migration", each with its line number.
+// parsePhaseTable reads the rows of the table headed "| phase | next phase | when |" in the
+// part of docs/migration.md before its first "## " section, each with its line number.
 func parsePhaseTable(t *testing.T, path string) map[string]int {
 	t.Helper()
 	f, err := os.Open(path)
@@ -60,19 +60,19 @@ func parsePhaseTable(t *testing.T, path string) map[string]int {
 	}
 	defer f.Close()
 	out := map[string]int{}
-	var section, table bool
+	section, table := true, false
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		switch {
 		case strings.HasPrefix(line, "## "):
-			section, table = line == "## Live migration", false
+			section, table = false, false
 		case section && line == "| phase | next phase | when |":
 			table = true
 		case table && strings.HasPrefix(line, "| ---"):
 		case table && strings.HasPrefix(line, "|"):
 			if cells := strings.Split(strings.Trim(line, "|"), "|"); len(cells) != 3 {
-				t.Errorf("docs/api.md:%d: a row of %d cells, want phase | next phase | when", n, len(cells))
+				t.Errorf("docs/migration.md:%d: a row of %d cells, want phase | next phase | when", n, len(cells))
 			}
 			out[line] = n
 		default:

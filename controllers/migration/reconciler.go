@@ -1,6 +1,6 @@
 // Package migration is the VirtualMachineMigration controller: it moves a running guest to a
-// target runner pod on another node (the node agents carry the stream between the two runners)
-// and switches the VM to it, or ends Failed with the cause and the guest still on one side; and,
+// target runner pod on another node, or on its own when spec.targetNode names it (the node agents
+// carry the stream between the two runners), and switches the VM to it, or ends Failed with the cause and the guest still on one side; and,
 // for VMs with evictionStrategy LiveMigrate, it keeps a PodDisruptionBudget and migrates them off
 // cordoned nodes (evacuation.go).
 package migration
@@ -118,9 +118,6 @@ func (r *Reconciler) start(ctx context.Context, mig *vmv1.VirtualMachineMigratio
 	claims, why := planClaims(mig, source)
 	if why != "" {
 		return r.fail(ctx, mig, mig.DeepCopy(), pods{}, vmv1.ReasonNotMigratable, why)
-	}
-	if mig.Spec.TargetNode != "" && mig.Spec.TargetNode == source.Spec.NodeName {
-		return r.fail(ctx, mig, mig.DeepCopy(), pods{}, vmv1.ReasonNotMigratable, fmt.Sprintf("spec.targetNode %s is the node the guest runs on: name another node, or leave targetNode empty", mig.Spec.TargetNode))
 	}
 
 	// Mark the source, guarded by its resourceVersion: of two migrations started at once, one

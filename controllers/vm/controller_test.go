@@ -366,6 +366,35 @@ func TestVMLifecycle(t *testing.T) {
 		return nil
 	})
 	waitEvent(t, vm, "Normal CreatedPod: Created runner pod web-runner")
+
+	// The guest's agent, as the node agent reports it on the pod: its facts reach status.guest
+	// through the real API server's validation, and go again when it stops answering. Only a
+	// started guest (its startup probe passed) has any.
+	kubelet(t, pod, func(s *corev1.PodStatus) { running(s); s.ContainerStatuses[0].Started = ptr.To(true) })
+	condition(t, vm, vmv1.PhaseRunning, vmv1.ConditionAgentConnected, metav1.ConditionFalse, vmv1.ReasonAgentNotConnected)
+	facts := func(v string) {
+		t.Helper()
+		p, err := runnerPod(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		p.Annotations[vmv1.AnnotationGuestFacts] = v
+		if err := env.Client.Patch(context.Background(), p, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	facts(`{"channel":true,"connected":true,"os":{"id":"debian","prettyName":"Debian GNU/Linux 12 (bookworm)","versionID":"12","kernelRelease":"6.1.0-40-cloud-amd64"},` +
+		`"hostname":"web","interfaces":[{"name":"eth0","mac":"52:54:00:00:00:01","ips":["10.244.0.7/24","fe80::1/64"]}]}`)
+	got = condition(t, vm, vmv1.PhaseRunning, vmv1.ConditionAgentConnected, metav1.ConditionTrue, vmv1.ReasonAgentConnected)
+	if g := got.Status.Guest; g == nil || g.OS == nil || g.OS.VersionID != "12" || g.Hostname != "web" || len(g.Interfaces) != 1 || g.Interfaces[0].IPs[0] != "10.244.0.7/24" {
+		t.Fatalf("status.guest %+v", got.Status.Guest)
+	}
+	facts(`{"channel":true}`)
+	got = condition(t, vm, vmv1.PhaseRunning, vmv1.ConditionAgentConnected, metav1.ConditionFalse, vmv1.ReasonAgentNotConnected)
+	if g := got.Status.Guest; g == nil || g.OS != nil || g.Hostname != "" || g.Interfaces != nil {
+		t.Fatalf("status.guest %+v after the agent went", got.Status.Guest)
+	}
 }
 
 func TestRunStrategyAlways(t *testing.T) {

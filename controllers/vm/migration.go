@@ -10,7 +10,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
-// Live migration (controllers/migration moves the guest; docs/api.md#live-migration). After a
+// Live migration (controllers/migration moves the guest; docs/migration.md). After a
 // move the VM's runner pod is the target pod, named in status.podName, so restarts, resizes and
 // stops act on it; while one runs, this controller leaves the source pod's guest alone.
 

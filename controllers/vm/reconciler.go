@@ -89,6 +89,7 @@ type scope struct {
 
 	resized *resizePlan         // the running guest's resize; nil while none runs
 	movable *migratable.Verdict // whether the running guest can move; nil while none runs
+	agent   *agentView          // what the running guest's agent said; nil while none runs
 	result  reconcile.Result    // a restart back-off's requeue
 }
 
@@ -122,8 +123,8 @@ func (r *Reconciler) reconcilePod(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// reconcileGuest resizes a running guest (resize.go), judges whether it can be live-migrated
-// and pins its machine type (machine.go):
+// reconcileGuest resizes a running guest (resize.go), judges whether it can be live-migrated,
+// reads what its agent said (guestagent.go) and pins its machine type (machine.go):
 // only the pod this status runs, kept running. Not while the guest migrates: the target is a
 // copy of this pod at its size now, so the size is frozen.
 func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
@@ -142,6 +143,7 @@ func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
 	}
 	v := migratable.Check(vm, pod)
 	s.movable = &v
+	s.agent = guestAgent(vm, pod)
 	if err := r.liveUpdate(ctx, s); err != nil {
 		return err
 	}
@@ -171,6 +173,7 @@ func (r *Reconciler) reconcileStatus(ctx context.Context, s *scope) (reconcile.R
 	setDisksReady(st, gen, s.disks)
 	setResized(st, gen, s.resized)
 	setMigratable(st, gen, s.movable)
+	setAgentConnected(st, gen, s.agent)
 	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
 	} else if err != nil {

@@ -2,6 +2,8 @@
 // serves on its control socket and the node agent sends, in one place for both.
 package controlapi
 
+import vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+
 // SizePath is the resource: GET reads the guest's size, PUT asks for a new one.
 const SizePath = "/v1/size"
 
@@ -84,4 +86,19 @@ func (s MigrationStatus) Terminal() bool {
 		return true
 	}
 	return false
+}
+
+// GuestPath is the resource of the guest agent (GET): what qemu-guest-agent in the guest says.
+const GuestPath = "/v1/guest"
+
+// Guest is the guest agent's answer, and, as JSON, the runner pod's guest-facts annotation
+// (vmv1.AnnotationGuestFacts). Channel is false for a guest without an agent channel;
+// Connected says an agent answered; Error says why not, when something failed.
+type Guest struct {
+	Channel    bool                  `json:"channel"`
+	Connected  bool                  `json:"connected"`
+	OS         *vmv1.GuestOSInfo     `json:"os,omitempty"`
+	Hostname   string                `json:"hostname,omitempty"`
+	Interfaces []vmv1.GuestInterface `json:"interfaces,omitempty"`
+	Error      string                `json:"error,omitempty"`
 }

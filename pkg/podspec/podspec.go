@@ -123,6 +123,7 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		// The machine the guest first ran with (status.machine), so a newer QEMU builds the
 		// same hardware; "" before its first start.
 		c.Machine = vm.Status.Machine
+		c.GuestAgent = true
 	}
 	if g.NetworkMode == vmv1.NetworkMasquerade {
 		c.Network = runnerconfig.NetworkMasquerade

@@ -76,11 +76,19 @@ type Spec struct {
 
 	SerialSocket string // unix socket QEMU serves the guest's serial console on
 	QMPSocket    string // unix socket QEMU serves QMP on
+	// AgentSocket is the unix socket QEMU serves the guest agent's channel on (a virtio-serial
+	// port named org.qemu.guest_agent.0, which qemu-guest-agent in the guest opens); "" gives
+	// the guest no channel, as a runner before it had none: a migration's two sides must match.
+	AgentSocket string
 
 	// IncomingSocket, when set, makes the guest a live migration's target (incoming.go): QEMU
 	// waits for it on this unix socket, and it stays paused (-S) once it arrived.
 	IncomingSocket string
 }
+
+// AgentChardev is the guest agent channel's chardev id: query-chardev reports under it whether
+// the guest has the port open (frontend-open), which is whether an agent listens there.
+const AgentChardev = "qga0"
 
 // Args returns the argv after the binary name. The guest starts paused (-S): the runner
 // attaches to the console and QMP first, then resumes it, so no boot output is lost.
@@ -173,6 +181,13 @@ func Args(s Spec) ([]string, error) {
 		// pvpanic lets a guest kernel report a panic as QMP's GUEST_PANICKED.
 		"-device", "pvpanic",
 	)
+	if s.AgentSocket != "" {
+		args = append(args,
+			"-chardev", "socket,id="+AgentChardev+",path="+optValue(s.AgentSocket)+",server=on,wait=off",
+			"-device", "virtio-serial-pci,id=vser0",
+			"-device", "virtserialport,bus=vser0.0,chardev="+AgentChardev+",name=org.qemu.guest_agent.0",
+		)
+	}
 	args = append(args, s.incomingArgs()...)
 	return append(args, "-S"), nil
 }
@@ -260,7 +275,7 @@ func (s Spec) validate() error {
 		{"name", s.Name, false}, {"cpu model", s.CPUModel, false}, {"kernel", s.Kernel, false}, {"initrd", s.Initrd, false},
 		{"firmware code", s.FirmwareCode, false}, {"firmware vars", s.FirmwareVars, false},
 		{"kernel command line", s.Cmdline, false}, {"disk path", s.DiskPath, true}, {"seed path", s.SeedPath, false},
-		{"serial socket", s.SerialSocket, true}, {"QMP socket", s.QMPSocket, true},
+		{"serial socket", s.SerialSocket, true}, {"QMP socket", s.QMPSocket, true}, {"agent socket", s.AgentSocket, false},
 	} {
 		if f.required && f.value == "" {
 			errs = append(errs, fmt.Errorf("%s is required", f.name))

@@ -25,6 +25,7 @@ func baseSpec() Spec {
 		MAC:          net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56},
 		SerialSocket: "/var/run/virtpod/serial.sock",
 		QMPSocket:    "/var/run/virtpod/qmp.sock",
+		AgentSocket:  "/var/run/virtpod/qga.sock",
 	}
 }
 
@@ -61,6 +62,7 @@ func TestGolden(t *testing.T) {
 	hostile.Cmdline = "console=ttyS0 -drive file=/etc/shadow,if=virtio -append foo"
 	hostile.DiskPath = "/var/run/vp,file=/etc/shadow/root.qcow2"
 	hostile.SerialSocket = "/tmp/a,server=off/serial.sock"
+	hostile.AgentSocket = "/tmp/a,name=com.redhat.spice.0/qga.sock"
 	hostile.SeedPath = "/var/run/vp,read-only=off/cidata.iso"
 	seed := baseSpec()
 	seed.SeedPath = "/var/run/virtpod/cidata.iso"

@@ -53,6 +53,10 @@ const (
 	DefaultControlSocket = "/run/virtpod/control/runner.sock"
 )
 
+// GuestAgentFlag is GuestAgent's flag: the node agent asks only the runners that have it, and
+// the controller tells from it whether the guest has an agent channel.
+const GuestAgentFlag = "--guest-agent"
+
 // Port is a guest port published at the pod IP.
 type Port struct {
 	Name     string
@@ -81,6 +85,10 @@ type Config struct {
 	// (pc-q35-7.2) keeps the guest's hardware across QEMU versions, so a guest started on
 	// QEMU 7.2 can migrate onto QEMU 10.0 (provider qemu only).
 	Machine string
+	// GuestAgent gives the guest a channel for qemu-guest-agent (provider qemu only). A flag,
+	// not always on: a migration target copies its source's flags, so both sides build the
+	// same devices even when the source's runner predates the channel.
+	GuestAgent bool
 
 	Kernel      string // path of the kernel inside the pod; "" boots the root disk through Firmware
 	Firmware    string // bios or uefi, only without Kernel
@@ -160,6 +168,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Machine != "" && c.Provider != ProviderQEMU {
 		errs = append(errs, errors.New("--machine: only for provider qemu"))
+	}
+	if c.GuestAgent && c.Provider != ProviderQEMU {
+		errs = append(errs, errors.New("--guest-agent: only for provider qemu (cloud-hypervisor has no virtio-serial channel)"))
 	}
 	if c.Kernel == "" {
 		switch c.Firmware {
@@ -297,6 +308,9 @@ func (c Config) Args() []string {
 	if c.Machine != "" {
 		args = append(args, "--machine="+c.Machine)
 	}
+	if c.GuestAgent {
+		args = append(args, GuestAgentFlag)
+	}
 	if c.Kernel != "" {
 		args = append(args, "--kernel="+c.Kernel)
 	}
@@ -376,6 +390,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.ControlSocket, "control-socket", DefaultControlSocket, "unix socket of the control API (resize), created 0600; empty: none")
 	fs.BoolVar(&c.Incoming, "incoming", false, "be a live migration's target: QEMU receives the running guest on migrate-in.sock next to --control-socket instead of booting it (provider qemu)")
 	fs.StringVar(&c.Machine, "machine", "", "QEMU's machine type: q35 (the default, this QEMU's newest) or a versioned one such as pc-q35-7.2, which a guest keeps across QEMU versions")
+	fs.BoolVar(&c.GuestAgent, "guest-agent", false, "give the guest a virtio-serial channel for qemu-guest-agent, served on qga.sock in --state-dir (provider qemu)")
 	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel; without it the root disk boots through --firmware")
 	fs.StringVar(&c.Firmware, "firmware", "", "without --kernel: "+FirmwareBIOS+" (SeaBIOS, the default) or "+FirmwareUEFI+" (OVMF, secure boot off)")
 	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")

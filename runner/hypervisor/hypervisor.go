@@ -54,6 +54,12 @@ type Hypervisor interface {
 	Kill()
 }
 
+// AgentChannel is a hypervisor that gives the guest a channel for its guest agent.
+type AgentChannel interface {
+	// AgentChannelOpen says whether the guest has the agent's port open: an agent listens.
+	AgentChannelOpen(ctx context.Context) (bool, error)
+}
+
 // Resizer is a hypervisor that can change a running guest's size.
 type Resizer interface {
 	// GuestSize is what the guest has now.

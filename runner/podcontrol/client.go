@@ -73,6 +73,14 @@ func (c *Client) StopMigration(ctx context.Context) (controlapi.MigrationStatus,
 	return st, err
 }
 
+// Guest reads what the guest agent says (its channel, whether an agent answers, the facts). A
+// runner from before the guest agent answers 404, which is a RunnerRefusal.
+func (c *Client) Guest(ctx context.Context) (controlapi.Guest, error) {
+	var g controlapi.Guest
+	err := c.call(ctx, http.MethodGet, controlapi.GuestPath, nil, &g, http.StatusOK)
+	return g, err
+}
+
 // call sends body (nil: none) as JSON and decodes the answer into out, also when the status is
 // not one of ok: the runner's view comes with its refusals too.
 func (c *Client) call(ctx context.Context, method, path string, body, out any, ok ...int) error {

@@ -91,6 +91,12 @@ func TestAgentPolicy(t *testing.T) {
 	if err := patch(mine, annotations(vmv1.AnnotationResizeError, nil)); err != nil {
 		t.Fatalf("the agent could not clear its error: %v", err)
 	}
+	if err := patch(mine, annotations(vmv1.AnnotationGuestFacts, `{"channel":true,"connected":true}`)); err != nil {
+		t.Fatalf("the agent could not write the guest agent's facts on its own node's pod: %v", err)
+	}
+	if err := patch(theirs, annotations(vmv1.AnnotationGuestFacts, `{"channel":true}`)); err == nil || !strings.Contains(err.Error(), "only pods on its own node") {
+		t.Errorf("the agent wrote guest facts on another node's pod: %v", err)
+	}
 	for what, body := range map[string]map[string]any{
 		"the desired size":   annotations(vmv1.AnnotationDesiredCPUs, "4"),
 		"another annotation": annotations("x", "y"),

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +38,9 @@ const debianBoot = 10 * time.Minute
 // own bootloader through OVMF), its network by the runner's DHCP, cloud-init user-data from a
 // Secret that adds a user with an SSH key and starts an HTTP service. The VM is Ready only once
 // its readiness probe (that service) passes; another pod fetches the service at the VM's IP and
-// logs in over SSH with the key; vmctl ssh logs in through the API server's port-forward; and
-// deleting the VM powers the guest off through systemd. One boot for all of it.
+// logs in over SSH with the key; vmctl ssh logs in through the API server's port-forward; its
+// qemu-guest-agent puts the OS, hostname and addresses into the VM's status; and deleting the
+// VM powers the guest off through the agent and systemd. One boot for all of it.
 func TestDebianCloudGuest(t *testing.T) {
 	parallelSafe(t)
 	ns := namespace(t)
@@ -119,10 +121,28 @@ runcmd:
 		}
 	})
 
-	// Deleting the VM powers the guest off through systemd within its grace period.
+	// qemu-guest-agent (started by udev on its channel) says what runs inside: the VM's status
+	// shows Debian 12, the hostname and the pod IP the guest leased.
+	eventually(t, "AgentConnected, and the guest's facts in status.guest", 2*time.Minute, func() error {
+		got := getVM(t, ns, vm.Name)
+		c, g := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionAgentConnected), got.Status.Guest
+		if c == nil || c.Status != metav1.ConditionTrue || g == nil || g.OS == nil {
+			return fmt.Errorf("AgentConnected %+v, guest %+v", c, g)
+		}
+		if g.OS.ID != "debian" || g.OS.VersionID != "12" || g.OS.KernelRelease == "" || g.Hostname != "debian" ||
+			!slices.ContainsFunc(g.Interfaces, func(i vmv1.GuestInterface) bool {
+				return slices.ContainsFunc(i.IPs, func(ip string) bool { return strings.HasPrefix(ip, got.Status.PodIP+"/") })
+			}) {
+			return fmt.Errorf("guest %+v, os %+v; want debian 12, hostname debian and the pod IP %s", g, g.OS, got.Status.PodIP)
+		}
+		return nil
+	})
+
+	// Deleting the VM asks the guest agent to power the guest off (systemd does) within its
+	// grace period.
 	console := deleteAndFollow(t, vm, 3*time.Minute)
-	if err := contains(console, "Power Off", "reboot: Power down"); err != nil {
-		t.Fatalf("the guest did not power off through systemd: %v", err)
+	if err := contains(console, "asked the guest agent to power the guest off", "Power Off", "reboot: Power down"); err != nil {
+		t.Fatalf("the guest did not power off through its agent and systemd: %v", err)
 	}
 	if strings.Contains(console, "did not power off within the grace period") {
 		t.Fatalf("the runner had to stop the hypervisor:\n%s", grepLines(console, "grace"))

@@ -252,9 +252,15 @@ func TestLiveMigration(t *testing.T) {
 	if err := kube.Create(ctx, newClaim(ns, "mover-local", "32Mi", corev1.PersistentVolumeFilesystem)); err != nil {
 		t.Fatal(err)
 	}
+	// The root disk too is on a node-local claim, filled from the image at the first boot, where
+	// the guest counts its boots: the restart of step 6 counts 2 from a claim copied twice.
+	if err := kube.Create(ctx, newClaim(ns, "mover-root", "512Mi", corev1.PersistentVolumeFilesystem)); err != nil {
+		t.Fatal(err)
+	}
+	vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "mover-root"}
 	vm.Spec.Guest.Disks = []vmv1.Disk{{Name: "shared", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "mover-shared"}},
 		{Name: "local", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "mover-local"}}}
-	vm.Spec.Guest.KernelArgs = "virtpod.heartbeat virtpod.disk-write=shared:mover-wrote virtpod.disk-write=local:mover-local"
+	vm.Spec.Guest.KernelArgs = "rw virtpod.boot-count virtpod.heartbeat virtpod.disk-write=shared:mover-wrote virtpod.disk-write=local:mover-local"
 	if err := kube.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
@@ -271,6 +277,7 @@ func TestLiveMigration(t *testing.T) {
 		}
 	})
 	eventually(t, "guest heartbeat", 2*time.Minute, func() error { return contains(podLogs(ns, m.vm().Status.PodName), "VIRTPOD-HB ") })
+	eventually(t, "the first boot counted on the root claim", time.Minute, func() error { return contains(podLogs(ns, m.vm().Status.PodName), "VIRTPOD-GUEST-BOOTS 1") })
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mover"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "mover"},
@@ -295,14 +302,14 @@ func TestLiveMigration(t *testing.T) {
 	if moved.Status.PodName != mig.Status.TargetPod || moved.Status.RestartCount != 0 {
 		t.Errorf("VM status after the move: %+v", moved.Status)
 	}
-	// The root disk's overlay and the node-local claim were copied: the target attached the
-	// shared claim, whose volume holds what the guest wrote at boot.
+	// The root and the local claims were copied: the target attached the shared claim, whose
+	// volume holds what the guest wrote at boot.
 	if !slices.Equal(mig.Status.CopiedDisks, []string{"root", "disk-local"}) || mig.Status.DiskBytes <= 0 {
-		t.Errorf("copied disks %q (%d bytes), want the root overlay and the local claim", mig.Status.CopiedDisks, mig.Status.DiskBytes)
+		t.Errorf("copied disks %q (%d bytes), want the root and the local claims", mig.Status.CopiedDisks, mig.Status.DiskBytes)
 	}
-	m.claimMoved(mig, "mover-local", "mover-local")
-	if mig.Status.Claims[0].Target != "mover-local-2" {
-		t.Errorf("the local disk moved onto %s, want the chosen mover-local-2", mig.Status.Claims[0].Target)
+	m.claimMoved(mig, "root", "mover-root", "")
+	if local := m.claimMoved(mig, "local", "mover-local", "mover-local"); local != "mover-local-2" {
+		t.Errorf("the local disk moved onto %s, want the chosen mover-local-2", local)
 	}
 	if b, err := os.ReadFile(filepath.Join(shared, "disk.img")); err != nil || !strings.HasPrefix(string(b), "mover-wrote") {
 		t.Errorf("the shared claim's disk: %q, %v; want the guest's word", b[:min(len(b), 16)], err)
@@ -310,6 +317,17 @@ func TestLiveMigration(t *testing.T) {
 	if strings.Contains(podLogs(ns, moved.Status.PodName), marker) {
 		t.Errorf("the target's console shows the guest's boot marker: it booted again")
 	}
+	// The guest's agent answers in the target pod too. In the Masquerade mode the guest holds
+	// its own address, 10.0.2.2, and the VM's address is the pod IP.
+	eventually(t, "the moved guest's agent in status.guest", time.Minute, func() error {
+		v := m.vm()
+		c, g := meta.FindStatusCondition(v.Status.Conditions, vmv1.ConditionAgentConnected), v.Status.Guest
+		if c == nil || c.Status != metav1.ConditionTrue || g == nil || g.Hostname != "mover" || v.Status.PodIP == "" || v.Status.PodName != mig.Status.TargetPod ||
+			!slices.ContainsFunc(g.Interfaces, func(i vmv1.GuestInterface) bool { return slices.Contains(i.IPs, "10.0.2.2/24") }) {
+			return fmt.Errorf("AgentConnected %+v, guest %+v, pod IP %s", c, g, v.Status.PodIP)
+		}
+		return nil
+	})
 	eventually(t, "poller fetching from the moved guest", time.Minute, func() error {
 		if _, oks := pollFailures(podLogs(ns, poller), from); oks < 5 {
 			return fmt.Errorf("%d fetches since the move began", oks)
@@ -343,6 +361,23 @@ func TestLiveMigration(t *testing.T) {
 		t.Fatalf("uncordon: %v\n%s", err, out)
 	}
 	m.oneGuest(node1, beat)
+
+	// 3b. A storage migration within node 1: the local disk onto a claim the user made there,
+	// the root onto one the migration makes; the guest stays on its node, in a new pod.
+	if err := kube.Create(ctx, newClaim(ns, "mover-local-3", "32Mi", corev1.PersistentVolumeFilesystem)); err != nil {
+		t.Fatal(err)
+	}
+	beat, local := m.beat(), m.vm().Spec.Guest.Disks[1].PersistentVolumeClaim.ClaimName
+	root := m.vm().Spec.Guest.RootDisk.PersistentVolumeClaim.ClaimName
+	mig = m.ended(m.start(node1, 0, vmv1.ClaimTarget{Disk: "local", ClaimName: "mover-local-3"}), vmv1.MigrationSucceeded, vmv1.ReasonSucceeded, 5*time.Minute)
+	if mig.Status.SourceNode != node1 || mig.Status.TargetNode != node1 {
+		t.Errorf("storage migration from %s to %s, want within %s", mig.Status.SourceNode, mig.Status.TargetNode, node1)
+	}
+	m.oneGuest(node1, beat)
+	m.claimMoved(mig, "root", root, "")
+	if to := m.claimMoved(mig, "local", local, "mover-local"); to != "mover-local-3" {
+		t.Errorf("the local disk moved onto %s, want the chosen mover-local-3", to)
+	}
 
 	// 4. Deleted mid-way: the target goes, the guest stays where it was.
 	beat = m.beat()
@@ -382,6 +417,10 @@ func TestLiveMigration(t *testing.T) {
 	t.Logf("source killed: %s", meta.FindStatusCondition(mig.Status.Conditions, vmv1.ConditionCompleted).Message)
 	restarted := waitRunning(t, ns, "mover", 1)
 	m.oneGuest(restarted.Status.Node, 0)
+	// Booted again from the root claim it had moved onto three times: its boot count goes on.
+	eventually(t, "the second boot counted on the moved root claim", 2*time.Minute, func() error {
+		return contains(podLogs(ns, restarted.Status.PodName), "VIRTPOD-GUEST-BOOTS 2")
+	})
 
 	// 7. The VM deleted mid-way: the migration fails, no runner pod is left.
 	mig = m.running(m.start("", 1))
@@ -398,14 +437,16 @@ func TestLiveMigration(t *testing.T) {
 }
 
 // claimMoved checks that migration mig, which succeeded, copied the VM's disk on claim from
-// into a claim of the target's node, which the VM names now, holding the guest's word; from
-// is the migration's, deleted with it.
-func (m *mover) claimMoved(mig *vmv1.VirtualMachineMigration, from, word string) {
+// into a claim of the target's node, which the VM names now, holding the guest's word at its
+// start (unless word is empty: the root disk holds a filesystem); from is the migration's,
+// deleted with it. It returns the claim the disk is on now.
+func (m *mover) claimMoved(mig *vmv1.VirtualMachineMigration, disk, from, word string) string {
 	m.t.Helper()
-	if len(mig.Status.Claims) != 1 || mig.Status.Claims[0].Source != from || mig.Status.Claims[0].Disk != "local" {
-		m.t.Fatalf("migration %s claims %+v, want %s copied", mig.Name, mig.Status.Claims, from)
+	i := slices.IndexFunc(mig.Status.Claims, func(c vmv1.MigratedClaim) bool { return c.Disk == disk })
+	if len(mig.Status.Claims) != 2 || i < 0 || mig.Status.Claims[i].Source != from {
+		m.t.Fatalf("migration %s claims %+v, want disk %s's %s among the root's and the local disk's", mig.Name, mig.Status.Claims, disk, from)
 	}
-	to := mig.Status.Claims[0].Target
+	to := mig.Status.Claims[i].Target
 	if names := m.vm().Spec.Guest.ClaimNames(); !slices.Contains(names, to) || slices.Contains(names, from) {
 		m.t.Errorf("the VM's claims after the move: %v, want %s in place of %s", names, to, from)
 	}
@@ -424,8 +465,8 @@ func (m *mover) claimMoved(mig *vmv1.VirtualMachineMigration, from, word string)
 	case s.Local != nil:
 		dir = s.Local.Path
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "disk.img")); err != nil || !strings.HasPrefix(string(b), word) {
-		m.t.Errorf("the target claim %s's disk (%s): %q, %v; want the guest's word %q", to, dir, b[:min(len(b), 16)], err, word)
+	if head, size, err := fileHead(filepath.Join(dir, "disk.img"), 16); err != nil || size == 0 || !strings.HasPrefix(head, word) {
+		m.t.Errorf("the target claim %s's disk (%s, %d bytes): %q, %v; want the guest's word %q", to, dir, size, head, err, word)
 	}
 	old := &corev1.PersistentVolumeClaim{}
 	if err := kube.Get(m.ctx, types.NamespacedName{Namespace: m.ns, Name: from}, old); err != nil {
@@ -434,6 +475,23 @@ func (m *mover) claimMoved(mig *vmv1.VirtualMachineMigration, from, word string)
 	if !slices.ContainsFunc(old.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == mig.UID }) {
 		m.t.Errorf("the source claim %s's owners %v: want migration %s", from, old.OwnerReferences, mig.Name)
 	}
+	return to
+}
+
+// fileHead is the first n bytes of the file at path, and its size.
+func fileHead(path string, n int) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", 0, err
+	}
+	b := make([]byte, n)
+	k, _ := f.Read(b)
+	return string(b[:k]), fi.Size(), nil
 }
 
 // claimDeleted waits until the claim failed migration mig made for its target is gone.

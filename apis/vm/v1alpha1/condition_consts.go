@@ -184,3 +184,18 @@ const (
 	ReasonNoNodes         = "NoNodes"
 	ReasonNoReadyNodes    = "NoReadyNodes"
 )
+
+// VirtualMachine condition AgentConnected: whether qemu-guest-agent answers in the running
+// guest (status.guest then has what it said). Only on running VMs.
+const (
+	ConditionAgentConnected = "AgentConnected"
+
+	// ReasonAgentConnected: the guest's agent answers.
+	ReasonAgentConnected = "AgentConnected"
+	// ReasonAgentNotConnected: nothing answers on the channel: the guest has no
+	// qemu-guest-agent running (yet). Install and start it in the guest.
+	ReasonAgentNotConnected = "AgentNotConnected"
+	// ReasonAgentNotSupported: the guest has no agent channel: provider cloud-hypervisor, or
+	// a runner pod started before the channel existed (it has one from its next start).
+	ReasonAgentNotSupported = "AgentNotSupported"
+)

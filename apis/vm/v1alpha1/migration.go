@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 )
 
-// Live migration (docs/api.md#live-migration): the contract between the migration controller
+// Live migration (docs/migration.md): the contract between the migration controller
 // and the node agents, written on the runner pods. The controller owns the role label and the
 // migration, migrate-to and migration-resume annotations; the target node's agent writes
 // migration-receiver and the source node's agent migration-state (a ValidatingAdmissionPolicy

@@ -41,6 +41,21 @@ type GuestStatus struct {
 	CPUs int32 `json:"cpus"`
 	// memory the guest has: its boot memory plus what was plugged and not taken back.
 	Memory resource.Quantity `json:"memory"`
+	// os is the guest's operating system as its guest agent says (guestagent.go); absent
+	// without an agent.
+	// +optional
+	OS *GuestOSInfo `json:"os,omitempty"`
+	// hostname is the guest's own, as its guest agent says.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Hostname string `json:"hostname,omitempty"`
+	// interfaces are the guest's network interfaces (loopback left out) with the addresses
+	// it holds, as its guest agent says. In the Masquerade mode these are the guest's own
+	// (10.0.2.2); status.podIP is the VM's address either way.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Interfaces []GuestInterface `json:"interfaces,omitempty"`
 }
 
 // EffectiveMaxCPUs is maxCPUs, or cpus when the VM was created without it.

@@ -38,6 +38,7 @@ import (
 	"github.com/virtpod/virtpod/runner/agent"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/deviceplugin"
+	"github.com/virtpod/virtpod/runner/factsagent"
 	"github.com/virtpod/virtpod/runner/kvm"
 	"github.com/virtpod/virtpod/runner/migrationagent"
 	"github.com/virtpod/virtpod/runner/netagent"
@@ -53,9 +54,11 @@ type options struct {
 	nodeName   string
 	kubeconfig string
 	interval   time.Duration
-	// Live resize (runner/resizeagent): where the agent sees the node's control directories
-	// and the kubelet's pod-resources socket; resize false turns the executor off.
+	// Live resize (runner/resizeagent) and the guests' agents (runner/factsagent): where the
+	// agent sees the node's control directories and the kubelet's pod-resources socket;
+	// resize and guestFacts false turn their executors off.
 	resize       bool
+	guestFacts   bool
 	controlDir   string
 	podResources string
 	// Live migration (runner/migrationagent): the receiver's address, this pod's IP and
@@ -109,6 +112,7 @@ func newCommand() *cobra.Command {
 	pf.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (env NODE_NAME, from the downward API's spec.nodeName)")
 	pf.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
 	root.Flags().DurationVar(&o.interval, "interval", 30*time.Second, "how often to probe and write the heartbeat")
+	root.Flags().BoolVar(&o.guestFacts, "guest-facts", true, "carry what each guest's qemu-guest-agent says (the runner's control socket) into its runner pod's guest-facts annotation")
 	root.Flags().BoolVar(&o.resize, "resize", true, "carry out live resizes of the runner pods on this node (the controller's desired sizes) through their control sockets")
 	root.Flags().StringVar(&o.controlDir, "control-dir", vmv1.HostControlDir, "where this container sees the node's runner control directories (devices.virtpod.io/control)")
 	root.Flags().StringVar(&o.podResources, "pod-resources-socket", podcontrol.DefaultPodResourcesSocket, "the kubelet's pod-resources socket: which control device is which pod's")
@@ -201,6 +205,14 @@ func run(o options) error {
 			}
 		}()
 		defer srv.Close()
+	}
+	if o.guestFacts {
+		fx := &factsagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("guest-facts")}
+		go func() {
+			if err := fx.Run(ctx); err != nil {
+				log.Error("guest facts executor stopped", zap.Error(err))
+			}
+		}()
 	}
 	if o.resize {
 		ex := &resizeagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}

@@ -1,7 +1,7 @@
 // Command debianguest builds a Debian cloud guest from Debian's packages, as a bootable disk image
 // of the kind people publish: a GPT disk with an EFI system partition (systemd-boot, the kernel and
 // its initramfs), a BIOS boot partition (GRUB's core image, for SeaBIOS), and an ext4 root with
-// systemd, udev, cloud-init, openssh-server and busybox. The network comes up by DHCP on the first
+// systemd, udev, cloud-init, openssh-server, qemu-guest-agent and busybox. The network comes up by DHCP on the first
 // NIC (systemd-networkd, or cloud-init's own configuration when it writes one); SSH host keys are
 // made on first boot.
 //
@@ -34,18 +34,19 @@ import (
 var files embed.FS
 
 // imageVersion changes whenever what the image holds changes, so a cached image is rebuilt.
-const imageVersion = 1
+const imageVersion = 2
 
 // suite is the Debian release the guest runs.
 const suite = "bookworm"
 
 // packages make a cloud guest: the cloud kernel with an initramfs, systemd as init with udev,
-// networkd and resolved, cloud-init, sshd, busybox (a small HTTP server for tests), and the boot
-// loaders' files (systemd-boot's EFI binary, GRUB's BIOS modules).
+// networkd and resolved, cloud-init, sshd, qemu-guest-agent (started by udev when its channel
+// appears), busybox (a small HTTP server for tests), and the boot loaders' files (systemd-boot's
+// EFI binary, GRUB's BIOS modules).
 var packages = []string{
 	"linux-image-cloud-amd64", "initramfs-tools",
 	"systemd", "systemd-sysv", "systemd-resolved", "udev", "dbus",
-	"cloud-init", "openssh-server", "sudo", "busybox",
+	"cloud-init", "openssh-server", "sudo", "busybox", "qemu-guest-agent",
 	"systemd-boot-efi", "grub-pc-bin",
 }
 

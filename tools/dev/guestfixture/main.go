@@ -3,8 +3,9 @@
 // root disk whose init configures the network from ip=, serves HTTP on port 80, powers off on
 // the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one and
 // its data disks by serial (VIRTPOD-GUEST-DISK, files/disk-report), onlines hot-added CPUs and
-// reports its CPUs and memory on every change (VIRTPOD-GUEST-SIZE, files/hotplug), prints VIRTPOD-GUEST-READY
-// on the console, then runs a root shell there.
+// reports its CPUs and memory on every change (VIRTPOD-GUEST-SIZE, files/hotplug), runs
+// qemu-guest-agent (this host's, with the libraries it links) on its channel, prints
+// VIRTPOD-GUEST-READY on the console, then runs a root shell there.
 //
 // The output is laid out like a VM image (boot/vmlinuz, boot/initrd.img, disk/root.img) and is
 // cached outside git, in $VIRTPOD_CACHE/guest (default ~/.cache/virtpod/guest).
@@ -34,17 +35,19 @@ const Marker = "VIRTPOD-GUEST-READY"
 
 // wantedModules are the modules the cloud kernel does not build in but the guest needs: disk,
 // network, the ACPI power button (button) delivered through an input device (evdev), ISO 9660
-// (isofs) to read a cloud-init seed disk, and virtio_mem for hot-added memory.
-var wantedModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "button", "evdev", "isofs", "virtio_mem"}
+// (isofs) to read a cloud-init seed disk, virtio_mem for hot-added memory, and virtio_console for
+// the guest agent's virtio-serial channel.
+var wantedModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "button", "evdev", "isofs", "virtio_mem", "virtio_console"}
 
 const (
 	metaPackage = "linux-image-cloud-amd64"
 	busyboxPath = "/bin/busybox"
+	agentPath   = "/usr/sbin/qemu-ga"
 	rootDiskMiB = 64
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 9
+const fixtureVersion = 10
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {
@@ -82,6 +85,9 @@ func build(out string, force bool) error {
 	}
 	if _, err := os.Stat(busyboxPath); err != nil {
 		return fmt.Errorf("%s not found: install busybox-static (tools/dev/ci/install-deps.sh)", busyboxPath)
+	}
+	if _, err := os.Stat(agentPath); err != nil {
+		return fmt.Errorf("%s not found: install qemu-guest-agent (tools/dev/ci/install-deps.sh)", agentPath)
 	}
 	work, err := os.MkdirTemp("", "guestfixture-")
 	if err != nil {
@@ -235,7 +241,7 @@ func writeInitramfs(path, moduleDir string) ([]string, error) {
 // mkfs.ext4 -d, which needs no root and no loop device.
 func writeRootDisk(work, img string) error {
 	root := filepath.Join(work, "rootfs")
-	for _, d := range []string{"bin", "sbin", "dev", "proc", "sys", "tmp", "www", "etc/acpi/PWRF", "etc/virtpod"} {
+	for _, d := range []string{"bin", "sbin", "usr/sbin", "dev", "proc", "sys", "tmp", "www", "etc/acpi/PWRF", "etc/virtpod"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -252,6 +258,8 @@ func writeRootDisk(work, img string) error {
 		"files/disk-report": "etc/virtpod/disk-report",
 		"files/hotplug":     "etc/virtpod/hotplug",
 		"files/size-report": "etc/virtpod/size-report",
+		"files/shutdown":    "sbin/shutdown",
+		"files/os-release":  "etc/os-release",
 	} {
 		b, _ := files.ReadFile(src)
 		if err := os.WriteFile(filepath.Join(root, dst), b, 0o755); err != nil {
@@ -259,6 +267,9 @@ func writeRootDisk(work, img string) error {
 		}
 	}
 	if err := os.WriteFile(filepath.Join(root, "etc", "resolv.conf"), nil, 0o644); err != nil {
+		return err
+	}
+	if err := copyProgram(agentPath, root); err != nil {
 		return err
 	}
 	return run(work, "mkfs.ext4", "-q", "-F", "-L", "virtpod-guest", "-d", root, img, fmt.Sprintf("%dM", rootDiskMiB))

@@ -1,0 +1,161 @@
+// Package factsagent is the node agent's part of the guest agent: for each runner pod on its
+// node whose guest has an agent channel, it asks the runner what the guest agent says (GET
+// /v1/guest on the pod's control socket) and writes that into the pod's guest-facts annotation,
+// which the controller copies into the VM's status. It asks the runner, on the node, every
+// few seconds; it writes to the API only when the answer changed, so a steady guest costs the
+// API server nothing.
+package factsagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/runner/podcontrol"
+)
+
+// Executor carries the guest agents' facts of one node's runner pods into the pods.
+type Executor struct {
+	Client kubernetes.Interface
+	// Kube reads VirtualMachines, uncached: only pods a VM names are asked (podcontrol.Authorize),
+	// once per pod.
+	Kube client.Reader
+	Node string
+	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
+	// kubelet's pod-resources socket.
+	ControlDir   string
+	PodResources string
+	Log          *zap.Logger
+
+	mu         sync.Mutex
+	authorized map[types.UID]bool
+}
+
+// How often a pod's runner is asked: soon while no agent answers (a guest booting), seldom
+// once one does (the facts change when the guest's addresses or hostname do).
+const (
+	askConnected = 30 * time.Second
+	askWaiting   = 5 * time.Second
+	workers      = 2
+)
+
+// Run follows the node's runner pods until ctx ends.
+func (e *Executor) Run(ctx context.Context) error {
+	if e.Node == "" || e.Kube == nil {
+		return errors.New("guest facts executor: no node name, or no client to read VirtualMachines")
+	}
+	if e.Log == nil {
+		e.Log = zap.NewNop()
+	}
+	e.authorized = map[types.UID]bool{}
+	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
+		MaxDelay: time.Minute, Retrying: "guest facts not read; retrying", Log: e.Log,
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Shutdown()
+	e.Log.Info("guest facts executor started")
+	w.Run(ctx, workers, func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+		after, err := e.ask(ctx, pod)
+		if apierrors.IsNotFound(err) {
+			return 0, nil // the pod went meanwhile
+		}
+		return after, err
+	})
+	return nil
+}
+
+// ask reads one pod's guest facts and writes them into the pod when they changed.
+func (e *Executor) ask(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || !hasAgentChannel(pod) {
+		e.forget(pod)
+		return 0, nil
+	}
+	if err := e.authorize(ctx, pod); err != nil {
+		return 0, err
+	}
+	ctl, err := podcontrol.Lookup(ctx, e.PodResources, e.ControlDir, pod.Namespace, pod.Name)
+	if err != nil {
+		return 0, err
+	}
+	c := podcontrol.NewClient(ctl, 10*time.Second)
+	defer c.Close()
+	g, err := c.Guest(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.write(ctx, pod, g); err != nil {
+		return 0, err
+	}
+	if g.Connected {
+		return askConnected, nil
+	}
+	return askWaiting, nil
+}
+
+// authorize asks once per pod whether a VM's status names it: the answer does not change for
+// the pod's life, and asking each time would be an API read per pod every few seconds.
+func (e *Executor) authorize(ctx context.Context, pod *corev1.Pod) error {
+	e.mu.Lock()
+	ok := e.authorized[pod.UID]
+	e.mu.Unlock()
+	if ok {
+		return nil
+	}
+	if _, err := podcontrol.Authorize(ctx, e.Kube, pod); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.authorized[pod.UID] = true
+	e.mu.Unlock()
+	return nil
+}
+
+func (e *Executor) forget(pod *corev1.Pod) {
+	e.mu.Lock()
+	delete(e.authorized, pod.UID)
+	e.mu.Unlock()
+}
+
+// write patches the pod's guest-facts annotation when g differs from what it holds.
+func (e *Executor) write(ctx context.Context, pod *corev1.Pod, g controlapi.Guest) error {
+	b, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	if pod.Annotations[vmv1.AnnotationGuestFacts] == string(b) {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{vmv1.AnnotationGuestFacts: string(b)}}})
+	if _, err := e.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	e.Log.Info("guest facts", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Bool("connected", g.Connected), zap.String("hostname", g.Hostname))
+	return nil
+}
+
+// hasAgentChannel says whether the pod's runner gives its guest an agent channel: a pod
+// without one is never asked.
+func hasAgentChannel(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == vmv1.RunnerContainer && slices.Contains(c.Args, runnerconfig.GuestAgentFlag) {
+			return true
+		}
+	}
+	return false
+}
