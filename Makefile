@@ -40,7 +40,7 @@ ENVTEST_ENV := KUBEBUILDER_ASSETS= TEST_ASSET_KUBE_APISERVER=$(K8S_BIN)/kube-api
 
 .PHONY: test-controller
 test-controller: control-plane ## Controller, API and node-agent resize and migration tests against a real kube-apiserver and etcd.
-	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/podspec/... ./pkg/runnerconfig/... ./runner/resizeagent/... ./runner/migrationagent/...
+	$(ENVTEST_ENV) go test -count=1 ./apis/... ./controllers/... ./pkg/podspec/... ./pkg/runnerconfig/... ./runner/resizeagent/... ./runner/migrationagent/... ./runner/factsagent/...
 
 # Everything `go test ./...` needs to find: the API server, Cluster API, the releases, the guests
 # and the local cluster.

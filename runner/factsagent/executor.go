@@ -39,19 +39,18 @@ type Executor struct {
 	// kubelet's pod-resources socket.
 	ControlDir   string
 	PodResources string
-	Log          *zap.Logger
+	// AskWaiting and AskConnected are how often a pod's runner is asked while no agent answers
+	// (a guest booting) and once one does (the facts change when the guest's addresses or
+	// hostname do); defaults 5 s and 30 s.
+	AskWaiting, AskConnected time.Duration
+	Log                      *zap.Logger
 
 	mu         sync.Mutex
 	authorized map[types.UID]bool
 }
 
-// How often a pod's runner is asked: soon while no agent answers (a guest booting), seldom
-// once one does (the facts change when the guest's addresses or hostname do).
-const (
-	askConnected = 30 * time.Second
-	askWaiting   = 5 * time.Second
-	workers      = 2
-)
+// workers is how many pods are asked at once: each ask is local and short.
+const workers = 2
 
 // Run follows the node's runner pods until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
@@ -60,6 +59,12 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 	if e.Log == nil {
 		e.Log = zap.NewNop()
+	}
+	if e.AskWaiting <= 0 {
+		e.AskWaiting = 5 * time.Second
+	}
+	if e.AskConnected <= 0 {
+		e.AskConnected = 30 * time.Second
 	}
 	e.authorized = map[types.UID]bool{}
 	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
@@ -103,9 +108,9 @@ func (e *Executor) ask(ctx context.Context, pod *corev1.Pod) (time.Duration, err
 		return 0, err
 	}
 	if g.Connected {
-		return askConnected, nil
+		return e.AskConnected, nil
 	}
-	return askWaiting, nil
+	return e.AskWaiting, nil
 }
 
 // authorize asks once per pod whether a VM's status names it: the answer does not change for
