@@ -45,6 +45,7 @@ type controlServer struct {
 	pending               atomic.Bool
 	mig                   *migration  // /v1/migration; nil serves none
 	agent                 *guestAgent // /v1/guest; nil serves none
+	sus                   *suspender  // /v1/suspend; nil serves none
 }
 
 func newControlServer(cfg runnerconfig.Config, hv hypervisor.Resizer, timeout time.Duration, log *zap.Logger) *controlServer {
@@ -92,6 +93,9 @@ func (c *controlServer) handler() http.Handler {
 	}
 	if c.agent != nil {
 		mux.HandleFunc("GET "+controlapi.GuestPath, c.agent.serveGuest)
+	}
+	if c.sus != nil {
+		c.sus.routes(mux)
 	}
 	return mux
 }

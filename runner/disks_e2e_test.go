@@ -2,16 +2,21 @@ package runner_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/tests/loopback"
 )
 
@@ -169,22 +174,31 @@ func TestRootDiskOnClaim(t *testing.T) {
 	claim := t.TempDir()
 	image := filepath.Join(guest, "disk", "root.img")
 	before := sum(t, image)
-	boot := func() *runnerProc {
+	state := filepath.Join(t.TempDir(), "guest.state")
+	// boot starts a runner on the claim, with extra flags; a resume has no boot to wait for.
+	boot := func(extra ...string) *runnerProc {
 		args := baseArgs(t, guest, "vm-root")
 		for i, a := range args {
 			switch {
 			case strings.HasPrefix(a, "--kernel-args="):
-				args[i] = "--kernel-args=rw virtpod.boot-count"
+				args[i] = "--kernel-args=rw virtpod.boot-count virtpod.heartbeat"
 			case strings.HasPrefix(a, "--disk-size-mib="):
 				args[i] = "--disk-size-mib=96"
 			}
 		}
-		r := startRunner(t, "", append(args, "--network=none", "--http-addr="+loopback.FreeAddr(t), "--root-volume=kind=file,path="+claim)...)
-		r.waitMarker(t, bootTimeout)
+		args = append(args, "--network=none", "--http-addr="+loopback.FreeAddr(t), "--root-volume=kind=file,path="+claim)
+		r := startRunner(t, "", append(args, slices.DeleteFunc(extra, func(a string) bool { return a == "" })...)...)
+		if !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--resume-from=") }) {
+			r.waitMarker(t, bootTimeout)
+		}
 		return r
 	}
-	r := boot()
+	r := boot("")
 	wantLines(t, r.stdout.String(), "VIRTPOD-GUEST-BOOTS 1")
+	// No place for its state: a suspend is refused, and the guest runs on.
+	if st, err := controlOf(r).Suspend(context.Background()); err == nil || !strings.Contains(err.Error(), "no --suspend-to") || st.State != controlapi.SuspendNone {
+		t.Errorf("a suspend without --suspend-to: %+v, %v", st, err)
+	}
 	if !strings.Contains(r.stderr.String(), `"filledNow":true`) {
 		t.Errorf("the first boot did not fill the claim:\n%s", tail(r.stderr.String(), 20))
 	}
@@ -199,10 +213,32 @@ func TestRootDiskOnClaim(t *testing.T) {
 		t.Fatalf("the claim's root disk: %v, %v; want 96 MiB (--disk-size-mib)", fi, err)
 	}
 
-	r = boot()
+	r = boot("--suspend-to=" + state)
 	wantLines(t, r.stdout.String(), "VIRTPOD-GUEST-BOOTS 2")
 	if !strings.Contains(r.stderr.String(), `"filledNow":false`) {
 		t.Errorf("the second boot filled the claim again:\n%s", tail(r.stderr.String(), 20))
+	}
+
+	// Suspend: the guest's state goes to a file and the runner ends; a new runner resumes it
+	// from there, and the guest goes on counting its heartbeat without booting again.
+	waitConsole(t, r, 30*time.Second, func(out string) bool { return lastBeat(out) >= 10 })
+	beat := lastBeat(r.stdout.String())
+	st, err := controlOf(r).Suspend(context.Background())
+	if err != nil || st.State != controlapi.SuspendSaved || st.Bytes <= 0 {
+		t.Fatalf("suspend: %+v, %v", st, err)
+	}
+	if code, msg := r.waitExit(t, 30*time.Second); code != runner.ExitOK || msg != runner.MessageSuspended+state {
+		t.Fatalf("after the suspend: exit %d %q", code, msg)
+	}
+	saved := lastBeat(r.stdout.String())
+	if fi, err := os.Stat(state); err != nil || fi.Size() != st.Bytes || saved < beat {
+		t.Fatalf("the saved state: %v, %v (%d bytes said); heartbeat %d before, %d at the save", fi, err, st.Bytes, beat, saved)
+	}
+	t.Logf("suspended a 256 MiB guest: %d bytes of state, heartbeat %d", st.Bytes, saved)
+	r = boot("--resume-from="+state, "--suspend-to="+state)
+	waitConsole(t, r, 60*time.Second, func(out string) bool { return lastBeat(out) > saved })
+	if out := r.stdout.String(); strings.Contains(out, "VIRTPOD-GUEST-BOOTS") || strings.Contains(out, marker) || lastBeat(out) <= saved {
+		t.Fatalf("the resumed guest booted again, or its heartbeat did not go on from %d:\n%s", saved, tail(out, 10))
 	}
 	r.signal(t, syscall.SIGTERM)
 	if code, msg := r.waitExit(t, 60*time.Second); code != runner.ExitOK {
@@ -238,4 +274,30 @@ func sum(t *testing.T, p string) []byte {
 	}
 	s := sha256.Sum256(b)
 	return s[:]
+}
+
+// controlOf is a control API client of r's control socket, as the node agent has.
+func controlOf(r *runnerProc) *podcontrol.Client {
+	return podcontrol.NewClient(podcontrol.Control{Root: filepath.Dir(filepath.Dir(r.control)), Device: filepath.Base(filepath.Dir(r.control))}, 2*time.Minute)
+}
+
+// lastBeat is the number of the last VIRTPOD-HB line in out, 0 if none.
+func lastBeat(out string) int {
+	i := strings.LastIndex(out, "VIRTPOD-HB ")
+	if i < 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.Fields(out[i+len("VIRTPOD-HB "):] + " ")[0])
+	return n
+}
+
+// waitConsole waits until ok holds for r's console output.
+func waitConsole(t *testing.T, r *runnerProc, d time.Duration, ok func(string) bool) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if ok(r.stdout.String()) {
+			return
+		}
+	}
+	t.Fatalf("not within %v; the console ends:\n%s", d, tail(r.stdout.String(), 10))
 }

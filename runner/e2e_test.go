@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,7 +17,6 @@ import (
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/kvm"
-	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
 // bootTimeout bounds a TCG boot of the fixture (about 5 s on an idle 2-core machine).
@@ -115,7 +113,7 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 // agentFacts reads GET /v1/guest until the agent's connection is as wanted.
 func agentFacts(t *testing.T, r *runnerProc, connected bool) controlapi.Guest {
 	t.Helper()
-	c := podcontrol.NewClient(podcontrol.Control{Root: filepath.Dir(filepath.Dir(r.control)), Device: filepath.Base(filepath.Dir(r.control))}, 10*time.Second)
+	c := controlOf(r)
 	defer c.Close()
 	var g controlapi.Guest
 	var err error

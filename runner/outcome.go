@@ -22,6 +22,10 @@ const (
 // MessageMigrated is the termination message of a source runner whose guest moved away.
 const MessageMigrated = "guest migrated to another pod"
 
+// MessageSuspended, followed by the state's path, is the termination message of a runner whose
+// guest was suspended: its state is saved there, for a runner with --resume-from.
+const MessageSuspended = "suspended: the guest's state is saved in "
+
 // Outcome is how a run ended.
 type Outcome struct {
 	Code    int

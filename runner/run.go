@@ -181,6 +181,9 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		if cfg.Incoming {
 			spec.IncomingSocket = filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.MigrateInSocket)
 		}
+		if cfg.ResumeFrom != "" {
+			spec.IncomingSocket = filepath.Join(cfg.StateDir, resumeSocketName)
+		}
 		if cfg.GuestAgent {
 			spec.AgentSocket = filepath.Join(cfg.StateDir, agentSocketName)
 		}
@@ -197,13 +200,14 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		}, log)
 	}
 	mig := newMigration(cfg, hv, board, log)
+	sus := newSuspender(cfg, hv, mig, board, log)
 	agent := newGuestAgent("", hv)
 	if cfg.GuestAgent {
 		agent = newGuestAgent(filepath.Join(cfg.StateDir, agentSocketName), hv)
 	}
 	if cfg.ControlSocket != "" {
 		ctl := newControlServer(cfg, hv.(hypervisor.Resizer), o.ResizeTimeout, log)
-		ctl.mig, ctl.agent = mig, agent
+		ctl.mig, ctl.agent, ctl.sus = mig, agent, sus
 		if stop, err := ctl.serve(cfg.ControlSocket); err != nil && cfg.Incoming {
 			return failf(ExitError, "--incoming: no control socket, so no stream can arrive: %v", err)
 		} else if err != nil {
@@ -215,7 +219,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		}
 	}
 	hv, o.Stdout = watchConsole(hv, o.Stdout, cfg.Kernel == "")
-	return supervise(ctx, cfg, o, board, hv, mig, agent, filepath.Join(cfg.StateDir, consoleSocketName), serial)
+	return supervise(ctx, cfg, o, board, hv, guestParts{mig: mig, agent: agent, sus: sus}, filepath.Join(cfg.StateDir, consoleSocketName), serial)
 }
 
 func checkBinary(path string) error {

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,10 @@ type runState struct {
 	// A migration target: incoming until its guest arrived and runs. A source: migrated once
 	// its guest runs in another pod (until a DELETE resumes it here).
 	target, incoming, migrated bool
+	// Resuming from a saved state (a target whose stream is a file); suspended once a suspend
+	// saved the guest, which then never runs here again.
+	resuming, suspended bool
+	loadError           string // why feeding the saved state failed
 }
 
 // kvmFailure tells a hypervisor failure caused by KVM (QEMU's KVM code failing, as with -cpu
@@ -38,8 +43,17 @@ func kvmFailure(cfg runnerconfig.Config, detail string) bool {
 	return cfg.Acceleration == runnerconfig.AccelKVM && strings.Contains(strings.ToLower(detail), "kvm")
 }
 
-func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor.Hypervisor, mig *migration, agent *guestAgent, consoleSocket, serial string) Outcome {
+// guestParts are the runner's servers of a running guest the supervisor acts with: the live
+// migration, the guest agent, the suspend.
+type guestParts struct {
+	mig   *migration
+	agent *guestAgent
+	sus   *suspender
+}
+
+func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor.Hypervisor, parts guestParts, consoleSocket, serial string) Outcome {
 	log := o.Log
+	mig, agent := parts.mig, parts.agent
 	board.set(StateStarting, "")
 	if err := hv.Start(ctx); err != nil {
 		hv.Kill()
@@ -59,7 +73,32 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 	defer con.Close()
 	var st runState
 	var incomingPoll <-chan time.Time
-	if cfg.Incoming {
+	var loadFailed chan error
+	switch {
+	case cfg.ResumeFrom != "":
+		// The guest continues from a suspend's saved state: QEMU loads it from the stream the
+		// runner feeds it, and it is resumed, as a migration's target, once loaded.
+		st.target, st.incoming, st.resuming = true, true, true
+		if err := mig.m.MigrationEvents(); err != nil {
+			log.Warn("no migration events; polling only", zap.Error(err))
+		}
+		if err := mig.m.ListenIncoming(); err != nil {
+			hv.Kill()
+			<-hv.Exited()
+			return failf(ExitIncomingFailed, "resume from %s: %v", cfg.ResumeFrom, err)
+		}
+		board.set(StateIncoming, "loading the guest's saved state from "+cfg.ResumeFrom)
+		log.Info("resuming the guest from its saved state", zap.String("from", cfg.ResumeFrom))
+		loadFailed = make(chan error, 1)
+		go func() {
+			if err := feedState(ctx, cfg.ResumeFrom, filepath.Join(cfg.StateDir, resumeSocketName)); err != nil {
+				loadFailed <- err
+			}
+		}()
+		poll := time.NewTicker(incomingPollInterval)
+		defer poll.Stop()
+		incomingPoll = poll.C
+	case cfg.Incoming:
 		// The guest arrives already running elsewhere: nothing boots here, so neither the boot
 		// watchdog nor the kernel-output checks apply; it is resumed once the stream completed.
 		st.target, st.incoming = true, true
@@ -82,7 +121,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		poll := time.NewTicker(incomingPollInterval)
 		defer poll.Stop()
 		incomingPoll = poll.C
-	} else {
+	default:
 		if err := hv.Resume(ctx); err != nil {
 			hv.Kill()
 			<-hv.Exited()
@@ -111,6 +150,14 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		}
 		st.incoming, incomingPoll = false, nil
 		mig.setArrived()
+		if st.resuming {
+			log.Info("the guest's saved state is loaded; resuming it", zap.String("seen", how))
+			if err := hv.Resume(ctx); err != nil {
+				log.Error("resuming the loaded guest failed", zap.Error(err))
+				quit("resume failed")
+			}
+			return
+		}
 		log.Info("the migrating guest arrived; resuming it", zap.String("seen", how))
 		if err := mig.m.StopExports(); err != nil {
 			// The source completed its mirrors before the switch and no longer writes.
@@ -132,6 +179,12 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			if info, err := mig.m.QueryMigrate(); err == nil && info.Status == "completed" {
 				arrived("query-migrate")
 			}
+		case err := <-loadFailed:
+			st.loadError = err.Error()
+			quit("the saved state could not be loaded")
+		case <-parts.sus.saved:
+			st.suspended = true
+			quit("suspended: the guest's state is saved")
 		case <-first:
 			first, watchdog = nil, nil
 		case <-watchdog:
@@ -258,6 +311,14 @@ func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor.Hy
 	switch {
 	case st.migrated:
 		return Outcome{Code: ExitOK, Message: MessageMigrated}
+	case st.suspended:
+		return Outcome{Code: ExitOK, Message: MessageSuspended + cfg.SuspendTo}
+	case st.resuming && st.incoming && st.stopping != "":
+		return failf(ExitIncomingFailed, "resume from %s: stopped on %s before the saved state was loaded; the saved state is kept", cfg.ResumeFrom, st.stopping)
+	case st.resuming && st.incoming && st.loadError != "":
+		return failf(ExitIncomingFailed, "resume from %s failed: %s; the saved state is kept", cfg.ResumeFrom, st.loadError)
+	case st.resuming && st.incoming:
+		return failf(ExitIncomingFailed, "resume from %s failed: %s did not load the saved state: %s; the saved state is kept", cfg.ResumeFrom, name, hv.ExitDetail())
 	case st.incoming && st.stopping != "":
 		return failf(ExitIncomingFailed, "incoming migration: stopped on %s before the guest arrived", st.stopping)
 	case st.incoming:

@@ -102,3 +102,23 @@ type Guest struct {
 	Interfaces []vmv1.GuestInterface `json:"interfaces,omitempty"`
 	Error      string                `json:"error,omitempty"`
 }
+
+// SuspendPath is the resource of a suspend: PUT saves the guest's state to the runner's
+// --suspend-to and ends the runner once it is saved; GET reads where it stands.
+const SuspendPath = "/v1/suspend"
+
+// Suspend states.
+const (
+	SuspendNone   = "none"
+	SuspendSaving = "saving"
+	SuspendSaved  = "saved"
+	SuspendFailed = "failed"
+)
+
+// SuspendStatus is where a suspend stands: Bytes is the size of the saved state; Error says
+// why a suspend failed or was refused (the guest then runs on, unchanged).
+type SuspendStatus struct {
+	State string `json:"state"`
+	Bytes int64  `json:"bytes,omitempty"`
+	Error string `json:"error,omitempty"`
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,6 +82,11 @@ type Config struct {
 	// Incoming makes this runner a live migration's target: QEMU waits for the guest on
 	// <control dir>/migrate-in.sock instead of booting it (docs/runner.md).
 	Incoming bool
+	// SuspendTo is where a suspend (PUT /v1/suspend) writes the guest's state, memory and
+	// devices: a file on a volume that outlives the pod. "" serves no suspend.
+	SuspendTo string
+	// ResumeFrom starts the guest from a state a suspend wrote instead of booting it.
+	ResumeFrom string
 	// Machine is QEMU's machine type: "" is q35, the newest this QEMU knows; a versioned one
 	// (pc-q35-7.2) keeps the guest's hardware across QEMU versions, so a guest started on
 	// QEMU 7.2 can migrate onto QEMU 10.0 (provider qemu only).
@@ -241,6 +247,20 @@ func (c *Config) validateControl() []error {
 			errs = append(errs, fmt.Errorf("--incoming: only provider %s can receive a live migration, not %q", ProviderQEMU, c.Provider))
 		}
 	}
+	for _, f := range []struct{ flag, path string }{{"--suspend-to", c.SuspendTo}, {"--resume-from", c.ResumeFrom}} {
+		switch {
+		case f.path == "":
+		case !filepath.IsAbs(f.path):
+			errs = append(errs, fmt.Errorf("%s: %q must be an absolute path", f.flag, f.path))
+		case c.Provider != ProviderQEMU:
+			errs = append(errs, fmt.Errorf("%s: only provider %s can save and load a guest's state, not %q", f.flag, ProviderQEMU, c.Provider))
+		case c.RootVolume == nil || slices.ContainsFunc(c.Disks, func(d Disk) bool { return d.Kind == DiskEmpty }):
+			errs = append(errs, fmt.Errorf("%s: every writable disk must be a volume (--root-volume, no empty disks): a saved state must find the disks it was saved with", f.flag))
+		}
+	}
+	if c.ResumeFrom != "" && c.Incoming {
+		errs = append(errs, errors.New("--resume-from and --incoming: a guest arrives one way, from a saved state or from a live migration"))
+	}
 	return errs
 }
 
@@ -304,6 +324,12 @@ func (c Config) Args() []string {
 	}
 	if c.Incoming {
 		args = append(args, "--incoming")
+	}
+	if c.SuspendTo != "" {
+		args = append(args, "--suspend-to="+c.SuspendTo)
+	}
+	if c.ResumeFrom != "" {
+		args = append(args, "--resume-from="+c.ResumeFrom)
 	}
 	if c.Machine != "" {
 		args = append(args, "--machine="+c.Machine)
@@ -389,6 +415,8 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxMemoryMiB, "max-memory-mib", 0, "most memory in MiB the guest can be resized to at run time, a multiple of 128 like --memory-mib (0: --memory-mib, not resizable)")
 	fs.StringVar(&c.ControlSocket, "control-socket", DefaultControlSocket, "unix socket of the control API (resize), created 0600; empty: none")
 	fs.BoolVar(&c.Incoming, "incoming", false, "be a live migration's target: QEMU receives the running guest on migrate-in.sock next to --control-socket instead of booting it (provider qemu)")
+	fs.StringVar(&c.SuspendTo, "suspend-to", "", "where a suspend (PUT /v1/suspend on the control socket) writes the guest's state: a file on a volume that outlives the pod; every writable disk must be a volume (provider qemu)")
+	fs.StringVar(&c.ResumeFrom, "resume-from", "", "start the guest from the state a suspend wrote at this path instead of booting it (provider qemu)")
 	fs.StringVar(&c.Machine, "machine", "", "QEMU's machine type: q35 (the default, this QEMU's newest) or a versioned one such as pc-q35-7.2, which a guest keeps across QEMU versions")
 	fs.BoolVar(&c.GuestAgent, "guest-agent", false, "give the guest a virtio-serial channel for qemu-guest-agent, served on qga.sock in --state-dir (provider qemu)")
 	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel; without it the root disk boots through --firmware")

@@ -46,3 +46,30 @@ func TestIncomingFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestSuspendFlags: --suspend-to and --resume-from read back unchanged, and are refused, naming
+// the flag and the fix, for a guest whose writable disks are not all volumes, a relative path,
+// cloud-hypervisor, or a resume that is also a migration's target.
+func TestSuspendFlags(t *testing.T) {
+	base := []string{"--name=web", "--cpus=1", "--memory-mib=256", "--root-disk=/d"}
+	claim := "--root-volume=kind=file,path=/virtpod/root"
+	ok, err := runnerconfigtest.Parse(append(slices.Clone(base), claim, "--suspend-to=/virtpod/state/guest.state", "--resume-from=/virtpod/state/guest.state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := runnerconfigtest.Parse(ok.Args()); err != nil || !reflect.DeepEqual(got, ok) {
+		t.Fatalf("read back %+v, %v; want %+v", got, err, ok)
+	}
+	for flags, want := range map[string]string{
+		"--suspend-to=/s":         "--suspend-to: every writable disk must be a volume",
+		claim + " --suspend-to=s": `--suspend-to: "s" must be an absolute path`,
+		claim + " --resume-from=/s --provider=cloud-hypervisor":               "--resume-from: only provider qemu can save and load",
+		claim + " --resume-from=/s --incoming":                                "--resume-from and --incoming",
+		claim + " --suspend-to=/s --disk=name=scratch,kind=empty,size-mib=64": "--suspend-to: every writable disk must be a volume",
+	} {
+		_, err := runnerconfigtest.Parse(append(slices.Clone(base), strings.Fields(flags)...))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", flags, err, want)
+		}
+	}
+}

@@ -60,6 +60,13 @@ type AgentChannel interface {
 	AgentChannelOpen(ctx context.Context) (bool, error)
 }
 
+// Saver is a hypervisor that can save its guest's state for a later start to load (suspend).
+type Saver interface {
+	// SaveGuest pauses the guest and streams its state to the unix socket at sock; the
+	// Migrator's QueryMigrate follows it.
+	SaveGuest(sock string) error
+}
+
 // Resizer is a hypervisor that can change a running guest's size.
 type Resizer interface {
 	// GuestSize is what the guest has now.

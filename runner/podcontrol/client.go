@@ -81,6 +81,14 @@ func (c *Client) Guest(ctx context.Context) (controlapi.Guest, error) {
 	return g, err
 }
 
+// Suspend asks the runner to save its guest's state (to its --suspend-to) and end; it returns
+// once the state is saved, or with the runner's refusal or failure (the guest then runs on).
+func (c *Client) Suspend(ctx context.Context) (controlapi.SuspendStatus, error) {
+	var st controlapi.SuspendStatus
+	err := c.call(ctx, http.MethodPut, controlapi.SuspendPath, nil, &st, http.StatusOK)
+	return st, err
+}
+
 // call sends body (nil: none) as JSON and decodes the answer into out, also when the status is
 // not one of ok: the runner's view comes with its refusals too.
 func (c *Client) call(ctx context.Context, method, path string, body, out any, ok ...int) error {
