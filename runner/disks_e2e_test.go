@@ -240,6 +240,10 @@ func TestRootDiskOnClaim(t *testing.T) {
 	if out := r.stdout.String(); strings.Contains(out, "VIRTPOD-GUEST-BOOTS") || strings.Contains(out, marker) || lastBeat(out) <= saved {
 		t.Fatalf("the resumed guest booted again, or its heartbeat did not go on from %d:\n%s", saved, tail(out, 10))
 	}
+	// The loaded state is gone: the guest's disks have moved on from it.
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("the state a resume loaded is still there (%v)", err)
+	}
 	r.signal(t, syscall.SIGTERM)
 	if code, msg := r.waitExit(t, 60*time.Second); code != runner.ExitOK {
 		t.Fatalf("after SIGTERM: exit %d %q", code, msg)
@@ -300,4 +304,27 @@ func waitConsole(t *testing.T, r *runnerProc, d time.Duration, ok func(string) b
 		}
 	}
 	t.Fatalf("not within %v; the console ends:\n%s", d, tail(r.stdout.String(), 10))
+}
+
+// TestResumeFromBadState: a state QEMU cannot load (here, not a state at all) ends the runner
+// with exit 9 and the cause, and the file is kept; no guest boots in its place.
+func TestResumeFromBadState(t *testing.T) {
+	guest := needGuestHost(t)
+	claim := t.TempDir()
+	state := filepath.Join(t.TempDir(), "guest.state")
+	if err := os.WriteFile(state, []byte("not a QEMU migration stream"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startRunner(t, "", append(baseArgs(t, guest, "vm-bad-state"), "--network=none", "--http-addr="+loopback.FreeAddr(t),
+		"--root-volume=kind=file,path="+claim, "--resume-from="+state)...)
+	code, msg := r.waitExit(t, 60*time.Second)
+	if code != runner.ExitIncomingFailed || !strings.Contains(msg, "resume from "+state+" failed") || !strings.Contains(msg, "the saved state is kept") {
+		t.Fatalf("exit %d %q", code, msg)
+	}
+	if b, err := os.ReadFile(state); err != nil || string(b) != "not a QEMU migration stream" {
+		t.Errorf("the state after a failed resume: %q, %v", b, err)
+	}
+	if strings.Contains(r.stdout.String(), marker) {
+		t.Errorf("a guest booted in place of the one that could not be resumed")
+	}
 }

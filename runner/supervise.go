@@ -151,7 +151,14 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		st.incoming, incomingPoll = false, nil
 		mig.setArrived()
 		if st.resuming {
-			log.Info("the guest's saved state is loaded; resuming it", zap.String("seen", how))
+			// The state is removed before the guest runs: once it runs, its disks move on and
+			// that state would no longer match them, so it must never be loaded again.
+			if err := removeState(cfg.ResumeFrom); err != nil {
+				st.loadError = "the loaded state could not be removed, so the guest is not resumed: " + err.Error()
+				quit("the loaded state could not be removed")
+				return
+			}
+			log.Info("the guest's saved state is loaded and removed; resuming it", zap.String("seen", how))
 			if err := hv.Resume(ctx); err != nil {
 				log.Error("resuming the loaded guest failed", zap.Error(err))
 				quit("resume failed")

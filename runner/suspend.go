@@ -212,3 +212,16 @@ func feedState(ctx context.Context, path, sock string) error {
 	}
 	return nil
 }
+
+// removeState removes a loaded state file, durably.
+func removeState(path string) error {
+	if err := os.Remove(path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
