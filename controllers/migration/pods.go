@@ -2,6 +2,7 @@ package migration
 
 import (
 	"encoding/json"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -47,13 +48,20 @@ func started(pod *corev1.Pod) bool {
 	return false
 }
 
-// unschedulable is the scheduler's refusal of a pod, in its words.
-func unschedulable(pod *corev1.Pod) (string, bool) {
+// unschedulable is the scheduler's refusal of a pod, in its words. A refusal for a claim the
+// migration made (claims) not being found is not one: the claims are made before the pod, and
+// the scheduler's cache can lag behind them; it tries the pod again once it sees the claim.
+func unschedulable(pod *corev1.Pod, claims []vmv1.MigratedClaim) (string, bool) {
 	if pod.Spec.NodeName != "" {
 		return "", false
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			for _, cl := range claims {
+				if strings.Contains(c.Message, `persistentvolumeclaim "`+cl.Target+`" not found`) {
+					return "", false
+				}
+			}
 			return c.Message, true
 		}
 	}

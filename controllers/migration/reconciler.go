@@ -219,7 +219,7 @@ func (r *Reconciler) follow(ctx context.Context, mig *vmv1.VirtualMachineMigrati
 	case !r.now().Before(r.deadline(mig)):
 		return r.fail(ctx, mig, next, p, vmv1.ReasonTimeout, fmt.Sprintf("not done within spec.completionTimeoutSeconds (%s): the transfer is cancelled and the guest stays on the source; raise the timeout or bandwidthMiBps", r.timeout(mig)))
 	}
-	if why, ok := unschedulable(p.target); ok {
+	if why, ok := unschedulable(p.target, next.Status.Claims); ok {
 		return r.fail(ctx, mig, next, p, vmv1.ReasonTargetUnschedulable, fmt.Sprintf("target pod %s cannot be scheduled: %s; the guest stays on the source", next.Status.TargetPod, why))
 	}
 	msg := fmt.Sprintf("target pod %s waits for a node", next.Status.TargetPod)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -254,9 +255,11 @@ func TestLiveMigration(t *testing.T) {
 	}
 	// The root disk too is on a node-local claim, filled from the image at the first boot, where
 	// the guest counts its boots: the restart of step 6 counts 2 from a claim copied twice.
-	if err := kube.Create(ctx, newClaim(ns, "mover-root", "512Mi", corev1.PersistentVolumeFilesystem)); err != nil {
+	if err := kube.Create(ctx, newClaim(ns, "mover-root", "128Mi", corev1.PersistentVolumeFilesystem)); err != nil {
 		t.Fatal(err)
 	}
+	// Small, for each move copies all of it.
+	vm.Spec.Guest.RootDisk.Size = ptr.To(resource.MustParse("128Mi"))
 	vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "mover-root"}
 	vm.Spec.Guest.Disks = []vmv1.Disk{{Name: "shared", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "mover-shared"}},
 		{Name: "local", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "mover-local"}}}

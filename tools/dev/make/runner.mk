@@ -15,7 +15,7 @@ RUNNER_TEST_PKGS := ./runner/ ./runner/hypervisor/... ./runner/kvm/... ./runner/
 	./pkg/qemu/... ./pkg/cloudhypervisor/... \
 	./pkg/guestnet/... ./pkg/podnat/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
 
-.PHONY: runner-deps guest-fixture debian-guest qemu-next test-runner bench-boot bench-resize bench-migrate build-runner
+.PHONY: runner-deps guest-fixture debian-guest qemu-next test-runner bench-boot bench-resize bench-migrate bench-suspend build-runner
 
 runner-deps: ## Install the Debian packages the runner tests need (no-op when present; root to install).
 	bash tools/dev/ci/install-deps.sh
@@ -44,3 +44,6 @@ build-runner: ## Build the runner binary into $(RUNNER_BIN).
 
 bench-migrate: guest-fixture ## Live migration of the test guest under TCG (256Mi and 1Gi, three hops each): QEMU's total time and downtime, the guest's heartbeat gap (root).
 	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -run '^$$' -bench BenchmarkMigrate -benchtime=1x -timeout 20m ./runner/
+
+bench-suspend: guest-fixture ## Suspend of the test guest to a file and its resume in a new runner under TCG (256Mi and 1Gi, three cycles each): suspend time, state size, load time, runner start to running (root).
+	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -run '^$$' -bench BenchmarkSuspend -benchtime=1x -timeout 20m ./runner/
