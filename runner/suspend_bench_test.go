@@ -114,4 +114,3 @@ func logGap(b *testing.B, log, from, to string) time.Duration {
 	}
 	return time.Duration((at(to) - at(from)) * float64(time.Second))
 }
-
