@@ -206,7 +206,13 @@ func target(t *testing.T, mig *vmv1.VirtualMachineMigration) *corev1.Pod {
 	t.Helper()
 	name := podspec.TargetPodName(mig.Spec.VMName, getMig(t, mig).UID)
 	var pod *corev1.Pod
-	eventually(t, "target pod "+name, func() (err error) { pod, err = getPod(mig.Namespace, name); return err })
+	eventually(t, "target pod "+name, func() (err error) {
+		if pod, err = getPod(mig.Namespace, name); err != nil {
+			// The migration's status says why there is none (a refusal, or a step not taken).
+			return fmt.Errorf("%w; migration status %+v", err, getMig(t, mig).Status)
+		}
+		return nil
+	})
 	return pod
 }
 
