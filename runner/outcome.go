@@ -3,6 +3,8 @@ package runner
 import (
 	"fmt"
 	"os"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
 // Exit codes; the termination message says the same in words.
@@ -23,8 +25,9 @@ const (
 const MessageMigrated = "guest migrated to another pod"
 
 // MessageSuspended, followed by the state's path, is the termination message of a runner whose
-// guest was suspended: its state is saved there, for a runner with --resume-from.
-const MessageSuspended = "suspended: the guest's state is saved in "
+// guest was suspended: its state is saved there, for a runner with --resume-from. The
+// controller reads it (vmv1.MessageSuspended).
+const MessageSuspended = vmv1.MessageSuspended
 
 // Outcome is how a run ended.
 type Outcome struct {

@@ -26,7 +26,7 @@ type cause struct{ reason, message string }
 type facts struct {
 	pod      *corev1.Pod // the runner pod; nil when there is none
 	held     *cause      // why no new runner pod starts (there is none then)
-	halted   *cause      // runStrategy Halted: why there is no guest (haltedCause)
+	halted   *cause      // runStrategy Halted or spec.suspend: why there is no guest (haltedCause)
 	stopping *cause      // why the runner pod is being deleted, when virtpod deleted it on purpose (stoppingCause)
 	lost     *cause      // the pod's node is not ready or was deleted (nodeHealth)
 	fit      string      // virtpod's account of the nodes, for a pod the scheduler cannot place (whyNot)
@@ -227,13 +227,16 @@ func cloudInitSecret(pod *corev1.Pod) *corev1.SecretVolumeSource {
 	return nil
 }
 
-// haltedCause is what Scheduled and Ready say of a halted VM without a runner pod; nil when the
-// VM is not halted.
+// haltedCause is what Scheduled and Ready say of a halted or suspended VM without a runner pod;
+// nil when the VM is neither.
 func haltedCause(vm *vmv1.VirtualMachine) *cause {
-	if !vm.Spec.Halted() {
-		return nil
+	switch {
+	case vm.Spec.Halted():
+		return &cause{vmv1.ReasonHalted, fmt.Sprintf("runStrategy is Halted: vmctl start %s starts it", vm.Name)}
+	case vm.Spec.Suspend:
+		return &cause{vmv1.ReasonSuspended, fmt.Sprintf("spec.suspend is true: no guest runs while it is (the Suspended condition says whether its state is saved); vmctl resume %s continues it", vm.Name)}
 	}
-	return &cause{vmv1.ReasonHalted, fmt.Sprintf("runStrategy is Halted: vmctl start %s starts it", vm.Name)}
+	return nil
 }
 
 // haltingMessage is Ready's message while a halted VM's guest powers down; resumingSuffix ends

@@ -184,7 +184,7 @@ func TestScheduledAndReady(t *testing.T) {
 			ready:     want{"False", vmv1.ReasonRunnerFailed, "runner exited with code 1 (Error): qemu: no kernel"}},
 	} {
 		st := tc.status
-		observe(&st, 7, tc.f.pod, tc.f.halted != nil)
+		observe(&st, 7, tc.f.pod, tc.f.halted != nil, false)
 		setScheduled(&st, 7, tc.f)
 		setReady(&st, 7, tc.f)
 		if st.Phase != tc.phase {
@@ -246,10 +246,10 @@ func TestStoppingCause(t *testing.T) {
 func TestSettersIgnoreOrder(t *testing.T) {
 	f := facts{pod: pod(onNode, runnerUp, ready), lost: &cause{vmv1.ReasonNodeDeleted, "node node-a was deleted"}}
 	a, b := vmv1.VirtualMachineStatus{}, vmv1.VirtualMachineStatus{}
-	observe(&a, 7, f.pod, false)
+	observe(&a, 7, f.pod, false, false)
 	setScheduled(&a, 7, f)
 	setReady(&a, 7, f)
-	observe(&b, 7, f.pod, false)
+	observe(&b, 7, f.pod, false, false)
 	setReady(&b, 7, f)
 	setScheduled(&b, 7, f)
 	setReady(&b, 7, f)

@@ -75,6 +75,12 @@ func (r *Reconciler) checkDisks(ctx context.Context, vm *vmv1.VirtualMachine, po
 			waiting = append(waiting, name)
 		}
 		f.claims[name] = podspec.ClaimOf(pvc)
+		if g.StateClaim != nil && g.StateClaim.ClaimName == name {
+			if why := stateClaimUnfit(g, f.claims[name]); why != nil {
+				f.held = why
+				return f, nil
+			}
+		}
 		if pod == nil {
 			if why, err := r.claimTaken(ctx, vm, name); err != nil || why != nil {
 				f.held = why
@@ -219,7 +225,30 @@ func claimUse(g *vmv1.GuestSpec, claim string) string {
 			uses = append(uses, "disk "+d.Name)
 		}
 	}
+	if c := g.StateClaim; c != nil && c.ClaimName == claim {
+		uses = append(uses, "spec.guest.stateClaim")
+	}
 	return strings.Join(uses, ", ")
+}
+
+// stateClaimUnfit says why the state claim cannot keep the guest's state: a Block claim (the
+// state is a file), or one too small for the guest's memory (its maxMemory, which a live
+// resize may reach) plus vmv1.StateOverheadMiB. nil when it fits, or its size is not known.
+func stateClaimUnfit(g *vmv1.GuestSpec, claim podspec.Claim) *cause {
+	name := g.StateClaim.ClaimName
+	if claim.Block {
+		return &cause{vmv1.ReasonStateClaimUnfit, fmt.Sprintf("PersistentVolumeClaim %q (spec.guest.stateClaim) is a Block claim: the guest's state is a file; name a Filesystem claim", name)}
+	}
+	mem := g.Memory
+	if g.MaxMemory != nil && g.MaxMemory.Cmp(mem) > 0 {
+		mem = *g.MaxMemory
+	}
+	need := (mem.Value()+(1<<20)-1)>>20 + vmv1.StateOverheadMiB
+	if claim.SizeMiB > 0 && claim.SizeMiB < need {
+		return &cause{vmv1.ReasonStateClaimUnfit, fmt.Sprintf("PersistentVolumeClaim %q (spec.guest.stateClaim) holds %dMi, and the guest's state may need %dMi (its memory, %s, plus %dMi): name a claim of at least %dMi",
+			name, claim.SizeMiB, need, mem.String(), vmv1.StateOverheadMiB, need)}
+	}
+	return nil
 }
 
 func configMapDisk(g *vmv1.GuestSpec, name string) string {

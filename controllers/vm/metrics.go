@@ -14,6 +14,7 @@ type Metrics struct {
 	toRunning prometheus.Histogram
 	errors    *prometheus.CounterVec
 	restarts  prometheus.Counter
+	suspends  *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -38,8 +39,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "virtpod_vm_restarts_total",
 			Help: "Guests the controller restarted after their run ended (runStrategy Always or RerunOnFailure), counted as status.restartCount is.",
 		}),
+		suspends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtpod_vm_suspend_transitions_total",
+			Help: "Guests suspended (their state saved, result saved), resumed from a saved state (resumed), and saved states a run request discarded (discarded).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.toPod, m.toRunning, m.errors, m.restarts)
+	reg.MustRegister(m.toPod, m.toRunning, m.errors, m.restarts, m.suspends)
 	return m
 }
 
@@ -69,5 +74,12 @@ func (m *Metrics) reconcileError(step string) {
 func (m *Metrics) restarted() {
 	if m != nil {
 		m.restarts.Inc()
+	}
+}
+
+// suspendTransition counts a suspend's step: saved, resumed or discarded.
+func (m *Metrics) suspendTransition(result string) {
+	if m != nil {
+		m.suspends.WithLabelValues(result).Inc()
 	}
 }

@@ -26,6 +26,7 @@ import (
 const (
 	fieldRunStrategy    = "runStrategy"
 	fieldRunRequestedAt = "runRequestedAt"
+	fieldSuspend        = "suspend"
 )
 
 // reconcilePower applies the run strategy and run requests to the runner pod: restart.go
@@ -65,6 +66,9 @@ func (r *Reconciler) reconcilePower(ctx context.Context, s *scope) (done bool, e
 		return false, r.podVanished(ctx, s)
 	case runHeld:
 		s.held = hold // shown on Scheduled and Ready
+	case runSuspended:
+		// No guest starts while spec.suspend is true; the Suspended condition says whether a
+		// state is saved.
 	case runNoPod:
 		return false, r.start(ctx, s)
 	}
@@ -74,7 +78,7 @@ func (r *Reconciler) reconcilePower(ctx context.Context, s *scope) (done bool, e
 // start makes the runner pod, counting a run request that starts an ended run first. A pod the
 // API server refuses holds the VM (a change of the VM brings us back).
 func (r *Reconciler) start(ctx context.Context, s *scope) error {
-	if rerunRequested(s.vm) {
+	if rerunRequested(s.vm) || discardRequested(s.vm) {
 		if err := r.rerun(ctx, s); err != nil {
 			return err
 		}
@@ -84,6 +88,10 @@ func (r *Reconciler) start(ctx context.Context, s *scope) error {
 	if s.result, s.pod, err = r.startPod(ctx, s.vm, s.next, s.opts); errors.As(err, &refused) {
 		s.held = refused.cause()
 		return nil
+	}
+	if err == nil && s.pod != nil && podspec.ResumedFrom(s.pod) {
+		r.Recorder.Eventf(s.vm, s.pod, corev1.EventTypeNormal, "Resuming", "Resume", "Resuming the guest %sin runner pod %s from the state saved on claim %s at %s",
+			by(s.vm, fieldSuspend), s.pod.Name, s.vm.Status.SuspendedState.ClaimName, s.vm.Status.SuspendedState.SavedAt.UTC().Format(time.RFC3339))
 	}
 	return err
 }
@@ -97,9 +105,17 @@ func (r *Reconciler) keepRunning(ctx context.Context, s *scope) error {
 	if err := r.syncLabels(ctx, s.vm, s.pod); err != nil {
 		return r.fail("sync-labels", err)
 	}
+	r.resumed(s)
+	if !s.vm.Spec.Suspend {
+		if err := r.withdrawSuspend(ctx, s.pod); err != nil {
+			return err
+		}
+	}
 	switch liveAction(s.vm, s.pod, s.images) {
 	case actStop:
 		return r.stop(ctx, s)
+	case actSuspend:
+		return r.askSuspend(ctx, s)
 	case actRerun:
 		return r.rerun(ctx, s)
 	case actRecreate:
@@ -123,6 +139,8 @@ func (r *Reconciler) podEnded(ctx context.Context, s *scope) error {
 	term := termination(pod, r.now())
 	next.Status.LastTermination = term
 	switch endedAction(vm, pod) {
+	case actSuspended:
+		return r.recordSuspended(ctx, s)
 	case actStop:
 		return r.stop(ctx, s)
 	case actRestart:
@@ -218,14 +236,23 @@ func (r *Reconciler) stop(ctx context.Context, s *scope) error {
 func (r *Reconciler) rerun(ctx context.Context, s *scope) error {
 	vm, next, pod := s.vm, s.next, s.pod
 	counting := !requestCounted(vm)
+	discarded := discardRequested(vm)
 	if counting {
 		next.Status.UserRestartCount++
 		next.Status.LastRunRequest = vm.Spec.RunRequestedAt.DeepCopy()
 		next.Status.Phase = vmv1.PhasePending
 	}
+	if discarded {
+		next.Status.SuspendedState = nil // the new run boots afresh; the next suspend overwrites the file
+	}
 	next.Status.PodUID = ""
 	if err := r.letGo(ctx, s); err != nil {
 		return err
+	}
+	if discarded {
+		r.Metrics.suspendTransition("discarded")
+		r.Recorder.Eventf(vm, nil, corev1.EventTypeNormal, "StateDiscarded", "Start", "Discarded the guest's saved state %s(runRequestedAt later than the suspend): the guest boots afresh",
+			by(vm, fieldRunRequestedAt))
 	}
 	if counting {
 		at := vm.Spec.RunRequestedAt.UTC().Format(time.RFC3339)

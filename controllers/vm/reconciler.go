@@ -164,7 +164,7 @@ func (r *Reconciler) reconcileStatus(ctx context.Context, s *scope) (reconcile.R
 		return reconcile.Result{}, err
 	}
 	st, gen := &next.Status, vm.Generation
-	observe(st, gen, pod, vm.Spec.Halted())
+	observe(st, gen, pod, vm.Spec.Halted(), vm.Spec.Suspend)
 	setScheduled(st, gen, f)
 	setReady(st, gen, f)
 	setImagesCurrent(st, gen, pod, s.images, false)
@@ -174,6 +174,7 @@ func (r *Reconciler) reconcileStatus(ctx context.Context, s *scope) (reconcile.R
 	setResized(st, gen, s.resized)
 	setMigratable(st, gen, s.movable)
 	setAgentConnected(st, gen, s.agent)
+	setSuspended(st, gen, suspendViewOf(vm, next, pod))
 	if err := r.patchStatus(ctx, vm, next); apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // we read a stale VM; the newer one's event brings us back
 	} else if err != nil {
@@ -182,6 +183,7 @@ func (r *Reconciler) reconcileStatus(ctx context.Context, s *scope) (reconcile.R
 	r.announceEnd(vm, next, pod)
 	r.announcePower(vm, next, pod)
 	r.announceResize(vm, next, pod)
+	r.announceSuspend(vm, next, pod)
 	r.Metrics.observe(vm, next, r.now())
 	return s.result, nil
 }

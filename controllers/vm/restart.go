@@ -140,6 +140,7 @@ const (
 	runLive                     // the runner pod runs or starts: liveAction
 	runMissing                  // the pod status names is not in the cache: gone (vanishedAction), or not seen yet
 	runHalted                   // runStrategy Halted and no pod: none until the strategy changes
+	runSuspended                // spec.suspend and no pod: none until it is false
 	runHeld                     // no pod, and none may start (the provider or the disks say why)
 	runNoPod                    // no pod: start one, after the back-off
 )
@@ -160,6 +161,8 @@ func runStateOf(vm *vmv1.VirtualMachine, pod *corev1.Pod, moving, held bool) run
 		return runMissing
 	case vm.Spec.Halted():
 		return runHalted
+	case vm.Spec.Suspend:
+		return runSuspended
 	case held:
 		return runHeld
 	default:
@@ -178,12 +181,17 @@ const (
 	actRecreate               // new images under imageUpdatePolicy Recreate (recreate)
 	actLetGo                  // forget a vanished pod whose run had ended or was halted
 	actFail                   // a vanished pod is the run's failure, kept by the run strategy
+	actSuspend                // spec.suspend: ask the node agent to save the guest (askSuspend)
+	actSuspended              // the runner saved its guest and ended: record the state (recordSuspended)
 )
 
-// endedAction applies the run strategy to an ended run: a new run, the pod removed (Halted), a
-// new run on request, or the end kept (the Stopped or Failed event follows the status write).
+// endedAction applies the run strategy to an ended run: a suspend's end recorded, a new run,
+// the pod removed (Halted), a new run on request, or the end kept (the Stopped or Failed event
+// follows the status write).
 func endedAction(vm *vmv1.VirtualMachine, pod *corev1.Pod) action {
 	switch {
+	case suspendedEnd(pod) && vm.Spec.Guest.StateClaim != nil:
+		return actSuspended // whatever the spec says now: a saved guest is never thrown away
 	case vm.Spec.Halted():
 		return actStop
 	case restarts(vm.Spec.RunStrategy, pod.Status.Phase == corev1.PodFailed):
@@ -196,13 +204,16 @@ func endedAction(vm *vmv1.VirtualMachine, pod *corev1.Pod) action {
 
 // liveAction is what happens to a pod that runs or starts: stopped for Halted, left alone while
 // a live migration moves its guest (controllers/migration; its end brings this pod's update
-// event), replaced on a run request, or recreated for images it does not use yet.
+// event), suspended for spec.suspend, replaced on a run request, or recreated for images it
+// does not use yet.
 func liveAction(vm *vmv1.VirtualMachine, pod *corev1.Pod, images vmv1.Images) action {
 	switch {
 	case vm.Spec.Halted():
 		return actStop
 	case migrating(pod):
 		return actKeep
+	case vm.Spec.Suspend:
+		return actSuspend
 	case replaceRequested(vm, pod):
 		return actRerun
 	case podspec.PodImages(pod) != images && vm.Spec.ImageUpdatePolicy == vmv1.ImageUpdateRecreate:

@@ -251,6 +251,10 @@ func TestRunStateOf(t *testing.T) {
 		{"pod runs, halted and held", web(vmv1.RunHalted), pod(onNode), false, true, runLive},
 		{"pod in status not in the cache", with(web(vmv1.RunHalted), named), nil, false, true, runMissing},
 		{"halted", web(vmv1.RunHalted), nil, false, true, runHalted},
+		{"halted and suspended", with(web(vmv1.RunHalted), suspend), nil, false, false, runHalted},
+		{"suspended", with(web(vmv1.RunAlways), suspend), nil, false, false, runSuspended},
+		{"suspended and held", with(web(vmv1.RunAlways), suspend), nil, false, true, runSuspended},
+		{"suspended, pod still runs", with(web(vmv1.RunAlways), suspend), pod(onNode, ready), false, false, runLive},
 		{"held", web(vmv1.RunAlways), nil, false, true, runHeld},
 		{"no pod", web(vmv1.RunOnce), nil, false, false, runNoPod},
 	} {
@@ -260,14 +264,28 @@ func TestRunStateOf(t *testing.T) {
 	}
 }
 
+// suspend sets spec.suspend, with the state claim it needs.
+func suspend(vm *vmv1.VirtualMachine) {
+	vm.Spec.Suspend = true
+	vm.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: "web-state"}
+}
+
+// saved is a runner pod that saved its guest and ended.
+func saved(p *corev1.Pod) {
+	p.Status.Phase = corev1.PodSucceeded
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Message: vmv1.MessageSuspended + vmv1.StateFile}}}}
+}
+
 // with edits a VM in a table.
 func with(vm *vmv1.VirtualMachine, edit func(*vmv1.VirtualMachine)) *vmv1.VirtualMachine {
 	edit(vm)
 	return vm
 }
 
-// TestEndedAction: Halted wins, then the strategy's restart, then a run request; else the end
-// is kept.
+// TestEndedAction: a saved guest's end is recorded whatever the spec says now (the state is
+// never thrown away); then Halted wins, then the strategy's restart, then a run request; else
+// the end is kept.
 func TestEndedAction(t *testing.T) {
 	succeeded := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
 	asked := func(vm *vmv1.VirtualMachine) { vm.Spec.RunRequestedAt = ptr.To(metav1.Now()) }
@@ -277,6 +295,11 @@ func TestEndedAction(t *testing.T) {
 		pod  *corev1.Pod
 		want action
 	}{
+		{"saved its guest", with(web(vmv1.RunAlways), suspend), pod(saved), actSuspended},
+		{"saved its guest, suspend since withdrawn", with(with(web(vmv1.RunAlways), suspend), func(v *vmv1.VirtualMachine) { v.Spec.Suspend = false }), pod(saved), actSuspended},
+		{"saved its guest, halted since", with(with(web(vmv1.RunHalted), suspend), asked), pod(saved), actSuspended},
+		{"saved, but the state claim is gone from the spec", web(vmv1.RunAlways), pod(saved), actRestart},
+		{"powered off while asked to suspend", with(web(vmv1.RunOnce), suspend), pod(succeeded), actKeep},
 		{"halted", with(web(vmv1.RunHalted), asked), pod(failed), actStop},
 		{"always", web(vmv1.RunAlways), pod(succeeded), actRestart},
 		{"rerun on failure, failed", web(vmv1.RunRerunOnFailure), pod(failed), actRestart},
@@ -292,7 +315,7 @@ func TestEndedAction(t *testing.T) {
 }
 
 // TestLiveAction: Halted stops even a migrating guest; a migration otherwise keeps the pod as
-// it is; then a run request, then images under imageUpdatePolicy Recreate.
+// it is; then a suspend, then a run request, then images under imageUpdatePolicy Recreate.
 func TestLiveAction(t *testing.T) {
 	base := web(vmv1.RunAlways)
 	base.Spec.Guest = vmv1.GuestSpec{CPUs: 1, Memory: resource.MustParse("256Mi"), KernelImage: "k:1", RootDisk: vmv1.RootDisk{Image: "d:1"}}
@@ -321,6 +344,9 @@ func TestLiveAction(t *testing.T) {
 		{"halted", vm(vmv1.RunHalted, "", true), running, newer, actStop},
 		{"halted while migrating", vm(vmv1.RunHalted, "", false), moving, same, actStop},
 		{"migrating, asked to restart", vm(vmv1.RunAlways, vmv1.ImageUpdateRecreate, true), moving, newer, actKeep},
+		{"suspend", with(vm(vmv1.RunAlways, vmv1.ImageUpdateRecreate, true), suspend), running, newer, actSuspend},
+		{"suspend while migrating", with(vm(vmv1.RunAlways, "", false), suspend), moving, same, actKeep},
+		{"suspend, halted", with(vm(vmv1.RunHalted, "", false), suspend), running, same, actStop},
 		{"asked to restart", vm(vmv1.RunAlways, vmv1.ImageUpdateRecreate, true), running, newer, actRerun},
 		{"new images, Recreate", vm(vmv1.RunAlways, vmv1.ImageUpdateRecreate, false), running, newer, actRecreate},
 		{"new images, not Recreate", vm(vmv1.RunAlways, "", false), running, newer, actKeep},

@@ -14,13 +14,16 @@ import (
 // observe records which runner pod the status describes (nil when there is none), where it
 // runs and the VM's phase; the conditions are set from the same pod by the setters
 // (conditions.go). A halted VM is Stopping while it has a pod and Stopped once it has none.
-func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, halted bool) {
+func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, halted, suspend bool) {
 	st.ObservedGeneration = generation
-	if pod == nil {
+	parked := suspend && st.SuspendedState != nil && st.PodUID == "" // the pod, if any, is the one that saved it
+	if pod == nil || parked {
 		st.Node, st.PodIP = "", ""
 		switch {
 		case halted:
 			st.Phase = vmv1.PhaseStopped
+		case parked:
+			st.Phase = vmv1.PhaseSuspended
 		case !terminal(st.Phase):
 			st.Phase = vmv1.PhasePending
 		}

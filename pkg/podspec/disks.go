@@ -21,6 +21,9 @@ const (
 	rootClaim  = "root-claim"
 	rootMount  = "/virtpod/root"
 	rootDevice = devicesDir + "/" + vmv1.RootDiskName
+	// stateClaimVolume is the state claim's volume (spec.guest.stateClaim), mounted at
+	// vmv1.StateMount.
+	stateClaimVolume = "state-claim"
 )
 
 // Claim is what the controller read of a PersistentVolumeClaim a VM names: it decides how the
@@ -102,6 +105,11 @@ func disks(vm *vmv1.VirtualMachine, opts Options) diskParts {
 			p.rootDisk = &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: rootMount}
 		}
 		p.rootDisk.Migrate = claim.migrate(false)
+	}
+	if c := g.StateClaim; c != nil {
+		p.volumes = append(p.volumes, corev1.Volume{Name: stateClaimVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName}}})
+		p.mounts = append(p.mounts, corev1.VolumeMount{Name: stateClaimVolume, MountPath: vmv1.StateMount})
 	}
 	for _, d := range g.Disks {
 		vol := corev1.Volume{Name: diskVolumeName(d.Name)}

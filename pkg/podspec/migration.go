@@ -43,7 +43,8 @@ var sourceOnly = map[string]bool{
 // moves onto the current runner, which is how imageUpdatePolicy LiveMigrate updates it; the
 // kernel and disk images stay the source's, which the guest runs from), unbound, and kept off
 // the source's node by node affinity in every required term (or sent to mig's targetNode), and
-// with the claims mig copies (status.claims) replaced by those it made for the target.
+// with the claims mig copies (status.claims) replaced by those it made for the target, and
+// without the state claim and the suspend and resume flags (withoutState).
 // Labels are the source's plus the target role, so Services select it once it runs the guest.
 // Pure.
 func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine, runnerImage string) *corev1.Pod {
@@ -66,6 +67,7 @@ func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine, runn
 
 	spec := src.Spec.DeepCopy()
 	withTargetClaims(spec, mig)
+	withoutState(spec)
 	spec.NodeName = ""
 	spec.EphemeralContainers = nil
 	for i := range spec.Containers {

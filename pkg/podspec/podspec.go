@@ -124,6 +124,12 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		// same hardware; "" before its first start.
 		c.Machine = vm.Status.Machine
 		c.GuestAgent = true
+		if vm.Spec.Guest.StateClaim != nil {
+			c.SuspendTo = vmv1.StateFile
+			if Resumes(vm) {
+				c.ResumeFrom = vmv1.StateFile
+			}
+		}
 	}
 	if g.NetworkMode == vmv1.NetworkMasquerade {
 		c.Network = runnerconfig.NetworkMasquerade
@@ -462,7 +468,8 @@ func Resources(vm *vmv1.VirtualMachine, opts Options, cpus int32, memory resourc
 	mem.Add(opts.OverheadMemory)
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		// Emulation keeps translated code beside the guest's memory, up to QEMU's tb-size.
-		mem.Add(*resource.NewQuantity(qemu.TCGTranslationCacheMiB(memory.Value()>>20)<<20, resource.BinarySI))
+		hotplug := vm.Spec.Guest.MaxCPUs != nil && *vm.Spec.Guest.MaxCPUs > 1 // over-reserves for a guest booted at its maximum, never under
+		mem.Add(*resource.NewQuantity(qemu.TCGTranslationCacheMiB(memory.Value()>>20, hotplug)<<20, resource.BinarySI))
 	}
 	if opts.Class != nil {
 		// The class's overhead is the hypervisor's own, added as RuntimeClass's is.

@@ -109,7 +109,7 @@ func Args(s Spec) ([]string, error) {
 	if accel == "tcg" {
 		// TCG's translation cache would grow to 1 GiB on this kind of host, beyond what the
 		// pod's memory limit allows for: bound it (podspec adds it to an emulated VM's memory).
-		accel += ",tb-size=" + strconv.FormatInt(TCGTranslationCacheMiB(s.MemoryMiB), 10)
+		accel += ",tb-size=" + strconv.FormatInt(TCGTranslationCacheMiB(s.MemoryMiB, s.MaxCPUs > s.CPUs), 10)
 	}
 	args := []string{
 		"-name", "guest=" + optValue(s.Name),
@@ -209,7 +209,16 @@ func firmwareArgs(s Spec) []string {
 // An eighth of the guest, 32 to 128 MiB: the test guest (256 MiB) filled 60 MiB of a 128 MiB
 // cache by its ready marker; bounded at 32 MiB it used 27 MiB less and booted a few percent
 // slower (docs/benchmarks.md).
-func TCGTranslationCacheMiB(guestMiB int64) int64 {
+//
+// A guest whose vCPUs are hotplugged gets the largest, 128 MiB: each new vCPU's TCG thread
+// takes a region of the cache (2 MiB or more, at most eight per possible vCPU) for itself, and
+// QEMU aborts (tcg_region_initial_alloc__locked) when every region is taken, as happens between
+// two flushes of a cache that fills. More regions make that rare, not impossible: a QEMU limit
+// of emulation (docs/runner.md); KVM has no such cache.
+func TCGTranslationCacheMiB(guestMiB int64, hotplugCPUs bool) int64 {
+	if hotplugCPUs {
+		return 128
+	}
 	return min(max(guestMiB/8, 32), 128)
 }
 

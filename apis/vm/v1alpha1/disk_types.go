@@ -119,7 +119,8 @@ type RootDiskClaim struct {
 	ClaimName string `json:"claimName"`
 }
 
-// ClaimNames are the PersistentVolumeClaims the VM's disks name, root disk first, each once.
+// ClaimNames are the PersistentVolumeClaims the VM's disks name, root disk first, and its state
+// claim last, each once.
 func (g *GuestSpec) ClaimNames() []string {
 	var names []string
 	seen := map[string]bool{}
@@ -137,13 +138,16 @@ func (g *GuestSpec) ClaimNames() []string {
 			add(d.PersistentVolumeClaim.ClaimName)
 		}
 	}
+	if g.StateClaim != nil {
+		add(g.StateClaim.ClaimName)
+	}
 	return names
 }
 
-// WritesClaim says whether the VM may write the claim: a root disk always does, a data disk
-// unless it is readOnly.
+// WritesClaim says whether the VM may write the claim: a root disk and the state claim always
+// do, a data disk unless it is readOnly.
 func (g *GuestSpec) WritesClaim(name string) bool {
-	if c := g.RootDisk.PersistentVolumeClaim; c != nil && c.ClaimName == name {
+	if c := g.RootDisk.PersistentVolumeClaim; c != nil && c.ClaimName == name || g.StateClaim != nil && g.StateClaim.ClaimName == name {
 		return true
 	}
 	for _, d := range g.Disks {

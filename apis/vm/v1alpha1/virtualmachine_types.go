@@ -63,6 +63,8 @@ func (s *VirtualMachineSpec) EffectiveRunStrategy() RunStrategy {
 func (s *VirtualMachineSpec) Halted() bool { return s.RunStrategy == RunHalted }
 
 // VirtualMachineSpec is the desired virtual machine.
+// +kubebuilder:validation:XValidation:rule="!has(self.suspend) || !self.suspend || has(self.guest.stateClaim)",message="spec.suspend needs spec.guest.stateClaim: name a Filesystem claim of at least the guest's memory plus 64Mi to keep its state (the runner pod mounts it from its next start), or set suspend false",fieldPath=".suspend"
+// +kubebuilder:validation:XValidation:rule="!has(self.guest.stateClaim) || !has(self.provider) || self.provider == 'qemu'",message="spec.guest.stateClaim is for provider qemu: cloud-hypervisor guests cannot be suspended; remove stateClaim",fieldPath=".guest.stateClaim"
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'cloud-hypervisor' || self.acceleration == 'KVM'",message="spec.acceleration: cloud-hypervisor has no software emulation; use acceleration KVM or provider qemu"
 type VirtualMachineSpec struct {
 	// provider is the hypervisor that runs the guest: qemu or cloud-hypervisor, offered by the
@@ -100,6 +102,15 @@ type VirtualMachineSpec struct {
 	// +kubebuilder:default=Always
 	// +optional
 	RunStrategy RunStrategy `json:"runStrategy,omitempty"`
+
+	// suspend parks the running guest: its state (memory and devices) is saved on
+	// spec.guest.stateClaim and its runner pod removed, so it holds no CPU or memory (phase
+	// Suspended). false (the default) again starts a runner that loads the state: the guest
+	// continues where it stopped, its processes and its address unchanged. While true, no guest
+	// is started. `vmctl suspend` and `vmctl resume` set it. A run request (runRequestedAt)
+	// later than the saved state discards it: the guest boots afresh.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 
 	// runRequestedAt asks for a new run: a guest whose run started before this time is powered
 	// down cleanly and booted in a new runner pod, and a run that ended gets a new one. Each
@@ -200,6 +211,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.maxMemory) == has(oldSelf.maxMemory) && (!has(self.maxMemory) || quantity(string(self.maxMemory)).compareTo(quantity(string(oldSelf.maxMemory))) == 0)",message="spec.guest.maxMemory is immutable (the hypervisor starts with it); create a new VirtualMachine to change it",fieldPath=".maxMemory"
 // +kubebuilder:validation:XValidation:rule="has(self.maxCPUs) || self.cpus == oldSelf.cpus",message="spec.guest.cpus is immutable on a VirtualMachine created without spec.guest.maxCPUs; create a new VirtualMachine with maxCPUs to resize it live",fieldPath=".cpus"
 // +kubebuilder:validation:XValidation:rule="has(self.maxMemory) || quantity(string(self.memory)).compareTo(quantity(string(oldSelf.memory))) == 0",message="spec.guest.memory is immutable on a VirtualMachine created without spec.guest.maxMemory; create a new VirtualMachine with maxMemory to resize it live",fieldPath=".memory"
+// +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || has(self.rootDisk.persistentVolumeClaim)",message="spec.guest.stateClaim needs the root disk on a claim (spec.guest.rootDisk.persistentVolumeClaim): a saved state matches only disks that outlive the runner pod, and an image's overlay does not",fieldPath=".stateClaim"
+// +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || !has(self.disks) || self.disks.all(d, !has(d.emptyDisk))",message="spec.guest.stateClaim cannot go with an emptyDisk: it is blank at every start, so a saved state would not match it; put that disk on a claim, or remove stateClaim",fieldPath=".stateClaim"
+// +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || ((!has(self.rootDisk.persistentVolumeClaim) || self.rootDisk.persistentVolumeClaim.claimName != self.stateClaim.claimName) && (!has(self.disks) || self.disks.all(d, !has(d.persistentVolumeClaim) || d.persistentVolumeClaim.claimName != self.stateClaim.claimName)))",message="spec.guest.stateClaim.claimName names a claim a disk uses: the state needs a claim of its own",fieldPath=".stateClaim.claimName"
 type GuestSpec struct {
 	// cpus is the number of virtual CPUs, 1-255. It changes on a running guest (live, without a
 	// restart: CPUs are plugged and unplugged) between 1 and maxCPUs; without maxCPUs it is
@@ -283,6 +297,13 @@ type GuestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(d, self.exists_one(e, e.name == d.name))",message="spec.guest.disks: each disk needs a unique name (it is the disk's serial); rename the duplicate"
 	// +optional
 	Disks []Disk `json:"disks,omitempty"`
+
+	// stateClaim is where the guest's state is saved when it is suspended (spec.suspend): a
+	// Filesystem claim of its own. Only for provider qemu, with the root disk on a claim and no
+	// emptyDisk (every writable disk must outlive the pod, or the state would not match it).
+	// The runner pod mounts it from its start: a change applies at the guest's next start.
+	// +optional
+	StateClaim *StateClaim `json:"stateClaim,omitempty"`
 
 	// cloudInit gives the guest a cloud-init NoCloud seed disk built from a Secret, so bootstrap
 	// data (such as a Cluster API Machine's) reaches the guest without appearing in any spec,
@@ -450,7 +471,7 @@ type Images struct {
 }
 
 // Phase is the VM's place in its life.
-// +kubebuilder:validation:Enum=Pending;Scheduling;Starting;Running;Stopping;Stopped;Succeeded;Failed
+// +kubebuilder:validation:Enum=Pending;Scheduling;Starting;Running;Stopping;Stopped;Suspended;Succeeded;Failed
 type Phase string
 
 // Phases.
@@ -461,6 +482,7 @@ const (
 	PhaseRunning    Phase = "Running"    // guest running
 	PhaseStopping   Phase = "Stopping"   // guest shutting down
 	PhaseStopped    Phase = "Stopped"    // runStrategy Halted: guest powered down, no runner pod
+	PhaseSuspended  Phase = "Suspended"  // spec.suspend: the guest's state is saved on its claim, no runner pod
 	PhaseSucceeded  Phase = "Succeeded"  // guest powered off and will not be restarted
 	PhaseFailed     Phase = "Failed"     // guest or runner failed and will not be restarted
 )
@@ -539,8 +561,12 @@ type VirtualMachineStatus struct {
 	// spec.guest.cpus and memory once a live resize is done. Empty while no guest runs.
 	// +optional
 	Guest *GuestStatus `json:"guest,omitempty"`
+	// suspendedState is the guest's saved state, while it waits on the state claim for a
+	// resume; cleared once a runner loaded it (or a run request discarded it).
+	// +optional
+	SuspendedState *SuspendedState `json:"suspendedState,omitempty"`
 	// conditions: ProviderAvailable, Scheduled, Ready, ImagesCurrent, SoftwareEmulation, and
-	// DisksReady, Resized and Migratable on the VMs they concern.
+	// DisksReady, Resized, Migratable, AgentConnected and Suspended on the VMs they concern.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
