@@ -134,15 +134,15 @@ func rerunRequested(vm *vmv1.VirtualMachine) bool {
 type runState int
 
 const (
-	runDeleting runState = iota // the runner pod is being deleted: its delete event brings us back
-	runMoving                   // a migration's source ended or vanished: the migration controller switches the VM to the target or deletes it
-	runEnded                    // the runner pod ended: endedAction
-	runLive                     // the runner pod runs or starts: liveAction
-	runMissing                  // the pod status names is not in the cache: gone (vanishedAction), or not seen yet
-	runHalted                   // runStrategy Halted and no pod: none until the strategy changes
-	runSuspended                // spec.suspend and no pod: none until it is false
-	runHeld                     // no pod, and none may start (the provider or the disks say why)
-	runNoPod                    // no pod: start one, after the back-off
+	runDeleting  runState = iota // the runner pod is being deleted: its delete event brings us back
+	runMoving                    // a migration's source ended or vanished: the migration controller switches the VM to the target or deletes it
+	runEnded                     // the runner pod ended: endedAction
+	runLive                      // the runner pod runs or starts: liveAction
+	runMissing                   // the pod status names is not in the cache: gone (vanishedAction), or not seen yet
+	runHalted                    // runStrategy Halted and no pod: none until the strategy changes
+	runSuspended                 // spec.suspend and no pod: none until it is false
+	runHeld                      // no pod, and none may start (the provider or the disks say why)
+	runNoPod                     // no pod: start one, after the back-off
 )
 
 // runStateOf decides the run's state from the runner pod (nil when there is none), whether a
@@ -174,15 +174,15 @@ func runStateOf(vm *vmv1.VirtualMachine, pod *corev1.Pod, moving, held bool) run
 type action int
 
 const (
-	actKeep     action = iota // nothing: the run stays as it is
-	actStop                   // runStrategy Halted: power the guest down (stop)
-	actRestart                // the run strategy starts the ended run again (restart)
-	actRerun                  // a run request replaces the run (rerun)
-	actRecreate               // new images under imageUpdatePolicy Recreate (recreate)
-	actLetGo                  // forget a vanished pod whose run had ended or was halted
-	actFail                   // a vanished pod is the run's failure, kept by the run strategy
-	actSuspend                // spec.suspend: ask the node agent to save the guest (askSuspend)
-	actSuspended              // the runner saved its guest and ended: record the state (recordSuspended)
+	actKeep      action = iota // nothing: the run stays as it is
+	actStop                    // runStrategy Halted: power the guest down (stop)
+	actRestart                 // the run strategy starts the ended run again (restart)
+	actRerun                   // a run request replaces the run (rerun)
+	actRecreate                // new images under imageUpdatePolicy Recreate (recreate)
+	actLetGo                   // forget a vanished pod whose run had ended or was halted
+	actFail                    // a vanished pod is the run's failure, kept by the run strategy
+	actSuspend                 // spec.suspend: ask the node agent to save the guest (askSuspend)
+	actSuspended               // the runner saved its guest and ended: record the state (recordSuspended)
 )
 
 // endedAction applies the run strategy to an ended run: a suspend's end recorded, a new run,
