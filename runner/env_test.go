@@ -415,7 +415,10 @@ func waitGone(t *testing.T, pids []int, d time.Duration) {
 				b, err := os.ReadFile(f)
 				// The state follows the command's closing parenthesis: Z is a zombie, X dead.
 				if _, rest, ok := strings.Cut(string(b), ") "); err == nil && ok && rest[0] != 'Z' && rest[0] != 'X' {
-					alive = append(alive, fmt.Sprintf("%s (%c)", filepath.Base(filepath.Dir(f)), rest[0]))
+					// What each thread waits on, for a failure that has to say why it lingers.
+					comm, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "comm"))
+					wchan, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "wchan"))
+					alive = append(alive, fmt.Sprintf("%s %s (%c, in %s)", filepath.Base(filepath.Dir(f)), strings.TrimSpace(string(comm)), rest[0], wchan))
 				}
 			}
 		}

@@ -137,6 +137,15 @@ func TestMigrationStream(t *testing.T) {
 		t.Errorf("runner got %d PUTs and %d DELETEs, want 1 and 0", puts, dels)
 	}
 
+	// The watch sees the completed state a moment after the read above did.
+	kubeapi.Eventually(t, "the watch to see the completed state", 10*time.Second, func() error {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		if n := len(seen.seen); n == 0 || seen.seen[n-1].State != controlapi.MigrationCompleted {
+			return fmt.Errorf("states seen %+v", seen.seen)
+		}
+		return nil
+	})
 	seen.mu.Lock()
 	defer seen.mu.Unlock()
 	var active []time.Time
