@@ -28,12 +28,13 @@ func TargetPodName(vmName string, migration types.UID) string {
 }
 
 // sourceOnly are annotations of one runner pod's own life that a target must not inherit: the
-// live-resize conversation with its node agent and the migration protocol.
+// live-resize and suspend conversations with its node agent and the migration protocol.
 var sourceOnly = map[string]bool{
 	vmv1.AnnotationDesiredCPUs: true, vmv1.AnnotationDesiredMemory: true,
 	vmv1.AnnotationGuestCPUs: true, vmv1.AnnotationGuestMemory: true, vmv1.AnnotationResizeError: true,
 	vmv1.AnnotationMigrationReceiver: true, vmv1.AnnotationMigrateTo: true,
 	vmv1.AnnotationMigrationState: true, vmv1.AnnotationMigrationResume: true, vmv1.AnnotationMigrationBandwidth: true,
+	vmv1.AnnotationSuspend: true, vmv1.AnnotationSuspendError: true,
 }
 
 // TargetPod renders the target runner pod of migration mig from the source runner pod src: the

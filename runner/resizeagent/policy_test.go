@@ -97,11 +97,15 @@ func TestAgentPolicy(t *testing.T) {
 	if err := patch(theirs, annotations(vmv1.AnnotationGuestFacts, `{"channel":true}`)); err == nil || !strings.Contains(err.Error(), "only pods on its own node") {
 		t.Errorf("the agent wrote guest facts on another node's pod: %v", err)
 	}
+	if err := patch(mine, annotations(vmv1.AnnotationSuspendError, "--suspend-to: no space left on device")); err != nil {
+		t.Fatalf("the agent could not report a suspend's failure on its own node's pod: %v", err)
+	}
 	for what, body := range map[string]map[string]any{
-		"the desired size":   annotations(vmv1.AnnotationDesiredCPUs, "4"),
-		"another annotation": annotations("x", "y"),
-		"a label":            {"metadata": map[string]any{"labels": map[string]any{"app": "evil"}}},
-		"the image":          {"spec": map[string]any{"containers": []any{map[string]any{"name": "runner", "image": "evil"}}}},
+		"the suspend request": annotations(vmv1.AnnotationSuspend, "true"),
+		"the desired size":    annotations(vmv1.AnnotationDesiredCPUs, "4"),
+		"another annotation":  annotations("x", "y"),
+		"a label":             {"metadata": map[string]any{"labels": map[string]any{"app": "evil"}}},
+		"the image":           {"spec": map[string]any{"containers": []any{map[string]any{"name": "runner", "image": "evil"}}}},
 	} {
 		if err := patch(mine, body); err == nil || !strings.Contains(err.Error(), "may change only the annotations") {
 			t.Errorf("the agent changed %s: %v", what, err)

@@ -4,7 +4,8 @@
 // /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe. It builds each runner pod's
 // guest network in the pod's namespace, which the runner, holding no capability, cannot
 // (runner/netagent), carries out live resizes of the node's runner pods (runner/resizeagent)
-// and carries their live migrations' streams to and from other nodes' agents
+// and their suspends (runner/suspendagent), carries what their guests' agents say
+// (runner/factsagent) and their live migrations' streams to and from other nodes' agents
 // (runner/migrationagent).
 // `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe,
 // devices.virtpod.io/kvm and devices.virtpod.io/control to the kubelet (runner/deviceplugin),
@@ -44,6 +45,7 @@ import (
 	"github.com/virtpod/virtpod/runner/netagent"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/resizeagent"
+	"github.com/virtpod/virtpod/runner/suspendagent"
 )
 
 // version is set with -ldflags -X main.version=...; "dev" otherwise.
@@ -54,11 +56,13 @@ type options struct {
 	nodeName   string
 	kubeconfig string
 	interval   time.Duration
-	// Live resize (runner/resizeagent) and the guests' agents (runner/factsagent): where the
+	// Live resize (runner/resizeagent), the guests' agents (runner/factsagent) and suspends
+	// (runner/suspendagent): where the
 	// agent sees the node's control directories and the kubelet's pod-resources socket;
-	// resize and guestFacts false turn their executors off.
+	// resize, guestFacts and suspend false turn their executors off.
 	resize       bool
 	guestFacts   bool
+	suspend      bool
 	controlDir   string
 	podResources string
 	// Live migration (runner/migrationagent): the receiver's address, this pod's IP and
@@ -112,6 +116,7 @@ func newCommand() *cobra.Command {
 	pf.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (env NODE_NAME, from the downward API's spec.nodeName)")
 	pf.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account)")
 	root.Flags().DurationVar(&o.interval, "interval", 30*time.Second, "how often to probe and write the heartbeat")
+	root.Flags().BoolVar(&o.suspend, "suspend", true, "save the guest of each runner pod the controller asks to suspend (vm.virtpod.io/suspend) through the runner's control socket")
 	root.Flags().BoolVar(&o.guestFacts, "guest-facts", true, "carry what each guest's qemu-guest-agent says (the runner's control socket) into its runner pod's guest-facts annotation")
 	root.Flags().BoolVar(&o.resize, "resize", true, "carry out live resizes of the runner pods on this node (the controller's desired sizes) through their control sockets")
 	root.Flags().StringVar(&o.controlDir, "control-dir", vmv1.HostControlDir, "where this container sees the node's runner control directories (devices.virtpod.io/control)")
@@ -211,6 +216,14 @@ func run(o options) error {
 		go func() {
 			if err := fx.Run(ctx); err != nil {
 				log.Error("guest facts executor stopped", zap.Error(err))
+			}
+		}()
+	}
+	if o.suspend {
+		sx := &suspendagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("suspend")}
+		go func() {
+			if err := sx.Run(ctx); err != nil {
+				log.Error("suspend executor stopped", zap.Error(err))
 			}
 		}()
 	}
