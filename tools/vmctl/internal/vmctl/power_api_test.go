@@ -209,6 +209,8 @@ func TestPowerVerbsAgainstAPIServer(t *testing.T) {
 			t.Errorf("pod still there after --force: %v", err)
 		}
 	})
+
+	t.Run("suspend and resume", func(t *testing.T) { suspendVerbs(t, still, kcStill) })
 }
 
 // inNamespace writes a copy of the kubeconfig whose context uses ns, as `kubectl config

@@ -135,7 +135,7 @@ Exit codes: 0 done, 1 failed (the reason on stderr), 2 wrong command line; ssh p
 	root.AddCommand(a.statusCmd(), a.providerCmd())
 	root.AddCommand(a.consoleCmd(), a.logsCmd(), a.portForwardCmd(), a.sshCmd())
 	_ = root.RegisterFlagCompletionFunc("namespace", a.completeNamespaces)
-	root.AddCommand(a.startCmd(), a.stopCmd(), a.restartCmd())
+	root.AddCommand(a.startCmd(), a.stopCmd(), a.restartCmd(), a.suspendCmd(), a.resumeCmd())
 	return root
 }
 
