@@ -64,6 +64,7 @@ func TestSuspendAndResume(t *testing.T) {
 	v := kubeapi.SampleVM(ns, "parked")
 	v.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "parked-root"}
 	v.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: "parked-state"}
+	v.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
 	create(t, v)
 	pod := waitPod(t, v, "")
 	if !podspec.CanSuspend(pod) || podspec.ResumedFrom(pod) {
@@ -180,6 +181,7 @@ func TestSuspendNotPossible(t *testing.T) {
 	bound(t, claim(t, ns, "late-state", class, corev1.PersistentVolumeFilesystem))
 	v := kubeapi.SampleVM(ns, "late")
 	v.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "late-root"}
+	v.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
 	create(t, v)
 	pod := waitPod(t, v, "")
 	bind(t, pod, "node-a")

@@ -70,6 +70,7 @@ func runnerPod(t *testing.T, ns, name string, asked, suspend, foreign bool) *cor
 		vm.Spec.Suspend = suspend
 		vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: name + "-root"}
 		vm.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: name + "-state"}
+		vm.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
 		if err := env.Client.Create(ctx, vm); err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ func suspendable(name string) *vmv1.VirtualMachine {
 	vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: name + "-root"}
 	vm.Spec.Guest.Disks = []vmv1.Disk{{Name: "data", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: name + "-data"}}}
 	vm.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: name + "-state"}
+	vm.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
 	return vm
 }
 
@@ -41,6 +42,8 @@ func TestSuspendFields(t *testing.T) {
 			"spec.guest.stateClaim.claimName", "names a claim a disk uses"},
 		{"a data disk's claim", func(v *vmv1.VirtualMachine) { v.Spec.Guest.StateClaim.ClaimName = v.Name + "-data" },
 			"spec.guest.stateClaim.claimName", "names a claim a disk uses"},
+		{"the Pod network mode", func(v *vmv1.VirtualMachine) { v.Spec.Guest.NetworkMode = vmv1.NetworkPod },
+			"spec.guest.stateClaim", "needs spec.guest.networkMode Masquerade"},
 		{"cloud-hypervisor", func(v *vmv1.VirtualMachine) { v.Spec.Provider = vmv1.ProviderCloudHypervisor },
 			"spec.guest.stateClaim", "is for provider qemu"},
 		{"not a claim name", func(v *vmv1.VirtualMachine) { v.Spec.Guest.StateClaim.ClaimName = "Web_State" },

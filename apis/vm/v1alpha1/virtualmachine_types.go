@@ -212,6 +212,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.maxCPUs) || self.cpus == oldSelf.cpus",message="spec.guest.cpus is immutable on a VirtualMachine created without spec.guest.maxCPUs; create a new VirtualMachine with maxCPUs to resize it live",fieldPath=".cpus"
 // +kubebuilder:validation:XValidation:rule="has(self.maxMemory) || quantity(string(self.memory)).compareTo(quantity(string(oldSelf.memory))) == 0",message="spec.guest.memory is immutable on a VirtualMachine created without spec.guest.maxMemory; create a new VirtualMachine with maxMemory to resize it live",fieldPath=".memory"
 // +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || has(self.rootDisk.persistentVolumeClaim)",message="spec.guest.stateClaim needs the root disk on a claim (spec.guest.rootDisk.persistentVolumeClaim): a saved state matches only disks that outlive the runner pod, and an image's overlay does not",fieldPath=".stateClaim"
+// +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || (has(self.networkMode) && self.networkMode == 'Masquerade')",message="spec.guest.stateClaim needs spec.guest.networkMode Masquerade: a resumed guest keeps its address, and in the Pod mode it owns the pod IP, which a new runner pod does not have",fieldPath=".stateClaim"
 // +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || !has(self.disks) || self.disks.all(d, !has(d.emptyDisk))",message="spec.guest.stateClaim cannot go with an emptyDisk: it is blank at every start, so a saved state would not match it; put that disk on a claim, or remove stateClaim",fieldPath=".stateClaim"
 // +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || ((!has(self.rootDisk.persistentVolumeClaim) || self.rootDisk.persistentVolumeClaim.claimName != self.stateClaim.claimName) && (!has(self.disks) || self.disks.all(d, !has(d.persistentVolumeClaim) || d.persistentVolumeClaim.claimName != self.stateClaim.claimName)))",message="spec.guest.stateClaim.claimName names a claim a disk uses: the state needs a claim of its own",fieldPath=".stateClaim.claimName"
 type GuestSpec struct {
@@ -300,7 +301,8 @@ type GuestSpec struct {
 
 	// stateClaim is where the guest's state is saved when it is suspended (spec.suspend): a
 	// Filesystem claim of its own. Only for provider qemu, with the root disk on a claim and no
-	// emptyDisk (every writable disk must outlive the pod, or the state would not match it).
+	// emptyDisk (every writable disk must outlive the pod, or the state would not match it), in
+	// the Masquerade network mode (the resumed guest keeps its address).
 	// The runner pod mounts it from its start: a change applies at the guest's next start.
 	// +optional
 	StateClaim *StateClaim `json:"stateClaim,omitempty"`

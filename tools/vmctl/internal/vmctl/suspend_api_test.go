@@ -51,6 +51,7 @@ func suspendVerbs(t *testing.T, ns, kc string) {
 	vm := kubeapi.SampleVM(ns, "parked")
 	vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "parked-root"}
 	vm.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: "parked-state"}
+	vm.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
 	createVM(t, vm)
 	var p *corev1.Pod
 	kubeapi.Eventually(t, "parked's pod", 20*time.Second, func() (err error) { p, err = pod(vm); return err })
