@@ -97,14 +97,17 @@ func guestLog(t *testing.T, ns, vm string, lines ...string) string {
 // TestDisksKeepData is one VM, booted three times: its root disk is a claim of the default
 // (dynamic) class filled from the guest image on the first boot, with a data disk on a Block PV
 // (a loop device) and a ConfigMap disk. Each boot counts itself on the root disk, synced; the
-// count survives QEMU killed and the pod deleted, each time in a new pod. A second VM naming the
-// same root claim is held, naming the first.
+// count survives QEMU killed and the pod deleted, each time in a new pod. After its second boot
+// it is suspended and resumed (suspendAndResume). A second VM naming the same root claim is
+// held, naming the first.
 func TestDisksKeepData(t *testing.T) {
 	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
-	if err := kube.Create(ctx, newClaim(ns, "keeper-root", "256Mi", corev1.PersistentVolumeFilesystem)); err != nil {
-		t.Fatal(err)
+	for name, size := range map[string]string{"keeper-root": "256Mi", "keeper-state": "384Mi"} {
+		if err := kube.Create(ctx, newClaim(ns, name, size, corev1.PersistentVolumeFilesystem)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	backing := blockPV(t, ns, "keeper-raw", "from-host")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keeper-config"}, Data: map[string]string{"app.conf": "port=8080", "colour": "blue"}}
@@ -112,8 +115,11 @@ func TestDisksKeepData(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm := newVM(ns, "keeper")
-	vm.Spec.Guest.KernelArgs = "rw virtpod.boot-count virtpod.disk-write=raw:from-guest"
+	vm.Spec.Guest.KernelArgs = "rw virtpod.boot-count virtpod.disk-write=raw:from-guest virtpod.heartbeat"
 	vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "keeper-root"}
+	// Suspendable: every writable disk is a claim, and its state has a claim of its own.
+	vm.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: "keeper-state"}
+	vm.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
 	vm.Spec.Guest.Disks = []vmv1.Disk{
 		{Name: "raw", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "keeper-raw"}},
 		{Name: "config", ConfigMap: &vmv1.ConfigMapDiskSource{Name: "keeper-config"}},
@@ -181,6 +187,7 @@ func TestDisksKeepData(t *testing.T) {
 		t.Fatal("the guest came back in the same pod")
 	}
 	guestLog(t, ns, "keeper", "VIRTPOD-GUEST-BOOTS 2", "VIRTPOD-GUEST-DISK serial=raw sectors=32768 ro=0 head=from-guest")
+	suspendAndResume(t, ns, "keeper", got)
 
 	// The pod deleted: the next boot counts 3.
 	uid = got.Status.PodUID
