@@ -87,7 +87,7 @@ func (g *guestAgent) facts(ctx context.Context) controlapi.Guest {
 		g.drop()
 		return controlapi.Guest{Channel: true, Error: err.Error()}
 	}
-	return controlapi.Guest{Channel: true, Connected: true, OS: f.OS, Hostname: f.Hostname, Interfaces: f.Interfaces}
+	return controlapi.Guest{Channel: true, Connected: true, OS: f.OS, Hostname: f.Hostname, Interfaces: f.Interfaces, Bootstrap: f.Bootstrap}
 }
 
 // shutdown asks the agent to power the guest off; an error says the caller must use ACPI.

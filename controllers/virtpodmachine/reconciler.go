@@ -190,6 +190,7 @@ func observe(next *infrav1.VirtPodMachine, vm *vmv1.VirtualMachine, m *clusterv1
 	ready := cond
 	ready.Type = infrav1.ReadyCondition
 	setCondition(next, ready)
+	setBootstrapSucceeded(next, vm)
 }
 
 // phaseReasons name a VM's phase on VirtualMachineReady: VirtualMachine<phase>.
@@ -200,6 +201,7 @@ var phaseReasons = map[vmv1.Phase]string{
 	vmv1.PhaseRunning:    infrav1.ReasonVirtualMachineRunning,
 	vmv1.PhaseStopping:   infrav1.ReasonVirtualMachineStopping,
 	vmv1.PhaseStopped:    infrav1.ReasonVirtualMachineStopped,
+	vmv1.PhaseSuspended:  infrav1.ReasonVirtualMachineSuspended,
 	vmv1.PhaseSucceeded:  infrav1.ReasonVirtualMachineSucceeded,
 	vmv1.PhaseFailed:     infrav1.ReasonVirtualMachineFailed,
 }

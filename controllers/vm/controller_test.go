@@ -385,10 +385,16 @@ func TestVMLifecycle(t *testing.T) {
 		}
 	}
 	facts(`{"channel":true,"connected":true,"os":{"id":"debian","prettyName":"Debian GNU/Linux 12 (bookworm)","versionID":"12","kernelRelease":"6.1.0-40-cloud-amd64"},` +
-		`"hostname":"web","interfaces":[{"name":"eth0","mac":"52:54:00:00:00:01","ips":["10.244.0.7/24","fe80::1/64"]}]}`)
+		`"hostname":"web","interfaces":[{"name":"eth0","mac":"52:54:00:00:00:01","ips":["10.244.0.7/24","fe80::1/64"]}],` +
+		`"bootstrap":{"cloudInitDone":true,"cloudInitErrors":["runcmd failed","` + strings.Repeat("x", 300) + `"]}}`)
 	got = condition(t, vm, vmv1.PhaseRunning, vmv1.ConditionAgentConnected, metav1.ConditionTrue, vmv1.ReasonAgentConnected)
 	if g := got.Status.Guest; g == nil || g.OS == nil || g.OS.VersionID != "12" || g.Hostname != "web" || len(g.Interfaces) != 1 || g.Interfaces[0].IPs[0] != "10.244.0.7/24" {
 		t.Fatalf("status.guest %+v", got.Status.Guest)
+	}
+	// What the bootstrap left, bounded as the API server's schema asks (an error of 300
+	// characters is cut at 256, not refused with the whole status).
+	if b := got.Status.Guest.Bootstrap; b == nil || b.Sentinel || !b.CloudInitDone || len(b.CloudInitErrors) != 2 || len(b.CloudInitErrors[1]) != 256 {
+		t.Fatalf("status.guest.bootstrap %+v", got.Status.Guest.Bootstrap)
 	}
 	facts(`{"channel":true}`)
 	got = condition(t, vm, vmv1.PhaseRunning, vmv1.ConditionAgentConnected, metav1.ConditionFalse, vmv1.ReasonAgentNotConnected)

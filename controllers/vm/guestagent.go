@@ -45,7 +45,7 @@ func guestAgent(vm *vmv1.VirtualMachine, pod *corev1.Pod) *agentView {
 		}
 		return &agentView{condition: waiting}
 	}
-	f := guestagent.Facts{OS: g.OS, Hostname: g.Hostname, Interfaces: g.Interfaces}.Cleaned()
+	f := guestagent.Facts{OS: g.OS, Hostname: g.Hostname, Interfaces: g.Interfaces, Bootstrap: g.Bootstrap}.Cleaned()
 	msg := "qemu-guest-agent answers in the guest"
 	if f.OS != nil && f.OS.PrettyName != "" {
 		msg += ", which runs " + f.OS.PrettyName
@@ -65,6 +65,7 @@ func setAgentConnected(st *vmv1.VirtualMachineStatus, generation int64, a *agent
 	if a.connected {
 		c.Status = metav1.ConditionTrue
 		st.Guest.OS, st.Guest.Hostname, st.Guest.Interfaces = a.facts.OS, a.facts.Hostname, a.facts.Interfaces
+		st.Guest.Bootstrap = a.facts.Bootstrap
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 }

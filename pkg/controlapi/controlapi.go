@@ -100,6 +100,7 @@ type Guest struct {
 	OS         *vmv1.GuestOSInfo     `json:"os,omitempty"`
 	Hostname   string                `json:"hostname,omitempty"`
 	Interfaces []vmv1.GuestInterface `json:"interfaces,omitempty"`
+	Bootstrap  *vmv1.GuestBootstrap  `json:"bootstrap,omitempty"`
 	Error      string                `json:"error,omitempty"`
 }
 

@@ -18,6 +18,7 @@ type Facts struct {
 	OS         *vmv1.GuestOSInfo
 	Hostname   string
 	Interfaces []vmv1.GuestInterface
+	Bootstrap  *vmv1.GuestBootstrap
 }
 
 // Limits on what a guest may put into the API.
@@ -52,7 +53,8 @@ type ipAddress struct {
 	Prefix  int    `json:"prefix"`
 }
 
-// Facts asks the agent for the OS, the hostname and the interfaces. A command the guest's agent
+// Facts asks the agent for the OS, the hostname, the interfaces and the bootstrap's files. A
+// command the guest's agent
 // does not offer (an older agent, one with RPCs blocked) leaves its part empty; a channel that
 // fails fails the whole.
 func (c *Client) Facts(ctx context.Context) (Facts, error) {
@@ -78,6 +80,11 @@ func (c *Client) Facts(ctx context.Context) (Facts, error) {
 	case !refused(err):
 		return Facts{}, err
 	}
+	b, err := c.Bootstrap(ctx, DefaultBootstrapFiles)
+	if err != nil {
+		return Facts{}, err
+	}
+	f.Bootstrap = b
 	return f, nil
 }
 
@@ -127,7 +134,10 @@ func cleanInterfaces(in []netIface) []vmv1.GuestInterface {
 }
 
 // CleanText keeps the printable characters of s, trimmed, at most maxText bytes of them.
-func CleanText(s string) string {
+func CleanText(s string) string { return cleanBounded(s, maxText) }
+
+// cleanBounded keeps the printable characters of s, trimmed, at most max bytes of them.
+func cleanBounded(s string, maxText int) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsPrint(r) {
 			return r
@@ -163,5 +173,11 @@ func (f Facts) Cleaned() Facts {
 		in = append(in, n)
 	}
 	out.Interfaces = cleanInterfaces(in)
+	if b := f.Bootstrap; b != nil {
+		out.Bootstrap = &vmv1.GuestBootstrap{Sentinel: b.Sentinel, CloudInitDone: b.CloudInitDone}
+		for _, e := range b.CloudInitErrors[:min(len(b.CloudInitErrors), maxErrors)] {
+			out.Bootstrap.CloudInitErrors = append(out.Bootstrap.CloudInitErrors, cleanBounded(e, maxErrorText))
+		}
+	}
 	return out
 }

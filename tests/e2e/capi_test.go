@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,7 +82,8 @@ func TestClusterAPIMachine(t *testing.T) {
 		return nil
 	})
 
-	userData := "#cloud-config\n# virtpod-e2e-machine-" + ns + "\n"
+	// Cluster API's bootstrap providers end their runcmd by writing the sentinel.
+	userData := "#cloud-config\n# virtpod-e2e-machine-" + ns + "\nruncmd:\n- echo success > /run/cluster-api/bootstrap-success.complete\n"
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "e2e-cp-0-bootstrap"},
 		Type: clusterv1.ClusterSecretType,
 		Data: map[string][]byte{"value": []byte(userData), "format": []byte("cloud-config")}}
@@ -115,6 +117,18 @@ func TestClusterAPIMachine(t *testing.T) {
 		}
 		return nil
 	})
+	// The bootstrap's end, read through the guest's agent (no SSH), on the VirtPodMachine.
+	eventually(t, "VirtPodMachine BootstrapSucceeded", 2*time.Minute, func() error {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(vpm), vpm); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(vpm.Status.Conditions, infrav1.BootstrapSucceededCondition)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != infrav1.ReasonBootstrapSucceeded {
+			return fmt.Errorf("BootstrapSucceeded %+v", c)
+		}
+		return nil
+	})
+
 	// The control-plane Service really reaches the control-plane VM: the cluster's endpoint
 	// slice controller lists its pod.
 	eventually(t, "control-plane Service endpoints", time.Minute, func() error {

@@ -63,6 +63,25 @@ const (
 	ReasonVirtualMachineStopped    = "VirtualMachineStopped"
 	ReasonVirtualMachineSucceeded  = "VirtualMachineSucceeded"
 	ReasonVirtualMachineFailed     = "VirtualMachineFailed"
+	ReasonVirtualMachineSuspended  = "VirtualMachineSuspended"
 	// ReasonDeleting: the VirtPodMachine waits for its VirtualMachine and runner pod to go.
 	ReasonDeleting = "Deleting"
+)
+
+// VirtPodMachine condition BootstrapSucceeded: whether the guest's bootstrap (kubeadm init or
+// join, run by cloud-init) succeeded, read through the guest's qemu-guest-agent without SSH:
+// Cluster API's bootstrap providers write /run/cluster-api/bootstrap-success.complete when it
+// did, and cloud-init's result says when it ended. It tells a broken join from a slow boot.
+const (
+	BootstrapSucceededCondition = "BootstrapSucceeded"
+
+	// ReasonBootstrapSucceeded: the sentinel is there.
+	ReasonBootstrapSucceeded = "BootstrapSucceeded"
+	// ReasonBootstrapFailed: cloud-init ended without the sentinel; the message has its errors.
+	ReasonBootstrapFailed = "BootstrapFailed"
+	// ReasonBootstrapInProgress: the agent answers and cloud-init has not ended yet.
+	ReasonBootstrapInProgress = "BootstrapInProgress"
+	// ReasonBootstrapUnknown (status Unknown): no guest runs, or its agent does not answer, so
+	// nothing can be read; the message says which.
+	ReasonBootstrapUnknown = "BootstrapUnknown"
 )

@@ -55,3 +55,26 @@ type GuestInterface struct {
 	// +optional
 	IPs []string `json:"ips,omitempty"`
 }
+
+// MessageBootstrapSentinel is the sentinel's path, as conditions name it.
+const MessageBootstrapSentinel = "/run/cluster-api/bootstrap-success.complete"
+
+// GuestBootstrap is what the guest agent found of the guest's bootstrap (pkg/guestagent reads
+// the two files through it, bounded): a Cluster API worker's kubeadm join succeeded when the
+// sentinel is there; cloud-init ended when its result is, with its errors.
+type GuestBootstrap struct {
+	// sentinel: Cluster API's /run/cluster-api/bootstrap-success.complete exists, which its
+	// bootstrap providers write once the bootstrap (kubeadm init or join) succeeded.
+	// +optional
+	Sentinel bool `json:"sentinel,omitempty"`
+	// cloudInitDone: cloud-init ended (it wrote /run/cloud-init/result.json).
+	// +optional
+	CloudInitDone bool `json:"cloudInitDone,omitempty"`
+	// cloudInitErrors are the errors cloud-init's result lists (the first 8, 256 characters
+	// each).
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=256
+	// +listType=atomic
+	// +optional
+	CloudInitErrors []string `json:"cloudInitErrors,omitempty"`
+}

@@ -56,6 +56,11 @@ type GuestStatus struct {
 	// +listType=atomic
 	// +optional
 	Interfaces []GuestInterface `json:"interfaces,omitempty"`
+	// bootstrap is what the guest agent found of the guest's first-boot configuration:
+	// Cluster API's bootstrap sentinel and cloud-init's result. Absent without an agent, or
+	// while neither is there.
+	// +optional
+	Bootstrap *GuestBootstrap `json:"bootstrap,omitempty"`
 }
 
 // EffectiveMaxCPUs is maxCPUs, or cpus when the VM was created without it.
