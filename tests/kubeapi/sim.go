@@ -56,6 +56,7 @@ type Kubelets struct {
 	cut      map[string]bool
 	crash    func(pod string) bool
 	crashed  map[string]bool
+	suspends bool
 	ips      atomic.Uint32
 	requeue  func() // looks at every pod again
 }
@@ -136,9 +137,19 @@ func (k *Kubelets) CrashOnce(crash func(pod string) bool) {
 	k.crash = crash
 }
 
+// PlaySuspends makes the runners' guests start (their startup probes pass) and plays the node
+// agent and the runner of a suspend: a running pod the controller asked to suspend
+// (vm.virtpod.io/suspend) ends as a runner that saved its guest does.
+func (k *Kubelets) PlaySuspends() {
+	k.mu.Lock()
+	k.suspends = true
+	k.mu.Unlock()
+	k.requeue()
+}
+
 func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *corev1.Pod) error {
 	k.mu.Lock()
-	nodes, cut := k.schedule, k.cut[pod.Spec.NodeName]
+	nodes, cut, suspends := k.schedule, k.cut[pod.Spec.NodeName], k.suspends
 	crash := k.crash != nil && k.crash(pod.Name) && !k.crashed[pod.Name]
 	k.mu.Unlock()
 	pods := cs.CoreV1().Pods(pod.Namespace)
@@ -153,6 +164,16 @@ func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *core
 		return pods.Bind(ctx, b, metav1.CreateOptions{})
 	case pod.DeletionTimestamp != nil:
 		return pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	case suspends && pod.Status.Phase == corev1.PodRunning && pod.Annotations[vmv1.AnnotationSuspend] != "":
+		p := pod.DeepCopy()
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodSucceeded
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Image: pod.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+				Message: vmv1.MessageSuspended + vmv1.StateFile, FinishedAt: now}}}}
+		_, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
 	case pod.Spec.NodeName != "" && (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == ""):
 		n := k.ips.Add(1)
 		ip := fmt.Sprintf("10.%d.%d.%d", 64+n>>16&63, n>>8&255, n&255)
@@ -163,6 +184,9 @@ func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *core
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Ready: true, Image: pod.Spec.Containers[0].Image,
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
+		if suspends {
+			p.Status.ContainerStatuses[0].Started = ptr.To(true)
+		}
 		if crash {
 			p.Status.Phase = corev1.PodFailed
 			p.Status.Conditions[1].Status = corev1.ConditionFalse
