@@ -199,3 +199,32 @@ const (
 	// a runner pod started before the channel existed (it has one from its next start).
 	ReasonAgentNotSupported = "AgentNotSupported"
 )
+
+// VirtualMachine condition Suspended: where a suspend or a resume stands. True while the guest's
+// state is saved and no guest runs; False while a suspend or a resume is under way, or when one
+// cannot be done (the reason says why, the message names the fix). Absent when neither is asked
+// for nor saved.
+const (
+	ConditionSuspended = "Suspended"
+
+	// ReasonSuspended: the guest's state is saved on its state claim; no runner pod holds CPU or
+	// memory. Set spec.suspend false (vmctl resume) to continue it.
+	ReasonSuspended = "Suspended"
+	// ReasonSuspending: the runner is saving the guest's state.
+	ReasonSuspending = "Suspending"
+	// ReasonSuspendFailed: the runner refused or failed the suspend (its words); the guest runs
+	// on, and the node agent retries.
+	ReasonSuspendFailed = "SuspendFailed"
+	// ReasonNotSuspendable: spec.suspend is true but the guest cannot be suspended now: its
+	// runner pod was started without the state claim, or no guest runs and none is saved.
+	ReasonNotSuspendable = "NotSuspendable"
+	// ReasonResuming: a runner pod is loading the saved state.
+	ReasonResuming = "Resuming"
+	// ReasonResumeFailed: the last runner could not load the saved state (its words); the state
+	// is kept, and the next start tries again. A run request (vmctl restart) discards it.
+	ReasonResumeFailed = "ResumeFailed"
+)
+
+// ReasonStateClaimUnfit holds a VM whose state claim cannot keep its state (a Block claim, or
+// one smaller than the guest's memory plus StateOverheadMiB); DisksReady says so.
+const ReasonStateClaimUnfit = "StateClaimUnfit"
