@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -20,11 +22,16 @@ import (
 // suspendAndResume parks a running VM (spec.suspend) and brings it back: its state is saved on
 // its state claim and its runner pod removed (phase Suspended, no pod holding CPU or memory);
 // resumed in a new pod, the same guest goes on: its heartbeat counts on from where it was, it
-// does not boot again, and it answers at the new pod's IP.
+// does not boot again, and it answers at its Service.
 func suspendAndResume(t *testing.T, ns, name string, running *vmv1.VirtualMachine) {
 	t.Helper()
 	ctx := context.Background()
 	pod := podspec.PodName(name)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}}}
+	if err := kube.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
 	var before int
 	eventually(t, "the guest's heartbeat", 2*time.Minute, func() error {
 		if _, before = beats(podLogs(ns, pod)); before < 3 {
@@ -76,8 +83,9 @@ func suspendAndResume(t *testing.T, ns, name string, running *vmv1.VirtualMachin
 	if strings.Contains(logs, "VIRTPOD-GUEST-BOOTS") || strings.Contains(logs, "Linux version") {
 		t.Errorf("the resumed guest booted again:\n%s", logs)
 	}
-	if got := fetchFrom(t, ns, back.Status.PodIP, 80); !strings.Contains(got, "virtpod guest "+name) {
-		t.Errorf("the resumed guest does not answer at %s: %q", back.Status.PodIP, got)
+	// Its Service (made before the suspend) follows it to the new pod.
+	if got := fetchFrom(t, ns, svc.Spec.ClusterIP, 80); !strings.Contains(got, "virtpod guest "+name) {
+		t.Errorf("the resumed guest does not answer at its Service %s: %q", svc.Spec.ClusterIP, got)
 	}
 }
 
