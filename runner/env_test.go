@@ -432,6 +432,35 @@ func waitGone(t *testing.T, pids []int, d time.Duration) {
 	}
 }
 
+// reap does what a container runtime does once a pod's runner is gone: it kills what is left of
+// the runner's processes. In a pod nothing outlives its container; here QEMU 10 (started
+// through its loader wrapper) once outlived its SIGKILLed runner for hours, in sleep, its
+// parent-death signal never acted on. Processes still there after grace are killed, and named.
+func reap(t *testing.T, pids []int, grace time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if len(living(pids)) == 0 {
+			return
+		}
+	}
+	for _, pid := range living(pids) {
+		t.Logf("process %d outlived its runner by %v: killed, as the container runtime would", pid, grace)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// living are the pids whose process is there and not a zombie.
+func living(pids []int) []int {
+	var out []int
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if _, rest, ok := strings.Cut(string(b), ") "); err == nil && ok && rest[0] != 'Z' && rest[0] != 'X' {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // lockHolders names every process that has path open, with the locks it holds on it (QEMU's
 // are OFD locks, which /proc/locks lists with no process: its fdinfo names them), for a failure
 // that blames a lock.

@@ -281,7 +281,8 @@ func testLiveMigration(t *testing.T, network string) {
 			hypervisors := dst.r.children()
 			dst.r.signal(t, syscall.SIGKILL)
 			dst.r.waitExit(t, 30*time.Second)
-			waitGone(t, hypervisors, time.Minute) // under CI's load, a killed QEMU's threads once took over 30 s
+			reap(t, hypervisors, 10*time.Second)
+			waitGone(t, hypervisors, time.Minute)
 			if code, s := srcCtl.do(t, http.MethodPut, `{}`); code != http.StatusConflict || !strings.Contains(s.Error, "already migrated away") {
 				t.Fatalf("PUT after completed: %d %+v", code, s)
 			}
