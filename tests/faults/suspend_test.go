@@ -7,12 +7,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
@@ -34,7 +30,9 @@ func TestSuspendUnderControllerKills(t *testing.T) {
 	ctx := context.Background()
 	for i := range n {
 		for _, c := range []string{vmName(i) + "-root", vmName(i) + "-state"} {
-			boundClaim(t, s.ns, c)
+			if err := kubeapi.BoundClaim(ctx, env.Client, s.ns, c); err != nil {
+				t.Fatal(err)
+			}
 		}
 		s.createVM(ctx, t, vmName(i), func(vm *vmv1.VirtualMachine) {
 			vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: vm.Name + "-root"}
@@ -113,20 +111,4 @@ func (s *scene) parked(t *testing.T, n int) {
 		}
 		return nil
 	})
-}
-
-// boundClaim makes a Filesystem claim, bound as a provisioner would bind it.
-func boundClaim(t *testing.T, ns, name string) {
-	t.Helper()
-	ctx := context.Background()
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To("standard"),
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if err := env.Client.Create(ctx, pvc); err != nil {
-		t.Fatal(err)
-	}
-	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}
-	if err := env.Client.Status().Update(ctx, pvc); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -205,3 +205,16 @@ func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *core
 	}
 	return nil
 }
+
+// BoundClaim makes a 1Gi ReadWriteOnce Filesystem claim in ns, bound as a provisioner would
+// bind it (envtest runs no PV controller).
+func BoundClaim(ctx context.Context, c client.Client, ns, name string) error {
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To("standard"),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if err := c.Create(ctx, pvc); err != nil {
+		return err
+	}
+	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}
+	return c.Status().Update(ctx, pvc)
+}

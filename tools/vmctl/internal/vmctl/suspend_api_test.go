@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -17,21 +16,6 @@ import (
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
-// boundClaim makes a Filesystem claim bound at 1Gi, as a provisioner would.
-func boundClaim(t *testing.T, ns, name string) {
-	t.Helper()
-	ctx := context.Background()
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To("standard"),
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if err := env.Client.Create(ctx, pvc); err != nil {
-		t.Fatal(err)
-	}
-	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}
-	if err := env.Client.Status().Update(ctx, pvc); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // suspendVerbs: vmctl suspend waits until the runner saved the guest (here the test plays the
 // node agent and the runner: the pod asked, the runner's suspended end) and says so; resume
@@ -46,8 +30,11 @@ func suspendVerbs(t *testing.T, ns, kc string) {
 		t.Errorf("resume of a VM not suspended: exit %d, %q", code, out)
 	}
 
-	boundClaim(t, ns, "parked-root")
-	boundClaim(t, ns, "parked-state")
+	for _, c := range []string{"parked-root", "parked-state"} {
+		if err := kubeapi.BoundClaim(context.Background(), env.Client, ns, c); err != nil {
+			t.Fatal(err)
+		}
+	}
 	vm := kubeapi.SampleVM(ns, "parked")
 	vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "parked-root"}
 	vm.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: "parked-state"}
