@@ -16,7 +16,6 @@ import (
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
-
 // suspendVerbs: vmctl suspend waits until the runner saved the guest (here the test plays the
 // node agent and the runner: the pod asked, the runner's suspended end) and says so; resume
 // starts a pod that loads the state; a VM without a state claim is refused, naming the field.
