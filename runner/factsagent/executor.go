@@ -16,7 +16,6 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -75,13 +74,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 	defer w.Shutdown()
 	e.Log.Info("guest facts executor started")
-	w.Run(ctx, workers, func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
-		after, err := e.ask(ctx, pod)
-		if apierrors.IsNotFound(err) {
-			return 0, nil // the pod went meanwhile
-		}
-		return after, err
-	})
+	w.Run(ctx, workers, podcontrol.GoneIsDone(e.ask))
 	return nil
 }
 

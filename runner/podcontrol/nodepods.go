@@ -24,6 +24,18 @@ import (
 // brings it back.
 type Handler func(ctx context.Context, pod *corev1.Pod) (after time.Duration, err error)
 
+// GoneIsDone makes an API server's NotFound the end of a pod's handling (the pod went
+// meanwhile), not a failure to retry: for handlers whose every read and write is of the pod.
+func GoneIsDone(h Handler) Handler {
+	return func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+		after, err := h(ctx, pod)
+		if apierrors.IsNotFound(err) {
+			return 0, nil
+		}
+		return after, err
+	}
+}
+
 // NodePods follows the runner pods on one node (the node agent's executors each run one): an
 // informer narrowed to the node and the managed-by label, a rate-limited queue, and workers
 // calling a Handler per pod. The queue never hands one pod to two workers at once.

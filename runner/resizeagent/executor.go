@@ -15,7 +15,6 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,12 +64,9 @@ func (e *Executor) Run(ctx context.Context) error {
 	defer w.Shutdown()
 	e.Log.Info("resize executor started")
 	// A few workers: one guest slow to give memory back must not hold up the node's others.
-	w.Run(ctx, workers, func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
-		if err := e.converge(ctx, pod); !apierrors.IsNotFound(err) {
-			return 0, err
-		}
-		return 0, nil // the pod went meanwhile
-	})
+	w.Run(ctx, workers, podcontrol.GoneIsDone(func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+		return 0, e.converge(ctx, pod)
+	}))
 	return nil
 }
 
