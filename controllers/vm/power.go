@@ -45,8 +45,13 @@ func (r *Reconciler) reconcilePower(ctx context.Context, s *scope) (done bool, e
 	}
 	switch runStateOf(s.vm, s.pod, moving, hold != nil) {
 	case runDeleting:
-		if s.vm.Spec.Halted() && runnerEnded(s.pod) {
+		switch {
+		case s.vm.Spec.Halted() && runnerEnded(s.pod):
 			s.next.Status.LastTermination = termination(s.pod, r.now()) // how the guest took the power-down
+		case keptEnd(&s.vm.Status, s.pod) && !terminal(s.vm.Status.Phase):
+			// The run ended while its pod is deleted (PodGC fails a Terminating pod, then
+			// removes it): observe makes the phase terminal, and the end is recorded with it.
+			s.next.Status.LastTermination = termination(s.pod, r.now())
 		}
 	case runEnded:
 		if err := r.podEnded(ctx, s); err != nil {

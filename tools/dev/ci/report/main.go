@@ -64,6 +64,7 @@ func load(steps, background, tests, boots string) (input, error) {
 	}
 	if b, err := os.ReadFile(tests); err == nil {
 		in.packages = parseTestLog(string(b))
+		in.failures = parseFailures(string(b))
 	}
 	files, _ := filepath.Glob(filepath.Join(boots, "boots-*.tsv"))
 	for _, f := range files {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,7 +33,16 @@ type input struct {
 	packages     []pkgResult
 	tests        []testTime
 	boots        []boot
+	failures     []failure
 	totalSeconds int
+}
+
+// failure is a failed test and the first lines it reported from its own code
+// ("x_test.go:12: ..."), which the report repeats at its end: CI shows a run's last lines, and
+// a failed test's dumps (events, logs) would push its reason out of them.
+type failure struct {
+	test  string
+	lines []string
 }
 
 // testTime is one top-level test's wall time, from testlog's TSV.
@@ -98,6 +108,54 @@ func parseTestLog(s string) []pkgResult {
 		out = append(out, pkgResult{name: m[2], took: time.Duration(sec * float64(time.Second)), failed: m[1] == "FAIL"})
 	}
 	return out
+}
+
+// An assertion line a test printed (t.Errorf, t.Fatalf, t.Logf), and the FAIL line after a
+// failed test's output.
+var (
+	assertLine = regexp.MustCompile(`^\s+(\S+_test\.go:\d+: .*)`)
+	failLine   = regexp.MustCompile(`^\s*--- FAIL: (\S+)`)
+)
+
+// failureLines keeps this many of a failed test's lines, each cut to lineMax bytes: go test
+// does not tell an error's line from a log's, so the report keeps enough of them.
+const (
+	failureLines = 12
+	lineMax      = 300
+)
+
+// parseFailures reads go test's plain output, where a failed test's held output comes just
+// before its "--- FAIL" line; subtests fail before their parent, which gets no lines of its own.
+func parseFailures(s string) []failure {
+	var out []failure
+	var pending []string
+	for _, line := range lines(s) {
+		if m := failLine.FindStringSubmatch(line); m != nil {
+			if len(pending) > 0 {
+				out = append(out, failure{test: m[1], lines: pending})
+			} else if !strings.Contains(m[1], "/") && !subtestOf(out, m[1]) {
+				out = append(out, failure{test: m[1]})
+			}
+			pending = nil
+			continue
+		}
+		if pkgLine.MatchString(line) {
+			pending = nil
+			continue
+		}
+		if m := assertLine.FindStringSubmatch(line); m != nil && len(pending) < failureLines {
+			l := m[1]
+			if len(l) > lineMax {
+				l = l[:lineMax] + "…"
+			}
+			pending = append(pending, l)
+		}
+	}
+	return out
+}
+
+func subtestOf(fs []failure, parent string) bool {
+	return slices.ContainsFunc(fs, func(f failure) bool { return strings.HasPrefix(f.test, parent+"/") })
 }
 
 func parseBoots(s string) ([]boot, error) {

@@ -31,6 +31,16 @@ func render(in input) string {
 	if len(in.boots) > 0 {
 		b.WriteString(bootLines(in.boots))
 	}
+	for _, f := range in.failures {
+		fmt.Fprintf(&b, "FAILED %s", f.test)
+		if len(f.lines) == 0 {
+			b.WriteString(" (no line of its own: see its output above)")
+		}
+		b.WriteString("\n")
+		for _, l := range f.lines {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
 	return b.String()
 }
 

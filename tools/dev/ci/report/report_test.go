@@ -23,7 +23,15 @@ func TestReport(t *testing.T) {
 	tests := write("go-test.log", strings.Join([]string{
 		"?   \tgithub.com/virtpod/virtpod/apis\t[no test files]",
 		"ok  \tgithub.com/virtpod/virtpod/runner\t380.123s",
+		"    x_test.go:12: booted",
+		"    x_test.go:30: the poller failed 9 times",
+		"    x_test.go:80: events:",
+		"        2m27s Normal Scheduled pod/poller",
 		"--- FAIL: TestX (1.00s)",
+		"        y_test.go:5: want 2",
+		"    --- FAIL: TestY/sub (0.10s)",
+		"--- FAIL: TestY (0.20s)",
+		"--- FAIL: TestZ (0.30s)",
 		"FAIL\tgithub.com/virtpod/virtpod/tests/e2e\t659.0s",
 		"ok  \tgithub.com/virtpod/virtpod/pkg/qemu\t0.5s",
 	}, "\n"))
@@ -49,6 +57,13 @@ slowest tests: runner.TestLiveMigration 1m10s, tests/e2e.TestX 1.0s FAILED
 boots: runner 3 guests (more than one: TestDisks 2)
 boots: runner 3 incoming (more than one: TestLiveMigration 3)
 boots: tests/e2e 1 runner pods
+FAILED TestX
+  x_test.go:12: booted
+  x_test.go:30: the poller failed 9 times
+  x_test.go:80: events:
+FAILED TestY/sub
+  y_test.go:5: want 2
+FAILED TestZ (no line of its own: see its output above)
 `
 	if got != want {
 		t.Errorf("report:\n%s\nwant:\n%s", got, want)
