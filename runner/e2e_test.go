@@ -23,13 +23,14 @@ import (
 const bootTimeout = 90 * time.Second
 
 // TestGuestBootsServesAndStopsOnSIGTERM is the pod's whole life: the guest takes over the
-// namespace's IP and MAC, serves HTTP there to the host side, is ready by the exec probe, and
-// powers off cleanly on SIGTERM.
+// namespace's IP and MAC, serves HTTP there to the host side, reads and writes its virtio-fs
+// shares, is ready by the exec probe, and powers off cleanly on SIGTERM.
 func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 1)
-	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-e2e"), "--network=pod", "--resolv-conf="+ns.resolvConf,
-		"--readiness-probe=http:80/")...)
+	fs, fsArgs, fsKernelArgs := withShares(t)
+	args := append(baseArgs(t, guest, "vm-e2e"), "--network=pod", "--resolv-conf="+ns.resolvConf, "--readiness-probe=http:80/", "--kernel-args=rw "+fsKernelArgs)
+	r := startRunner(t, ns.name, append(args, fsArgs...)...)
 	r.waitMarker(t, bootTimeout)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -73,6 +74,9 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 			t.Errorf("QEMU's /proc status lacks %q:\n%s", want, status)
 		}
 	}
+
+	// virtio-fs: the shares reach the guest both ways, live, through unprivileged virtiofsd.
+	checkShares(t, r, fs, ns.podIP)
 
 	// The kubelet's exec probe, run inside the pod's namespace like the kubelet would: ready, as
 	// the guest runs and its readiness probe (HTTP on the port it serves) passes.

@@ -28,6 +28,7 @@ type Options struct {
 	QEMUBinary            string
 	QEMUImgBinary         string
 	CloudHypervisorBinary string
+	VirtiofsdBinary       string // serves --filesystem shares; only needed when there are some
 	KVMDevice             string
 	// SkipKVMProbe leaves only the boot watchdog to catch a KVM that cannot run guests.
 	SkipKVMProbe bool
@@ -81,6 +82,9 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	}
 	if err := checkBinary(o.QEMUImgBinary); err != nil {
 		return failf(ExitProviderMissing, "provider binary not found: %s (%s)", binaries.QEMUImgName, o.QEMUImgBinary)
+	}
+	if err := checkBinary(o.VirtiofsdBinary); err != nil && len(cfg.Filesystems) > 0 {
+		return failf(ExitProviderMissing, "%s not found (%s): spec.guest.filesystems needs a runner image with virtiofsd, such as the Debian 13 runner (docs/filesystems.md)", binaries.VirtiofsdName, o.VirtiofsdBinary)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return failf(ExitError, "--state-dir: %v", err)
@@ -167,6 +171,12 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		cmdline = kernelCmdline(cfg.KernelArgs, ipArg, cfg.MaxMemoryMiB > cfg.MemoryMiB)
 	}
 
+	shared, fs, err := startShares(cfg, o, log)
+	if err != nil {
+		return failf(ExitError, "%v", err)
+	}
+	defer shared.stop()
+
 	var hv hypervisor.Hypervisor
 	serial := filepath.Join(cfg.StateDir, serialSocketName)
 	switch cfg.Provider {
@@ -176,7 +186,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			MaxCPUs: cfg.MaxCPUs, MaxMemoryMiB: cfg.MaxMemoryMiB,
 			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
 			DiskPath: root.path, DiskFormat: root.format, DiskCache: root.cache, DiskBlock: root.block, SeedPath: seed, Disks: drives,
-			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName),
+			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName), Filesystems: fs,
 		}
 		if cfg.Incoming {
 			spec.IncomingSocket = filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.MigrateInSocket)
@@ -218,6 +228,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 			log.Info("control API", zap.String("socket", cfg.ControlSocket), zap.Int32("maxCPUs", cfg.EffectiveMaxCPUs()), zap.Int64("maxMemoryMiB", cfg.EffectiveMaxMemoryMiB()))
 		}
 	}
+	hv = watchShares(hv, shared, log)
 	hv, o.Stdout = watchConsole(hv, o.Stdout, cfg.Kernel == "")
 	return supervise(ctx, cfg, o, board, hv, guestParts{mig: mig, agent: agent, sus: sus}, filepath.Join(cfg.StateDir, consoleSocketName), serial)
 }

@@ -44,13 +44,7 @@ type diskFacts struct {
 func (r *Reconciler) checkDisks(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) (diskFacts, error) {
 	g := &vm.Spec.Guest
 	f := diskFacts{claims: map[string]podspec.Claim{}}
-	var secrets []string
-	for _, d := range g.Disks {
-		if d.Secret != nil {
-			secrets = append(secrets, d.Secret.SecretName)
-		}
-	}
-	claimNames, configMaps := g.ClaimNames(), g.ConfigMapNames()
+	claimNames, configMaps, secrets := g.ClaimNames(), g.ConfigMapNames(), g.SecretNames()
 	f.named = len(claimNames)+len(configMaps)+len(secrets) > 0
 	if !f.named {
 		return f, nil
@@ -92,7 +86,7 @@ func (r *Reconciler) checkDisks(ctx context.Context, vm *vmv1.VirtualMachine, po
 		cm := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}}
 		err := r.ConfigMaps.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: name}, cm)
 		if apierrors.IsNotFound(err) {
-			f.held = &cause{vmv1.ReasonConfigMapNotFound, fmt.Sprintf("ConfigMap %q (disk %s) does not exist in namespace %s: create it, or name another ConfigMap",
+			f.held = &cause{vmv1.ReasonConfigMapNotFound, fmt.Sprintf("ConfigMap %q (%s) does not exist in namespace %s: create it, or name another ConfigMap",
 				name, configMapDisk(g, name), vm.Namespace)}
 			return f, nil
 		}
@@ -225,6 +219,11 @@ func claimUse(g *vmv1.GuestSpec, claim string) string {
 			uses = append(uses, "disk "+d.Name)
 		}
 	}
+	for _, f := range g.Filesystems {
+		if c := f.PersistentVolumeClaim; c != nil && c.ClaimName == claim {
+			uses = append(uses, "filesystem "+f.Name)
+		}
+	}
 	if c := g.StateClaim; c != nil && c.ClaimName == claim {
 		uses = append(uses, "spec.guest.stateClaim")
 	}
@@ -255,7 +254,12 @@ func configMapDisk(g *vmv1.GuestSpec, name string) string {
 	var disks []string
 	for _, d := range g.Disks {
 		if d.ConfigMap != nil && d.ConfigMap.Name == name {
-			disks = append(disks, d.Name)
+			disks = append(disks, "disk "+d.Name)
+		}
+	}
+	for _, f := range g.Filesystems {
+		if f.ConfigMap != nil && f.ConfigMap.Name == name {
+			disks = append(disks, "filesystem "+f.Name)
 		}
 	}
 	return strings.Join(disks, ", ")

@@ -81,6 +81,10 @@ type Spec struct {
 	// the guest no channel, as a runner before it had none: a migration's two sides must match.
 	AgentSocket string
 
+	// Filesystems are virtio-fs shares (filesystems.go); with any, the guest's RAM is a shared
+	// memfd.
+	Filesystems []Filesystem
+
 	// IncomingSocket, when set, makes the guest a live migration's target (incoming.go): QEMU
 	// waits for it on this unix socket, and it stays paused (-S) once it arrived.
 	IncomingSocket string
@@ -111,6 +115,9 @@ func Args(s Spec) ([]string, error) {
 		// pod's memory limit allows for: bound it (podspec adds it to an emulated VM's memory).
 		accel += ",tb-size=" + strconv.FormatInt(TCGTranslationCacheMiB(s.MemoryMiB, s.MaxCPUs > s.CPUs), 10)
 	}
+	if s.sharedMemory() {
+		machine += ",memory-backend=" + RAMBackend
+	}
 	args := []string{
 		"-name", "guest=" + optValue(s.Name),
 		"-machine", machine,
@@ -126,6 +133,7 @@ func Args(s Spec) ([]string, error) {
 		args = append(args, "-cpu", cpu) // validate refuses commas: -cpu has no escape for them
 	}
 	args = append(args, s.sizeArgs()...)
+	args = append(args, s.ramBackendArgs()...)
 	args = append(args,
 		"-nodefaults",
 		"-no-user-config",
@@ -173,6 +181,7 @@ func Args(s Spec) ([]string, error) {
 		)
 	}
 	args = append(args, s.memoryDeviceArgs()...)
+	args = append(args, s.filesystemArgs()...)
 	args = append(args,
 		"-chardev", "socket,id=serial0,path="+optValue(s.SerialSocket)+",server=on,wait=off",
 		"-device", "isa-serial,chardev=serial0",
@@ -274,6 +283,7 @@ func (s Spec) validate() error {
 	}
 	errs = append(errs, s.validateIncoming()...)
 	errs = append(errs, validateDrives(s.Disks)...)
+	errs = append(errs, s.validateFilesystems()...)
 	if s.TapFD > 0 && len(s.MAC) != 6 {
 		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))
 	}

@@ -71,8 +71,12 @@ func (s Spec) memoryDeviceArgs() []string {
 	if !s.MemoryHotplug() {
 		return nil
 	}
+	backend := "memory-backend-ram"
+	if s.sharedMemory() { // hot-added memory is the guest's too: virtiofsd must map it as well
+		backend = "memory-backend-memfd,share=on"
+	}
 	return []string{
-		"-object", fmt.Sprintf("memory-backend-ram,id=%s,size=%dM", virtioMemBackend, s.MaxMemoryMiB-s.MemoryMiB),
+		"-object", fmt.Sprintf("%s,id=%s,size=%dM", backend, virtioMemBackend, s.MaxMemoryMiB-s.MemoryMiB),
 		"-device", fmt.Sprintf("virtio-mem-pci,id=%s,memdev=%s,block-size=%dM,requested-size=0", VirtioMemID, virtioMemBackend, vmv1.MemoryHotplugBlockMiB),
 	}
 }

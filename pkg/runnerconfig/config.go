@@ -122,6 +122,8 @@ type Config struct {
 	// order, and the root disk when it lives on a claim (then RootDisk, if set, fills it once).
 	Disks      []Disk
 	RootVolume *Disk
+	// Filesystems are the directories shared into the guest through virtio-fs (filesystems.go).
+	Filesystems []Filesystem
 }
 
 // Defaults fills what the caller left empty.
@@ -194,6 +196,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("--root-disk: the path of the root-disk image is required (or --root-volume, a root disk kept on a claim)"))
 	}
 	errs = append(errs, c.validateDisks()...)
+	errs = append(errs, c.validateFilesystems()...)
 	if c.DiskSizeMiB < 0 {
 		errs = append(errs, fmt.Errorf("--disk-size-mib: must not be negative, got %d (0 keeps the image size)", c.DiskSizeMiB))
 	}
@@ -378,7 +381,7 @@ func (c Config) Args() []string {
 	if c.ReadinessProbe.IsSet() {
 		args = append(args, "--readiness-probe="+c.ReadinessProbe.String())
 	}
-	return append(args, c.diskArgs()...)
+	return append(append(args, c.diskArgs()...), c.filesystemArgs()...)
 }
 
 // portList collects repeated --port flags.
@@ -436,6 +439,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")
 	fs.Var(probeValue{&c.ReadinessProbe}, "readiness-probe", "guest readiness probe at the pod IP: tcp:PORT (a connection) or http:PORT/PATH (a GET answered 2xx or 3xx); checked every 2s, 1s timeout")
 	c.bindDisks(fs)
+	c.bindFilesystems(fs)
 }
 
 type int32Value struct{ p *int32 }

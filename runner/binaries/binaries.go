@@ -10,6 +10,7 @@ const (
 	QEMUName            = "qemu-system-x86_64"
 	QEMUImgName         = "qemu-img"
 	CloudHypervisorName = "cloud-hypervisor"
+	VirtiofsdName       = "virtiofsd"
 )
 
 // Paths in the runner image: Debian's, which the image keeps so that the data, firmware and
@@ -18,6 +19,9 @@ const (
 	QEMU            = "/usr/bin/" + QEMUName
 	QEMUImg         = "/usr/bin/" + QEMUImgName
 	CloudHypervisor = "/usr/bin/" + CloudHypervisorName
+	// Virtiofsd serves a guest's virtio-fs shares: Debian 13's virtiofsd package (1.13) puts it
+	// here; Debian 12 has none, so only the Debian 13 runner image carries it.
+	Virtiofsd = "/usr/libexec/" + VirtiofsdName
 	// QEMUModuleDir is Debian's QEMU module directory.
 	QEMUModuleDir = "/usr/lib/x86_64-linux-gnu/qemu"
 	// TCGModule is Debian's TCG accelerator module in QEMUModuleDir; without it `-accel tcg`
@@ -49,11 +53,12 @@ const (
 	EnvQEMU            = "VIRTPOD_QEMU_BINARY"
 	EnvQEMUImg         = "VIRTPOD_QEMU_IMG_BINARY"
 	EnvCloudHypervisor = "VIRTPOD_CLOUD_HYPERVISOR_BINARY"
+	EnvVirtiofsd       = "VIRTPOD_VIRTIOFSD_BINARY"
 )
 
 // Paths are where the runner (or the agent) finds each program.
 type Paths struct {
-	QEMU, QEMUImg, CloudHypervisor string
+	QEMU, QEMUImg, CloudHypervisor, Virtiofsd string
 }
 
 // FromEnv is the image's paths, each replaced by its environment variable when that is set:
@@ -63,6 +68,7 @@ func FromEnv() Paths {
 		QEMU:            envOr(EnvQEMU, QEMU),
 		QEMUImg:         envOr(EnvQEMUImg, QEMUImg),
 		CloudHypervisor: envOr(EnvCloudHypervisor, CloudHypervisor),
+		Virtiofsd:       envOr(EnvVirtiofsd, Virtiofsd),
 	}
 }
 

@@ -119,8 +119,8 @@ type RootDiskClaim struct {
 	ClaimName string `json:"claimName"`
 }
 
-// ClaimNames are the PersistentVolumeClaims the VM's disks name, root disk first, and its state
-// claim last, each once.
+// ClaimNames are the PersistentVolumeClaims the VM's disks and filesystems name, root disk
+// first, and its state claim last, each once.
 func (g *GuestSpec) ClaimNames() []string {
 	var names []string
 	seen := map[string]bool{}
@@ -138,6 +138,11 @@ func (g *GuestSpec) ClaimNames() []string {
 			add(d.PersistentVolumeClaim.ClaimName)
 		}
 	}
+	for _, f := range g.Filesystems {
+		if f.PersistentVolumeClaim != nil {
+			add(f.PersistentVolumeClaim.ClaimName)
+		}
+	}
 	if g.StateClaim != nil {
 		add(g.StateClaim.ClaimName)
 	}
@@ -145,7 +150,7 @@ func (g *GuestSpec) ClaimNames() []string {
 }
 
 // WritesClaim says whether the VM may write the claim: a root disk and the state claim always
-// do, a data disk unless it is readOnly.
+// do, a data disk or a filesystem unless it is readOnly.
 func (g *GuestSpec) WritesClaim(name string) bool {
 	if c := g.RootDisk.PersistentVolumeClaim; c != nil && c.ClaimName == name || g.StateClaim != nil && g.StateClaim.ClaimName == name {
 		return true
@@ -155,10 +160,15 @@ func (g *GuestSpec) WritesClaim(name string) bool {
 			return true
 		}
 	}
+	for _, f := range g.Filesystems {
+		if c := f.PersistentVolumeClaim; c != nil && c.ClaimName == name && !c.ReadOnly {
+			return true
+		}
+	}
 	return false
 }
 
-// ConfigMapNames are the ConfigMaps the VM's disks name, each once.
+// ConfigMapNames are the ConfigMaps the VM's disks and filesystems name, each once.
 func (g *GuestSpec) ConfigMapNames() []string {
 	var names []string
 	seen := map[string]bool{}
@@ -166,6 +176,35 @@ func (g *GuestSpec) ConfigMapNames() []string {
 		if c := d.ConfigMap; c != nil && !seen[c.Name] {
 			seen[c.Name] = true
 			names = append(names, c.Name)
+		}
+	}
+	for _, f := range g.Filesystems {
+		if c := f.ConfigMap; c != nil && !seen[c.Name] {
+			seen[c.Name] = true
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+// SecretNames are the Secrets the VM's disks and filesystems name, each once.
+func (g *GuestSpec) SecretNames() []string {
+	var names []string
+	seen := map[string]bool{}
+	add := func(n string) {
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	for _, d := range g.Disks {
+		if d.Secret != nil {
+			add(d.Secret.SecretName)
+		}
+	}
+	for _, f := range g.Filesystems {
+		if f.Secret != nil {
+			add(f.Secret.SecretName)
 		}
 	}
 	return names

@@ -65,6 +65,7 @@ func (s *VirtualMachineSpec) Halted() bool { return s.RunStrategy == RunHalted }
 // VirtualMachineSpec is the desired virtual machine.
 // +kubebuilder:validation:XValidation:rule="!has(self.suspend) || !self.suspend || has(self.guest.stateClaim)",message="spec.suspend needs spec.guest.stateClaim: name a Filesystem claim of at least the guest's memory plus 64Mi to keep its state (the runner pod mounts it from its next start), or set suspend false",fieldPath=".suspend"
 // +kubebuilder:validation:XValidation:rule="!has(self.guest.stateClaim) || !has(self.provider) || self.provider == 'qemu'",message="spec.guest.stateClaim is for provider qemu: cloud-hypervisor guests cannot be suspended; remove stateClaim",fieldPath=".guest.stateClaim"
+// +kubebuilder:validation:XValidation:rule="!has(self.guest.filesystems) || size(self.guest.filesystems) == 0 || !has(self.provider) || self.provider == 'qemu'",message="spec.guest.filesystems is for provider qemu: virtpod runs no virtiofsd for cloud-hypervisor yet; remove filesystems or use provider qemu",fieldPath=".guest.filesystems"
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'cloud-hypervisor' || self.acceleration == 'KVM'",message="spec.acceleration: cloud-hypervisor has no software emulation; use acceleration KVM or provider qemu"
 type VirtualMachineSpec struct {
 	// provider is the hypervisor that runs the guest: qemu or cloud-hypervisor, offered by the
@@ -215,6 +216,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || (has(self.networkMode) && self.networkMode == 'Masquerade')",message="spec.guest.stateClaim needs spec.guest.networkMode Masquerade: a resumed guest keeps its address, and in the Pod mode it owns the pod IP, which a new runner pod does not have",fieldPath=".stateClaim"
 // +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || !has(self.disks) || self.disks.all(d, !has(d.emptyDisk))",message="spec.guest.stateClaim cannot go with an emptyDisk: it is blank at every start, so a saved state would not match it; put that disk on a claim, or remove stateClaim",fieldPath=".stateClaim"
 // +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || ((!has(self.rootDisk.persistentVolumeClaim) || self.rootDisk.persistentVolumeClaim.claimName != self.stateClaim.claimName) && (!has(self.disks) || self.disks.all(d, !has(d.persistentVolumeClaim) || d.persistentVolumeClaim.claimName != self.stateClaim.claimName)))",message="spec.guest.stateClaim.claimName names a claim a disk uses: the state needs a claim of its own",fieldPath=".stateClaim.claimName"
+// +kubebuilder:validation:XValidation:rule="!has(self.stateClaim) || !has(self.filesystems) || size(self.filesystems) == 0",message="spec.guest.stateClaim cannot go with spec.guest.filesystems: QEMU cannot save a guest whose files a virtiofsd holds open; remove the filesystems or the stateClaim",fieldPath=".stateClaim"
 type GuestSpec struct {
 	// cpus is the number of virtual CPUs, 1-255. It changes on a running guest (live, without a
 	// restart: CPUs are plugged and unplugged) between 1 and maxCPUs; without maxCPUs it is
@@ -298,6 +300,17 @@ type GuestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(d, self.exists_one(e, e.name == d.name))",message="spec.guest.disks: each disk needs a unique name (it is the disk's serial); rename the duplicate"
 	// +optional
 	Disks []Disk `json:"disks,omitempty"`
+
+	// filesystems are directories of the runner pod shared live into the guest through
+	// virtio-fs, each mounted in the guest by its name (docs/filesystems.md). A change applies
+	// at the guest's next start; what changes inside a ConfigMap, a Secret or the directory
+	// shows in the running guest.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(f, self.exists_one(e, e.name == f.name))",message="spec.guest.filesystems: each filesystem needs a unique name (it is the tag the guest mounts); rename the duplicate"
+	// +optional
+	Filesystems []Filesystem `json:"filesystems,omitempty"`
 
 	// stateClaim is where the guest's state is saved when it is suspended (spec.suspend): a
 	// Filesystem claim of its own. Only for provider qemu, with the root disk on a claim and no

@@ -59,6 +59,7 @@ func execute(args []string) int {
 	f.StringVar(&o.QEMUBinary, "qemu-binary", bins.QEMU, "path of "+binaries.QEMUName+" (env "+binaries.EnvQEMU+")")
 	f.StringVar(&o.QEMUImgBinary, "qemu-img-binary", bins.QEMUImg, "path of "+binaries.QEMUImgName+" (env "+binaries.EnvQEMUImg+")")
 	f.StringVar(&o.CloudHypervisorBinary, "cloud-hypervisor-binary", bins.CloudHypervisor, "path of "+binaries.CloudHypervisorName+" (env "+binaries.EnvCloudHypervisor+")")
+	f.StringVar(&o.VirtiofsdBinary, "virtiofsd-binary", bins.Virtiofsd, "path of "+binaries.VirtiofsdName+", which serves --filesystem shares (env "+binaries.EnvVirtiofsd+")")
 	f.StringVar(&o.KVMDevice, "kvm-device", kvm.DefaultDevice, "KVM device node")
 	f.StringVar(&o.CPUModel, "cpu-model", "", "QEMU CPU model (default: host under kvm, QEMU's default under tcg)")
 	f.BoolVar(&o.SkipKVMProbe, "skip-kvm-probe", false, "under kvm, boot without probing KVM first (the boot watchdog still applies)")

@@ -3,7 +3,8 @@
 // root disk whose init configures the network from ip=, serves HTTP on port 80, powers off on
 // the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one and
 // its data disks by serial (VIRTPOD-GUEST-DISK, files/disk-report), onlines hot-added CPUs and
-// reports its CPUs and memory on every change (VIRTPOD-GUEST-SIZE, files/hotplug), runs
+// reports its CPUs and memory on every change (VIRTPOD-GUEST-SIZE, files/hotplug), mounts the
+// virtio-fs shares virtpod.fs=<tag>:<dir> names (VIRTPOD-GUEST-FS), runs
 // qemu-guest-agent (this host's, with the libraries it links) on its channel, prints
 // VIRTPOD-GUEST-READY on the console, then runs a root shell there.
 //
@@ -35,9 +36,9 @@ const Marker = "VIRTPOD-GUEST-READY"
 
 // wantedModules are the modules the cloud kernel does not build in but the guest needs: disk,
 // network, the ACPI power button (button) delivered through an input device (evdev), ISO 9660
-// (isofs) to read a cloud-init seed disk, virtio_mem for hot-added memory, and virtio_console for
-// the guest agent's virtio-serial channel.
-var wantedModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "button", "evdev", "isofs", "virtio_mem", "virtio_console"}
+// (isofs) to read a cloud-init seed disk, virtio_mem for hot-added memory, virtio_console for
+// the guest agent's virtio-serial channel, and virtiofs (with fuse) for shared filesystems.
+var wantedModules = []string{"virtio_pci", "virtio_blk", "virtio_net", "button", "evdev", "isofs", "virtio_mem", "virtio_console", "virtiofs"}
 
 const (
 	metaPackage = "linux-image-cloud-amd64"
@@ -47,7 +48,7 @@ const (
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 11
+const fixtureVersion = 13
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {

@@ -23,7 +23,7 @@ import (
 )
 
 // version changes whenever what is built changes.
-const version = 2
+const version = 3
 
 const (
 	suite  = "trixie"
@@ -33,9 +33,10 @@ const (
 )
 
 // packages are QEMU's emulator and its image tool, whose firmware (SeaBIOS, iPXE, the data
-// package) comes as their dependencies, and OVMF for guests that boot through UEFI: what a
-// runner image on Debian 13 takes (imagebuild runner --qemu-root).
-var packages = []string{"qemu-system-x86", "qemu-utils", "ovmf"}
+// package) comes as their dependencies, OVMF for guests that boot through UEFI, and virtiofsd
+// (1.13, not in Debian 12) for virtio-fs shares: what a runner image on Debian 13 takes
+// (imagebuild runner --qemu-root).
+var packages = []string{"qemu-system-x86", "qemu-utils", "ovmf", "virtiofsd"}
 
 // Manifest is qemu.json, written last: a build cut short is never current.
 type Manifest struct {
@@ -54,6 +55,15 @@ d=$(dirname "$(readlink -f "$0")")/../root
 lib=$d/usr/lib/x86_64-linux-gnu
 export QEMU_MODULE_DIR=$lib/qemu
 exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$d/usr/bin/qemu-system-x86_64" -L "$d/usr/share/qemu" -L "$d/usr/share/seabios" "$@"
+`
+
+// virtiofsdWrapper runs the tree's virtiofsd the same way: the runner tests point
+// VIRTPOD_VIRTIOFSD_BINARY at it.
+const virtiofsdWrapper = `#!/bin/sh
+# virtiofsd from Debian ` + suite + `'s packages in ../root, through that tree's own loader and libraries.
+d=$(dirname "$(readlink -f "$0")")/../root
+lib=$d/usr/lib/x86_64-linux-gnu
+exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$d/usr/libexec/virtiofsd" "$@"
 `
 
 func main() {
@@ -103,6 +113,13 @@ func build(out string, force bool) error {
 	}
 	if err := os.WriteFile(bin, []byte(wrapper), 0o755); err != nil {
 		return err
+	}
+	fsd := filepath.Join(work, "bin", "virtiofsd")
+	if err := os.WriteFile(fsd, []byte(virtiofsdWrapper), 0o755); err != nil {
+		return err
+	}
+	if got, err := exec.Command(fsd, "--version").CombinedOutput(); err != nil {
+		return fmt.Errorf("the built virtiofsd does not run here: %v: %s", err, got)
 	}
 	got, err := exec.Command(bin, "--version").CombinedOutput()
 	if err != nil {

@@ -1,0 +1,137 @@
+package runner
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/virtpod/virtpod/pkg/qemu"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/hypervisor"
+)
+
+// shares are the virtiofsd processes serving the guest's --filesystem directories, one each.
+type shares struct {
+	procs []*hypervisor.Process
+	tags  []string
+	// failed is closed when a virtiofsd ends while the guest still needs it; why says which.
+	failed chan struct{}
+	once   sync.Once
+	why    string
+}
+
+// startShares starts one virtiofsd per --filesystem, before QEMU, on a listening socket the
+// runner made itself and hands over as fd 3: QEMU's connection waits in the socket's backlog
+// until virtiofsd accepts it, so there is no race and no poll for a socket file.
+//
+// virtiofsd runs as the runner's user, without capabilities (the launcher drops them), with no
+// sandbox of its own (a sandbox needs namespaces or chroot, which a restricted pod has not):
+// the pod is its sandbox, and it sees only the volume it serves. It leaves the file limit as it
+// is (raising it needs CAP_SYS_RESOURCE). --cache=auto lets the guest cache a file's data and
+// attributes for a second, so a ConfigMap's update or a copied file shows within that.
+func startShares(cfg runnerconfig.Config, o Options, log *zap.Logger) (*shares, []qemu.Filesystem, error) {
+	s := &shares{failed: make(chan struct{})}
+	if len(cfg.Filesystems) == 0 {
+		return s, nil, nil
+	}
+	var fs []qemu.Filesystem
+	for _, f := range cfg.Filesystems {
+		if st, err := os.Stat(f.Path); err != nil || !st.IsDir() {
+			s.stop()
+			return nil, nil, fmt.Errorf("--filesystem %s: %s is not a directory: %v", f.Tag, f.Path, err)
+		}
+		sock := filepath.Join(cfg.StateDir, "fs-"+f.Tag+".sock")
+		_ = os.Remove(sock)
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+		if err != nil {
+			s.stop()
+			return nil, nil, fmt.Errorf("--filesystem %s: %w", f.Tag, err)
+		}
+		l.SetUnlinkOnClose(false) // the socket file stays for QEMU to connect to
+		lf, err := l.File()
+		_ = l.Close() // the duplicate in lf keeps the socket listening; virtiofsd owns it now
+		if err != nil {
+			s.stop()
+			return nil, nil, fmt.Errorf("--filesystem %s: %w", f.Tag, err)
+		}
+		args := []string{"--fd=3", "--shared-dir=" + f.Path, "--sandbox=none", "--cache=auto", "--rlimit-nofile=0", "--log-level=warn"}
+		if f.ReadOnly {
+			args = append(args, "--readonly")
+		}
+		argv := append(append(append([]string{}, o.Launcher...), o.VirtiofsdBinary), args...)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.ExtraFiles = []*os.File{lf}
+		p := &hypervisor.Process{}
+		err = p.Start(cmd)
+		_ = lf.Close()
+		if err != nil {
+			s.stop()
+			return nil, nil, fmt.Errorf("--filesystem %s: start %s: %w", f.Tag, binaries.VirtiofsdName, err)
+		}
+		log.Info("virtiofsd serving", zap.String("tag", f.Tag), zap.String("dir", f.Path), zap.Bool("readOnly", f.ReadOnly), zap.String("socket", sock))
+		s.procs, s.tags = append(s.procs, p), append(s.tags, f.Tag)
+		fs = append(fs, qemu.Filesystem{Tag: f.Tag, Socket: sock})
+		go s.watch(p, f.Tag)
+	}
+	return s, fs, nil
+}
+
+// watch records a virtiofsd that ended: the guest's share would hang, so the runner ends it.
+func (s *shares) watch(p *hypervisor.Process, tag string) {
+	<-p.Done()
+	s.once.Do(func() {
+		s.why = fmt.Sprintf("the virtiofsd serving filesystem %s ended: %s", tag, p.Detail(binaries.VirtiofsdName))
+		close(s.failed)
+	})
+}
+
+// stop ends every virtiofsd; QEMU has gone by then (or never started).
+func (s *shares) stop() {
+	for _, p := range s.procs {
+		p.Kill()
+	}
+}
+
+// shareWatch is the hypervisor seen through its shares: a virtiofsd that ends while the guest
+// runs kills QEMU, and the exit detail then says which share's daemon went first.
+type shareWatch struct {
+	hypervisor.Hypervisor
+	cause atomic.Pointer[string] // set when a share's end stopped the guest
+}
+
+func watchShares(hv hypervisor.Hypervisor, s *shares, log *zap.Logger) hypervisor.Hypervisor {
+	if len(s.procs) == 0 {
+		return hv
+	}
+	w := &shareWatch{Hypervisor: hv}
+	go func() {
+		select {
+		case <-s.failed:
+			select {
+			case <-hv.Exited(): // virtiofsd ends when QEMU, its client, has gone: no cause
+				return
+			default:
+			}
+			why := s.why
+			w.cause.Store(&why)
+			log.Error("a filesystem's daemon ended; stopping the guest", zap.String("why", why))
+			hv.Kill()
+		case <-hv.Exited():
+		}
+	}()
+	return w
+}
+
+func (w *shareWatch) ExitDetail() string {
+	if why := w.cause.Load(); why != nil {
+		return *why
+	}
+	return w.Hypervisor.ExitDetail()
+}
