@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -65,7 +67,7 @@ func startShares(cfg runnerconfig.Config, o Options, log *zap.Logger) (*shares, 
 		if f.ReadOnly {
 			args = append(args, "--readonly")
 		}
-		argv := append(append(append([]string{}, o.Launcher...), o.VirtiofsdBinary), args...)
+		argv := append(append(daemonLauncher(o), o.VirtiofsdBinary), args...)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.ExtraFiles = []*os.File{lf}
 		p := &hypervisor.Process{}
@@ -81,6 +83,17 @@ func startShares(cfg runnerconfig.Config, o Options, log *zap.Logger) (*shares, 
 		go s.watch(p, f.Tag)
 	}
 	return s, fs, nil
+}
+
+// daemonLauncher is what starts virtiofsd: the launcher that drops every capability, as for
+// QEMU, when the runner is not root (always, in a pod: Pod Security restricted). A root runner
+// (a test's container) starts it directly: virtiofsd run as root insists on keeping the
+// capabilities it serves a guest's root with, and drops the rest itself.
+func daemonLauncher(o Options) []string {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	return append([]string{}, o.Launcher...)
 }
 
 // watch records a virtiofsd that ended: the guest's share would hang, so the runner ends it.
@@ -127,6 +140,15 @@ func watchShares(hv hypervisor.Hypervisor, s *shares, log *zap.Logger) hyperviso
 		}
 	}()
 	return w
+}
+
+// Start says so when a share's end stopped QEMU before it was up.
+func (w *shareWatch) Start(ctx context.Context) error {
+	err := w.Hypervisor.Start(ctx)
+	if why := w.cause.Load(); err != nil && why != nil {
+		return errors.New(*why)
+	}
+	return err
 }
 
 func (w *shareWatch) ExitDetail() string {

@@ -50,6 +50,9 @@ func TestCheck(t *testing.T) {
 		}, vmv1.ReasonGuestResized, vmv1.AnnotationGuestCPUs + " 2", "vmctl restart web"},
 		{"memory reported larger", nil, func(p *corev1.Pod) { p.Annotations = map[string]string{vmv1.AnnotationGuestMemory: "384Mi"} },
 			vmv1.ReasonGuestResized, vmv1.AnnotationGuestMemory, "restart"},
+		{"virtio-fs shares", nil, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "--filesystem=tag=web,path=/virtpod/fs/web", "--filesystem=tag=conf,path=/virtpod/fs/conf,readonly")
+		}, vmv1.ReasonFilesystemNotMigratable, "virtio-fs filesystems (web, conf", "remove spec.guest.filesystems and restart the VM"},
 		{"reported at boot size", nil, func(p *corev1.Pod) {
 			p.Annotations = map[string]string{vmv1.AnnotationGuestCPUs: "1", vmv1.AnnotationGuestMemory: "256Mi", vmv1.AnnotationDesiredMemory: "268435456"}
 		}, vmv1.ReasonMigratable, "", ""},

@@ -86,10 +86,11 @@ type diskParts struct {
 	copiers  []corev1.Container // with CopyImages: the image disks' copy init containers
 	disks    []runnerconfig.Disk
 	rootDisk *runnerconfig.Disk
+	shares   []runnerconfig.Filesystem // the virtio-fs shares (filesystems.go)
 }
 
-// disks renders the VM's data disks and its root disk's claim. PVCs, ConfigMaps and Secrets go
-// by reference: the kubelet mounts them, nothing of their contents is in the pod.
+// disks renders the VM's data disks, its root disk's claim and its shared filesystems. PVCs,
+// ConfigMaps and Secrets go by reference: the kubelet mounts them, nothing of their contents is in the pod.
 func disks(vm *vmv1.VirtualMachine, opts Options) diskParts {
 	var p diskParts
 	g := vm.Spec.Guest
@@ -161,5 +162,6 @@ func disks(vm *vmv1.VirtualMachine, opts Options) diskParts {
 		p.volumes = append(p.volumes, vol)
 		p.disks = append(p.disks, rd)
 	}
+	p.filesystems(g)
 	return p
 }

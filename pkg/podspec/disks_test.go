@@ -49,6 +49,16 @@ func TestDiskGolden(t *testing.T) {
 			vm.Spec.Guest.RootDisk = vmv1.RootDisk{PersistentVolumeClaim: &vmv1.RootDiskClaim{ClaimName: "web-root-dev"}}
 			o.Claims = claims()
 		},
+		// A share of each kind: volumes at /virtpod/fs/<name>, ConfigMaps and Secrets mounted
+		// whole (no subPath: the kubelet updates them in place), 16Mi more memory per share.
+		"filesystems-every-source": func(vm *vmv1.VirtualMachine, o *podspec.Options) {
+			vm.Spec.Guest.Filesystems = []vmv1.Filesystem{
+				{Name: "web", EmptyDir: &vmv1.FilesystemEmptyDir{SizeLimit: ptr.To(resource.MustParse("1Gi"))}},
+				{Name: "conf", ConfigMap: &vmv1.FilesystemConfigMap{Name: "app-config"}},
+				{Name: "tls", Secret: &vmv1.FilesystemSecret{SecretName: "web-tls"}},
+				{Name: "shared", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "web-shared", ReadOnly: true}},
+			}
+		},
 		"disks-copy-images": func(vm *vmv1.VirtualMachine, o *podspec.Options) {
 			vm.Spec.Guest.Disks = []vmv1.Disk{{Name: "tools", Image: &vmv1.ImageDiskSource{Ref: "registry.example.com/vm/tools:v1"}}}
 			o.CopyImages = true

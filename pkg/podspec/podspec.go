@@ -314,7 +314,7 @@ func restricted() *corev1.SecurityContext {
 
 func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskParts) corev1.Container {
 	cfg := RunnerConfig(vm)
-	cfg.Disks, cfg.RootVolume = dp.disks, dp.rootDisk
+	cfg.Disks, cfg.RootVolume, cfg.Filesystems = dp.disks, dp.rootDisk, dp.shares
 	c := corev1.Container{
 		Name:                     vmv1.RunnerContainer,
 		Image:                    images.Runner,
@@ -466,6 +466,7 @@ func Resources(vm *vmv1.VirtualMachine, opts Options, cpus int32, memory resourc
 	cpuLimit.Add(opts.OverheadCPU)
 	mem := memory.DeepCopy()
 	mem.Add(opts.OverheadMemory)
+	mem.Add(filesystemMemory(vm.Spec.Guest))
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		// Emulation keeps translated code beside the guest's memory, up to QEMU's tb-size.
 		hotplug := vm.Spec.Guest.MaxCPUs != nil && *vm.Spec.Guest.MaxCPUs > 1 // over-reserves for a guest booted at its maximum, never under

@@ -52,7 +52,7 @@ var qemuPackages = map[string]string{
 }
 
 // qemuLayer holds qemu-img and, with the hypervisor, qemu-system-x86_64 with its modules and
-// firmware, plus every shared library and the dynamic loader they need, at their host paths:
+// firmware and virtiofsd where the source has it, plus every shared library and the dynamic loader they need, at their host paths:
 // this machine's, or (root set) those of another Debian's root tree on it, such as Debian 13's
 // QEMU 10.0 that make qemu-next builds.
 func qemuLayer(withHypervisor bool, root string) (*ociimage.Layer, error) {
@@ -69,6 +69,11 @@ func qemuLayer(withHypervisor bool, root string) (*ociimage.Layer, error) {
 			return nil, err
 		}
 		programs = append(programs, mods...)
+		// virtiofsd serves virtio-fs shares (runner --filesystem): Debian 13 has it, Debian 12
+		// has none, so an image without it refuses a VM with filesystems, in words.
+		if _, err := os.Stat(path.Join("/", root, binaries.Virtiofsd)); err == nil {
+			programs = append(programs, binaries.Virtiofsd)
+		}
 	}
 	var real []string
 	for _, p := range programs {

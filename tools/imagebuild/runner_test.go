@@ -20,6 +20,7 @@ import (
 	"github.com/virtpod/virtpod/tests/prereq"
 
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/pkg/vmimage"
 )
 
@@ -79,6 +80,9 @@ func testRunnerImage(t *testing.T, qemuRoot, version string) {
 	}
 	wantFile(t, files, qemuSystem, tar.TypeReg, 0o755, "")
 	wantFile(t, files, qemuImg, tar.TypeReg, 0o755, "")
+	if qemuRoot != "" { // Debian 13 has virtiofsd; Debian 12 none
+		wantFile(t, files, binaries.Virtiofsd, tar.TypeReg, 0o755, "")
+	}
 	wantFile(t, files, "/tmp", tar.TypeDir, 0o1777, "")
 	root := extract(t, img)
 
@@ -115,6 +119,9 @@ func testRunnerImage(t *testing.T, qemuRoot, version string) {
 		loader := within(t, root, "/lib64/ld-linux-x86-64.so.2")
 		libPath := within(t, root, "/lib/x86_64-linux-gnu") + ":" + within(t, root, "/usr/lib/x86_64-linux-gnu")
 		programs := []string{qemuSystem, qemuImg}
+		if fileExists(within(t, root, binaries.Virtiofsd)) {
+			programs = append(programs, binaries.Virtiofsd)
+		}
 		for _, m := range qemuModules {
 			if fileExists(within(t, root, filepath.Join(qemuModuleDir, m))) {
 				programs = append(programs, filepath.Join(qemuModuleDir, m))
@@ -148,11 +155,19 @@ func testRunnerImage(t *testing.T, qemuRoot, version string) {
 		// The image volumes, where pkg/podspec mounts them.
 		extractTo(t, vm, filepath.Join(root, "virtpod", "images", "kernel"))
 		extractTo(t, vm, filepath.Join(root, "virtpod", "images", "disk"))
-		cmd := inContainer(t, root, podspec.RunnerBinary, "--name=imagetest", "--accel=tcg", "--cpus=1", "--memory-mib=256",
-			"--kernel=/virtpod/images/kernel"+vmimage.KernelPath, "--initrd=/virtpod/images/kernel"+vmimage.InitrdPath,
-			"--root-disk=/virtpod/images/disk"+vmimage.DiskPath, "--disk-size-mib=128", "--kernel-args=rw",
-			"--grace-period-seconds=20", "--network=none", "--http-addr="+loopback.FreeAddr(t),
-			"--state-dir=/var/run/virtpod", "--termination-log=/tmp/termination-log")
+		args := []string{"--name=imagetest", "--accel=tcg", "--cpus=1", "--memory-mib=256",
+			"--kernel=/virtpod/images/kernel" + vmimage.KernelPath, "--initrd=/virtpod/images/kernel" + vmimage.InitrdPath,
+			"--root-disk=/virtpod/images/disk" + vmimage.DiskPath, "--disk-size-mib=128", "--kernel-args=rw",
+			"--grace-period-seconds=20", "--network=none", "--http-addr=" + loopback.FreeAddr(t),
+			"--state-dir=/var/run/virtpod", "--termination-log=/tmp/termination-log"}
+		shares := fileExists(within(t, root, binaries.Virtiofsd))
+		if shares { // the image's own virtiofsd serves a share the guest mounts
+			if err := os.MkdirAll(filepath.Join(root, "virtpod", "fs", "web"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--filesystem=tag=web,path=/virtpod/fs/web", "--kernel-args=rw virtpod.fs=web:/www/dev")
+		}
+		cmd := inContainer(t, root, append([]string{podspec.RunnerBinary}, args...)...)
 		out := startWatched(t, cmd, "VIRTPOD-GUEST-READY")
 		select {
 		case <-out.marker:
@@ -173,6 +188,11 @@ func testRunnerImage(t *testing.T, qemuRoot, version string) {
 		}
 		if strings.Contains(out.String(), "Could not open option rom") {
 			t.Errorf("QEMU misses an option ROM:\n%s", out.tail())
+		}
+		if shares {
+			if b, err := os.ReadFile(filepath.Join(root, "virtpod", "fs", "web", "from-guest")); !strings.Contains(out.String(), "VIRTPOD-GUEST-FS web /www/dev mounted rw") || err != nil || len(b) == 0 { // its hostname: none without a network
+				t.Errorf("the guest's share through the image's virtiofsd: wrote %q, %v\n%s", b, err, out.tail())
+			}
 		}
 	})
 

@@ -133,6 +133,9 @@ const (
 	ReasonProviderNotMigratable = "ProviderNotMigratable"
 	// ReasonDiskNotMigratable: a disk cannot be carried to another node (a claim).
 	ReasonDiskNotMigratable = "DiskNotMigratable"
+	// ReasonFilesystemNotMigratable: the running guest has virtio-fs shares, whose daemons'
+	// state (the guest's open files) virtpod does not carry to another node.
+	ReasonFilesystemNotMigratable = "FilesystemNotMigratable"
 	// ReasonGuestResized: the guest was resized live since it started; its hotplugged CPUs and
 	// memory are not rebuilt on a target. It can migrate after its next start.
 	ReasonGuestResized = "GuestResized"
