@@ -19,7 +19,9 @@ import (
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
-// TestDevLoopRollsVM does what the Tiltfile does on a rebuild, with the same script: the runner
+// TestDevLoopRollsVM is the Tilt loop's two speeds. The fast one, live_update: files synced
+// into the running VM's virtio-fs share and a ConfigMap update reach the guest without a
+// restart (checkShares). The slow one, a rebuild, with the Tiltfile's own script: the runner
 // image appears in the cluster's containerd under a new tag, the tag goes into the image-map
 // ConfigMap, and the VM that opted in (imageUpdatePolicy: Recreate) rolls onto it and boots.
 func TestDevLoopRollsVM(t *testing.T) {
@@ -27,8 +29,9 @@ func TestDevLoopRollsVM(t *testing.T) {
 	ns := namespace(t)
 	vm := newVM(ns, "roll")
 	vm.Spec.ImageUpdatePolicy = vmv1.ImageUpdateRecreate
-	// The Tilt loop's images carry their build tags, not a release's digests (config/local).
-	vm.Spec.RunnerImage = "localhost/virtpod/runner:dev"
+	// The Tilt loop's images carry their build tags, not a release's digests (config/local);
+	// this one has virtiofsd.
+	withShares(t, vm)
 	if err := kube.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
@@ -36,14 +39,16 @@ func TestDevLoopRollsVM(t *testing.T) {
 		_, _ = run("-n", "virtpod-system", "delete", "configmap", "virtpod-image-map", "--ignore-not-found")
 	})
 	waitRunning(t, ns, "roll", 0)
+	eventually(t, "the guest's marker", time.Minute, func() error { return contains(podLogs(ns, podspec.PodName("roll")), marker) })
+	checkShares(t, ns, "roll")
 	old, err := kubeset.CoreV1().Pods(ns).Get(ctx, podspec.PodName("roll"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	tag := fmt.Sprintf("tilt-e2e-%d", time.Now().Unix())
-	want := "localhost/virtpod/runner:" + tag
-	script := exec.Command("bash", kubeapi.Root()+"/tools/dev/devloop/retag.sh", "localhost/virtpod/runner:dev", want)
+	want := "localhost/virtpod/runner-debian13:" + tag
+	script := exec.Command("bash", kubeapi.Root()+"/tools/dev/devloop/retag.sh", debian13Runner, want)
 	script.Env = os.Environ()
 	if out, err := script.CombinedOutput(); err != nil {
 		t.Fatalf("retag.sh: %v\n%s", err, out)
@@ -75,7 +80,7 @@ func TestDevLoopRollsVM(t *testing.T) {
 	}
 	var notes []string
 	for _, e := range evs.Items {
-		if e.Reason == "ImagesChanged" && strings.Contains(e.Note, "runner localhost/virtpod/runner:dev → "+want) {
+		if e.Reason == "ImagesChanged" && strings.Contains(e.Note, "runner "+debian13Runner+" → "+want) {
 			return
 		}
 		notes = append(notes, e.Reason+": "+e.Note)

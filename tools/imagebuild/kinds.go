@@ -38,7 +38,13 @@ func newRunnerCommand() *cobra.Command {
 		if qemuRoot != "" && !filepath.IsAbs(qemuRoot) {
 			return fmt.Errorf("--qemu-root %q: give an absolute path", qemuRoot)
 		}
-		img, err := goImage(runnerLayout, prebuilt, func() (*ociimage.Layer, error) { return qemuLayer(!withoutHypervisor, qemuRoot) })
+		img, err := goImage(runnerLayout, prebuilt, func() (*ociimage.Layer, error) {
+			l, err := qemuLayer(!withoutHypervisor, qemuRoot)
+			if err != nil {
+				return nil, err
+			}
+			return l, addBusybox(l, busyboxBinary, devLoopApplets)
+		})
 		if err != nil {
 			return err
 		}
@@ -144,37 +150,13 @@ func newToolboxCommand() *cobra.Command {
 }
 
 func toolboxImage(busybox, sshcheck string) (v1.Image, error) {
-	res, err := elfdeps.Resolver{}.Resolve(busybox)
-	if err != nil {
-		return nil, fmt.Errorf("--busybox: %w: install busybox-static", err)
-	}
-	if len(res.Interpreters) > 0 {
-		return nil, fmt.Errorf("--busybox: %s is dynamically linked: install Debian's busybox-static (it replaces busybox)", busybox)
-	}
-	// The applet list comes from the binary itself, so every link works.
-	out, err := exec.Command(busybox, "--list").Output()
-	if err != nil {
-		return nil, fmt.Errorf("--busybox: %s --list: %w", busybox, err)
-	}
-	applets := strings.Fields(string(out))
-	if !slices.Contains(applets, "sh") {
-		return nil, fmt.Errorf("--busybox: %s has no sh applet: use Debian's busybox-static", busybox)
-	}
 	base, err := baseLayer()
 	if err != nil {
 		return nil, err
 	}
 	l := ociimage.NewLayer("busybox")
-	if err := l.HostFile(busyboxBinary, busybox, 0o755); err != nil {
+	if err := addBusybox(l, busybox, nil); err != nil {
 		return nil, err
-	}
-	for _, a := range applets {
-		if a == "busybox" || strings.Contains(a, "/") {
-			continue
-		}
-		if err := l.Symlink("/bin/"+a, "busybox"); err != nil {
-			return nil, err
-		}
 	}
 	ssh, err := binaryLayer("sshcheck", toolboxSSHCheck, sshcheck)
 	if err != nil {
@@ -182,6 +164,49 @@ func toolboxImage(busybox, sshcheck string) (v1.Image, error) {
 	}
 	// Cmd, not Entrypoint, like the busybox image: a pod's args then name the applet to run.
 	return ociimage.Image(v1.Config{Cmd: []string{"sh"}}, base, l, ssh)
+}
+
+// devLoopApplets are what the runner image carries of busybox for the dev loop: kubectl cp and
+// Tilt's live_update sync unpack with tar (and delete with rm) inside the runner container,
+// into a virtio-fs share (docs/dev-loop.md); Tilt's run() steps go through sh.
+var devLoopApplets = []string{"sh", "tar", "rm", "mkdir", "ls", "cat", "mv", "cp"}
+
+// addBusybox puts the static busybox at /bin/busybox in l, with a link in /bin for each of
+// applets (nil: every applet it has).
+func addBusybox(l *ociimage.Layer, busybox string, applets []string) error {
+	res, err := elfdeps.Resolver{}.Resolve(busybox)
+	if err != nil {
+		return fmt.Errorf("--busybox: %w: install busybox-static", err)
+	}
+	if len(res.Interpreters) > 0 {
+		return fmt.Errorf("--busybox: %s is dynamically linked: install Debian's busybox-static (it replaces busybox)", busybox)
+	}
+	// The applet list comes from the binary itself, so every link works.
+	out, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("--busybox: %s --list: %w", busybox, err)
+	}
+	has := strings.Fields(string(out))
+	if applets == nil {
+		applets = has
+	}
+	for _, a := range append([]string{"sh"}, applets...) {
+		if !slices.Contains(has, a) {
+			return fmt.Errorf("--busybox: %s has no %s applet: use Debian's busybox-static", busybox, a)
+		}
+	}
+	if err := l.HostFile(busyboxBinary, busybox, 0o755); err != nil {
+		return err
+	}
+	for _, a := range applets {
+		if a == "busybox" || strings.Contains(a, "/") {
+			continue
+		}
+		if err := l.Symlink("/bin/"+a, "busybox"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newVMCommand() *cobra.Command {

@@ -20,8 +20,8 @@ import (
 	"github.com/virtpod/virtpod/tests/prereq"
 
 	"github.com/virtpod/virtpod/pkg/podspec"
-	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/pkg/vmimage"
+	"github.com/virtpod/virtpod/runner/binaries"
 )
 
 // bootTimeout bounds a TCG boot of the guest fixture (seconds when idle; generous for a loaded
@@ -84,6 +84,10 @@ func testRunnerImage(t *testing.T, qemuRoot, version string) {
 		wantFile(t, files, binaries.Virtiofsd, tar.TypeReg, 0o755, "")
 	}
 	wantFile(t, files, "/tmp", tar.TypeDir, 0o1777, "")
+	wantFile(t, files, busyboxBinary, tar.TypeReg, 0o755, "")
+	for _, a := range devLoopApplets { // kubectl cp and Tilt's sync unpack with tar in the runner container
+		wantFile(t, files, "/bin/"+a, tar.TypeSymlink, 0, "busybox")
+	}
 	root := extract(t, img)
 
 	t.Run("firmware and modules", func(t *testing.T) {

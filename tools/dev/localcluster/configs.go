@@ -152,6 +152,9 @@ serializeImagePulls: false
 evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%", "nodefs.inodesFree": "1%%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# Pods are synced every 10 s rather than every minute, so a ConfigMap or Secret volume (a VM's
+# virtio-fs share among them) shows an update within seconds during development.
+syncFrequency: 10s
 `, filepath.Join(pki, "ca.crt"), c.socket(), filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), clusterDNSIP, c.path("pod-logs"))
 	if c.cgroupRoot != "" {
 		// Its pods' cgroups under a root of its own: two kubelets' kubepods trees in one

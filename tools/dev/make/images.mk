@@ -19,15 +19,16 @@ imagebuild:
 	@mkdir -p $(dir $(IMAGEBUILD_BIN))
 	go build -o $(IMAGEBUILD_BIN) ./tools/imagebuild
 
-images: image-runner image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-local-path-provisioner image-coredns ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
+images: image-runner image-runner-debian13 image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-local-path-provisioner image-coredns ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
 
 image-runner: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --tag=$(RUNNER_IMAGE) --out=$(IMAGES_DIR)/runner.tar
 
-# The runner image with Debian 13's QEMU 10.0 (make qemu-next), beside today's Debian 12 one: what
-# the next runner image is; not in `images`, the local cluster runs today's.
-image-runner-debian13: imagebuild qemu-next ## The runner image with Debian 13's QEMU 10.0, $(IMAGES_DIR)/runner-debian13.tar.
-	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --qemu-root=$(QEMU_NEXT)/root --tag=localhost/virtpod/runner:dev-debian13 --out=$(IMAGES_DIR)/runner-debian13.tar
+# The runner image with Debian 13's QEMU 10.0 and virtiofsd (make qemu-next), beside today's
+# Debian 12 one: what the next runner image is. The local cluster runs today's by default; VMs
+# with spec.guest.filesystems name this one (spec.runnerImage), as the e2e tests do.
+image-runner-debian13: imagebuild qemu-next ## The runner image with Debian 13's QEMU 10.0 and virtiofsd, $(IMAGES_DIR)/runner-debian13.tar.
+	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --qemu-root=$(QEMU_NEXT)/root --tag=localhost/virtpod/runner-debian13:dev --out=$(IMAGES_DIR)/runner-debian13.tar
 
 image-runner-nohypervisor: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --without-hypervisor --tag=localhost/virtpod/runner-nohypervisor:dev --out=$(IMAGES_DIR)/runner-nohypervisor.tar

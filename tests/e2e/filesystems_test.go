@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/podspec"
+)
+
+// debian13Runner is the runner image with Debian 13's QEMU and virtiofsd (make
+// image-runner-debian13, in `make images`): the one VMs with filesystems run on.
+const debian13Runner = "localhost/virtpod/runner-debian13:dev"
+
+// withShares gives vm the dev loop's shares: dev, an emptyDir the loop copies files into,
+// mounted by the guest under its web root, and conf, the ConfigMap <name>-conf (made here),
+// served under /conf.
+func withShares(t *testing.T, vm *vmv1.VirtualMachine) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name + "-conf"}, Data: map[string]string{"colour": "blue"}}
+	if err := kube.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	vm.Spec.RunnerImage = debian13Runner
+	vm.Spec.Guest.Filesystems = []vmv1.Filesystem{
+		{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}},
+		{Name: "conf", ConfigMap: &vmv1.FilesystemConfigMap{Name: cm.Name}},
+	}
+	vm.Spec.Guest.KernelArgs = "virtpod.fs=dev:/www/dev virtpod.fs=conf:/www/conf"
+}
+
+// checkShares is the dev loop without a reboot, as Tilt's live_update does it: a file copied
+// into the runner container (kubectl cp, the same tar-over-exec Tilt's sync() uses) is served
+// by the guest to another pod at once; and the ConfigMap, updated, is what the guest serves
+// within the kubelet's sync period, with no restart.
+func checkShares(t *testing.T, ns, name string) {
+	t.Helper()
+	pod := podspec.PodName(name)
+	if err := contains(podLogs(ns, pod), "VIRTPOD-GUEST-FS dev /www/dev mounted rw", "VIRTPOD-GUEST-FS conf /www/conf mounted ro"); err != nil {
+		t.Fatalf("the guest's shares: %v", err)
+	}
+	ip := getVM(t, ns, name).Status.PodIP
+
+	page := filepath.Join(t.TempDir(), "index.html")
+	want := fmt.Sprintf("synced by the dev loop at %d\n", time.Now().UnixNano())
+	if err := os.WriteFile(page, []byte(want), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	copied := time.Now()
+	if out, err := run("-n", ns, "cp", page, pod+":"+podspec.FilesystemsMount+"/dev/index.html", "-c", vmv1.RunnerContainer); err != nil {
+		t.Fatalf("kubectl cp into the runner container: %v\n%s", err, out)
+	}
+	served := guestPage(t, ip, "/dev/index.html", want, 30*time.Second)
+	t.Logf("kubectl cp to the guest serving the file: %v", served.Sub(copied).Round(10*time.Millisecond))
+	if err := contains(fetchPathFrom(t, ns, "devclient", ip, 80, "/dev/index.html"), want); err != nil {
+		t.Errorf("another pod fetching the synced page: %v", err)
+	}
+
+	// The other direction: what the guest wrote into its share (its hostname, at boot) is in
+	// the runner container for the loop to read back.
+	if out, err := run("-n", ns, "exec", pod, "-c", vmv1.RunnerContainer, "--", "cat", podspec.FilesystemsMount+"/dev/from-guest"); err != nil || out == "" {
+		t.Errorf("the guest's file in the share, read in the runner container: %v %q", err, out)
+	}
+
+	cm := &corev1.ConfigMap{}
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-conf"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	guestPage(t, ip, "/conf/colour", "blue", 30*time.Second)
+	cm.Data["colour"] = "green"
+	if err := kube.Update(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	updated := time.Now()
+	served = guestPage(t, ip, "/conf/colour", "green", 2*time.Minute)
+	t.Logf("ConfigMap update to the guest serving it: %v (the kubelet's sync period is 10 s here)", served.Sub(updated).Round(100*time.Millisecond))
+}
+
+// guestPage waits until the guest at ip serves path with body want, from this node (the pod
+// network is reachable here), and returns when it did.
+func guestPage(t *testing.T, ip, path, want string, timeout time.Duration) time.Time {
+	t.Helper()
+	c := &http.Client{Timeout: 2 * time.Second}
+	var got string
+	eventually(t, fmt.Sprintf("the guest serving %q at %s", want, path), timeout, func() error {
+		resp, err := c.Get("http://" + ip + path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if got = string(b); resp.StatusCode != http.StatusOK || got != want {
+			return fmt.Errorf("%s: %q", resp.Status, got)
+		}
+		return nil
+	})
+	return time.Now()
+}
