@@ -208,6 +208,16 @@ func TestProviderBinaryMissing(t *testing.T) {
 	if !strings.Contains(r.stderr.String(), want) {
 		t.Fatalf("stderr does not state %q:\n%s", want, r.stderr.String())
 	}
+	// A guest with shares on a runner without virtiofsd (the Debian 12 image) is refused the
+	// same way, naming the image that has it.
+	nofs := "/nonexistent/virtpod/virtiofsd"
+	r3 := startRunner(t, "", "--name=vm-missing", "--accel=tcg", "--cpus=1", "--memory-mib=128",
+		"--kernel=/virtpod/images/kernel/boot/vmlinuz", "--root-disk=/virtpod/images/disk/disk/root.img",
+		"--network=none", "--virtiofsd-binary="+nofs, "--filesystem=tag=web,path="+t.TempDir())
+	wantFS := "virtiofsd not found (" + nofs + "): spec.guest.filesystems needs a runner image with virtiofsd, such as the Debian 13 runner (docs/filesystems.md)"
+	if code, msg := r3.waitExit(t, 20*time.Second); code != runner.ExitProviderMissing || msg != wantFS {
+		t.Fatalf("shares without virtiofsd: exit %d, %q; want %d, %q", code, msg, runner.ExitProviderMissing, wantFS)
+	}
 	// The environment variable moves the binary too, for images that install it elsewhere.
 	r2 := startRunnerEnv(t, []string{"VIRTPOD_QEMU_BINARY=" + missing}, "--name=vm-missing", "--accel=tcg", "--cpus=1", "--memory-mib=128",
 		"--kernel=/k", "--root-disk=/d", "--network=none")

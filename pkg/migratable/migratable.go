@@ -32,6 +32,11 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 		return Verdict{vmv1.ReasonProviderNotMigratable, fmt.Sprintf("spec.provider is %s: only qemu guests migrate; "+
 			"create the VM with provider qemu to migrate it", vm.Spec.Provider)}
 	}
+	// Before the network: shares cannot be fixed by a restart, so a user who followed the
+	// network's advice would only meet this next.
+	if why := shared(pod); why != "" {
+		return Verdict{vmv1.ReasonFilesystemNotMigratable, why}
+	}
 	if vm.Spec.Guest.NetworkMode != vmv1.NetworkMasquerade {
 		return Verdict{vmv1.ReasonNetworkNotMigratable, "spec.guest.networkMode is Pod: the guest owns the pod's IP, which stays with the pod; " +
 			"set spec.guest.networkMode: Masquerade (the guest keeps a fixed address behind the pod IP), which applies at the next start"}
@@ -42,9 +47,6 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 	}
 	if why := unsharedClaim(vm, pod); why != "" {
 		return Verdict{vmv1.ReasonDiskNotMigratable, why}
-	}
-	if why := shared(pod); why != "" {
-		return Verdict{vmv1.ReasonFilesystemNotMigratable, why}
 	}
 	if why := resized(vm, pod, args); why != "" {
 		return Verdict{vmv1.ReasonGuestResized, why + "; a target is built at the boot size, so hotplugged CPUs and memory would not be there: " +

@@ -53,6 +53,9 @@ func TestCheck(t *testing.T) {
 		{"virtio-fs shares", nil, func(p *corev1.Pod) {
 			p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "--filesystem=tag=web,path=/virtpod/fs/web", "--filesystem=tag=conf,path=/virtpod/fs/conf,readonly")
 		}, vmv1.ReasonFilesystemNotMigratable, "virtio-fs filesystems (web, conf", "remove spec.guest.filesystems and restart the VM"},
+		{"shares and the pod network: the shares are named first", func(v *vmv1.VirtualMachine) { v.Spec.Guest.NetworkMode = vmv1.NetworkPod }, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "--filesystem=tag=web,path=/virtpod/fs/web")
+		}, vmv1.ReasonFilesystemNotMigratable, "virtio-fs filesystems (web", "remove spec.guest.filesystems"},
 		{"reported at boot size", nil, func(p *corev1.Pod) {
 			p.Annotations = map[string]string{vmv1.AnnotationGuestCPUs: "1", vmv1.AnnotationGuestMemory: "256Mi", vmv1.AnnotationDesiredMemory: "268435456"}
 		}, vmv1.ReasonMigratable, "", ""},

@@ -6,16 +6,20 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
 // debian13Runner is the runner image with Debian 13's QEMU and virtiofsd (make
@@ -23,20 +27,26 @@ import (
 const debian13Runner = "localhost/virtpod/runner-debian13:dev"
 
 // withShares gives vm the dev loop's shares: dev, an emptyDir the loop copies files into,
-// mounted by the guest under its web root, and conf, the ConfigMap <name>-conf (made here),
-// served under /conf.
+// mounted by the guest under its web root, conf, the ConfigMap <name>-conf (made here),
+// served under /conf, and key, the Secret <name>-key (mode 0400, readable by the runner's group
+// alone), served under /key: a test guest, not how to treat a Secret.
 func withShares(t *testing.T, vm *vmv1.VirtualMachine) {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name + "-conf"}, Data: map[string]string{"colour": "blue"}}
 	if err := kube.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name + "-key"}, StringData: map[string]string{"token": "s3cret"}}
+	if err := kube.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
 	vm.Spec.RunnerImage = debian13Runner
 	vm.Spec.Guest.Filesystems = []vmv1.Filesystem{
 		{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}},
 		{Name: "conf", ConfigMap: &vmv1.FilesystemConfigMap{Name: cm.Name}},
+		{Name: "key", Secret: &vmv1.FilesystemSecret{SecretName: sec.Name}},
 	}
-	vm.Spec.Guest.KernelArgs = "virtpod.fs=dev:/www/dev virtpod.fs=conf:/www/conf"
+	vm.Spec.Guest.KernelArgs = "virtpod.fs=dev:/www/dev virtpod.fs=conf:/www/conf virtpod.fs=key:/www/key"
 }
 
 // checkShares is the dev loop without a reboot, as Tilt's live_update does it: a file copied
@@ -46,7 +56,8 @@ func withShares(t *testing.T, vm *vmv1.VirtualMachine) {
 func checkShares(t *testing.T, ns, name string) {
 	t.Helper()
 	pod := podspec.PodName(name)
-	if err := contains(podLogs(ns, pod), "VIRTPOD-GUEST-FS dev /www/dev mounted rw", "VIRTPOD-GUEST-FS conf /www/conf mounted ro"); err != nil {
+	if err := contains(podLogs(ns, pod), "VIRTPOD-GUEST-FS dev /www/dev mounted rw", "VIRTPOD-GUEST-FS conf /www/conf mounted ro",
+		"VIRTPOD-GUEST-FS key /www/key mounted ro"); err != nil {
 		t.Fatalf("the guest's shares: %v", err)
 	}
 	ip := getVM(t, ns, name).Status.PodIP
@@ -66,17 +77,44 @@ func checkShares(t *testing.T, ns, name string) {
 		t.Errorf("another pod fetching the synced page: %v", err)
 	}
 
+	// The Tiltfile's sync step (tools/dev/devloop/sync.sh): a directory, nested, over the same
+	// tar-over-exec.
+	site := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(site, "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(site, "app", "v.txt"), []byte(want), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := exec.Command("bash", kubeapi.Root()+"/tools/dev/devloop/sync.sh", name, "dev", site)
+	script.Env = append(os.Environ(), "NAMESPACE="+ns, "RESTART=echo restart hook ran")
+	out, err := script.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "restart hook ran") {
+		t.Fatalf("sync.sh: %v\n%s", err, out)
+	}
+	guestPage(t, ip, "/dev/app/v.txt", want, 30*time.Second)
+
 	// The other direction: what the guest wrote into its share (its hostname, at boot) is in
 	// the runner container for the loop to read back.
 	if out, err := run("-n", ns, "exec", pod, "-c", vmv1.RunnerContainer, "--", "cat", podspec.FilesystemsMount+"/dev/from-guest"); err != nil || out == "" {
 		t.Errorf("the guest's file in the share, read in the runner container: %v %q", err, out)
 	}
 
+	// Shares do not migrate: the VM says so, with the reason (a drain stops it).
+	eventually(t, "Migratable=False FilesystemNotMigratable", 30*time.Second, func() error {
+		c := meta.FindStatusCondition(getVM(t, ns, name).Status.Conditions, vmv1.ConditionMigratable)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != vmv1.ReasonFilesystemNotMigratable {
+			return fmt.Errorf("Migratable is %+v", c)
+		}
+		return nil
+	})
+
 	cm := &corev1.ConfigMap{}
 	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-conf"}, cm); err != nil {
 		t.Fatal(err)
 	}
 	guestPage(t, ip, "/conf/colour", "blue", 30*time.Second)
+	guestPage(t, ip, "/key/token", "s3cret", 30*time.Second)
 	cm.Data["colour"] = "green"
 	if err := kube.Update(context.Background(), cm); err != nil {
 		t.Fatal(err)

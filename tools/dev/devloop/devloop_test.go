@@ -192,3 +192,25 @@ func TestDevLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncRefusesBadInput: sync.sh says what is wrong before it touches a cluster (the
+// end-to-end test, tests/e2e, syncs into a running VM with it).
+func TestSyncRefusesBadInput(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dev", "site"}, "usage:"},
+		{[]string{"dev", "site", filepath.Join(dir, "missing")}, "is not a directory"},
+		{[]string{"dev", "Site_1", dir}, "SHARE Site_1 is not a filesystem name"},
+		{[]string{"dev", "site-", dir}, "is not a filesystem name"},
+	} {
+		cmd := exec.Command("bash", "sync.sh")
+		cmd.Args = append(cmd.Args, tc.args...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("sync.sh %q: %v %q, want an error with %q", tc.args, err, out, tc.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ IMAGES_DIR    ?= $(VIRTPOD_CACHE)/images
 IMAGEBUILD_FLAGS ?=
 # Tags of the images the dev loop rebuilds; the Tiltfile passes Tilt's $EXPECTED_REF.
 RUNNER_IMAGE     ?= localhost/virtpod/runner:dev
+RUNNER_DEBIAN13_IMAGE ?= localhost/virtpod/runner-debian13:dev
 GUEST_IMAGE      ?= localhost/virtpod/guest:dev
 CONTROLLER_IMAGE ?= localhost/virtpod/controller:dev
 IMAGEBUILD_BIN := $(VIRTPOD_CACHE)/bin/imagebuild
@@ -26,9 +27,10 @@ image-runner: imagebuild runner-deps
 
 # The runner image with Debian 13's QEMU 10.0 and virtiofsd (make qemu-next), beside today's
 # Debian 12 one: what the next runner image is. The local cluster runs today's by default; VMs
-# with spec.guest.filesystems name this one (spec.runnerImage), as the e2e tests do.
+# with spec.guest.filesystems name this one (spec.runnerImage), as the Tilt loop's dev VM and the
+# e2e tests do.
 image-runner-debian13: imagebuild qemu-next ## The runner image with Debian 13's QEMU 10.0 and virtiofsd, $(IMAGES_DIR)/runner-debian13.tar.
-	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --qemu-root=$(QEMU_NEXT)/root --tag=localhost/virtpod/runner-debian13:dev --out=$(IMAGES_DIR)/runner-debian13.tar
+	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --qemu-root=$(QEMU_NEXT)/root --tag=$(RUNNER_DEBIAN13_IMAGE) --out=$(IMAGES_DIR)/runner-debian13.tar
 
 image-runner-nohypervisor: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --without-hypervisor --tag=localhost/virtpod/runner-nohypervisor:dev --out=$(IMAGES_DIR)/runner-nohypervisor.tar
