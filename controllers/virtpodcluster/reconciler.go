@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ipaddresses,verbs=get
 
 // Reconcile runs the steps for one VirtPodCluster.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -118,6 +120,9 @@ func (r *Reconciler) service(ctx context.Context, vc, next *infrav1.VirtPodClust
 		return r.nameTaken(vc, next, existing)
 	}
 	created, err := r.applyService(ctx, vc, cluster, existing == nil)
+	if errors.Is(err, errClusterIPReleasing) {
+		return offer{}, err // a moment's wait, not news: no condition change, no event
+	}
 	if err != nil {
 		msg := fmt.Sprintf("cannot apply Service %s: %v", controlplaneservice.Name(vc.Name), err)
 		setCondition(next, metav1.Condition{Type: infrav1.ControlPlaneServiceReadyCondition, Status: metav1.ConditionFalse,
@@ -192,11 +197,33 @@ func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluste
 	apply := controlplaneservice.Build(vc, cluster.Name, pin)
 	err = r.Client.Apply(ctx, apply, client.FieldOwner(clusterapi.FieldOwner), client.ForceOwnership)
 	if pin != "" && apierrors.IsInvalid(err) {
+		if r.releasing(ctx, vc.Namespace, name, pin) {
+			return false, fmt.Errorf("%w: %s is still held by the deleted Service %s", errClusterIPReleasing, pin, name)
+		}
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "ClusterIPLost", "ApplyService", "cannot re-create Service %s at %s (%v); it gets a new address", name, pin, err)
 		apply = controlplaneservice.Build(vc, cluster.Name, "")
 		err = r.Client.Apply(ctx, apply, client.FieldOwner(clusterapi.FieldOwner), client.ForceOwnership)
 	}
 	return missing && err == nil, err
+}
+
+var errClusterIPReleasing = errors.New("published cluster IP not yet released")
+
+// releasing says whether the cluster IP is still held by the deleted Service of this name: the
+// API server frees a Service's IP (its IPAddress object) only after the delete has been seen by
+// watchers, so a re-create at once can find it taken by its own predecessor. That retries with
+// back-off; an IP held by any other Service is lost, and so is one whose holder cannot be read.
+func (r *Reconciler) releasing(ctx context.Context, namespace, name, ip string) bool {
+	addr := &networkingv1.IPAddress{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: ip}, addr)
+	if apierrors.IsNotFound(err) {
+		return true // freed since the create failed: the retry gets it
+	}
+	if err != nil || addr.Spec.ParentRef == nil {
+		return false
+	}
+	p := addr.Spec.ParentRef
+	return p.Group == "" && p.Resource == "services" && p.Namespace == namespace && p.Name == name
 }
 
 // endpoint writes the Service's endpoint into spec.controlPlaneEndpoint when the field is empty
