@@ -11,7 +11,6 @@ import (
 	"time"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/runner/binaries"
 )
 
@@ -102,17 +101,17 @@ func checkShares(t *testing.T, r *runnerProc, s shares, podIP string) {
 				t.Errorf("a virtiofsd's /proc status lacks %q:\n%s", want, st)
 			}
 		}
-		// The pod budgets podspec.FilesystemOverheadMiB per share for its virtiofsd.
+		// The pod budgets FilesystemOverheadMiB per share for its virtiofsd.
 		var hwm int64
 		for _, line := range strings.Split(st, "\n") {
 			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
 				hwm, _ = strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			}
 		}
-		if hwm == 0 || hwm > podspec.FilesystemOverheadMiB<<10 {
-			t.Errorf("a virtiofsd's peak RSS is %d KiB, want within the pod's %d MiB per share", hwm, podspec.FilesystemOverheadMiB)
+		if hwm == 0 || hwm > vmv1.FilesystemOverheadMiB<<10 {
+			t.Errorf("a virtiofsd's peak RSS is %d KiB, want within the pod's %d MiB per share", hwm, vmv1.FilesystemOverheadMiB)
 		}
-		t.Logf("virtiofsd peak RSS %.1f MiB (the pod budgets %d MiB per share)", float64(hwm)/1024, podspec.FilesystemOverheadMiB)
+		t.Logf("virtiofsd peak RSS %.1f MiB (the pod budgets %d MiB per share)", float64(hwm)/1024, vmv1.FilesystemOverheadMiB)
 	}
 }
 

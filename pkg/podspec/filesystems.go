@@ -14,10 +14,6 @@ import (
 // (kubectl cp <file> <pod>:/virtpod/fs/<name>/ -c runner).
 const FilesystemsMount = "/virtpod/fs"
 
-// FilesystemOverheadMiB is the memory the pod gets for each share's virtiofsd beyond the guest:
-// virtiofsd 1.13 serving the test guest's share holds about 6 MiB (docs/filesystems.md).
-const FilesystemOverheadMiB = 16
-
 func fsVolumeName(name string) string { return "fs-" + name }
 
 // filesystems adds the VM's shares to the pod: each source as a volume mounted at
@@ -50,5 +46,5 @@ func (p *diskParts) filesystems(g vmv1.GuestSpec) {
 
 // filesystemMemory is what the shares' virtiofsd processes add to the pod's memory.
 func filesystemMemory(g vmv1.GuestSpec) resource.Quantity {
-	return *resource.NewQuantity(int64(len(g.Filesystems))*FilesystemOverheadMiB<<20, resource.BinarySI)
+	return *resource.NewQuantity(int64(len(g.Filesystems))*vmv1.FilesystemOverheadMiB<<20, resource.BinarySI)
 }

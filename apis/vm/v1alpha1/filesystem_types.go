@@ -6,6 +6,10 @@ import "k8s.io/apimachinery/pkg/api/resource"
 // it): each is a vhost-user-fs PCI device served by its own virtiofsd in the runner pod.
 const MaxFilesystems = 8
 
+// FilesystemOverheadMiB is the memory the runner pod gets for each share's virtiofsd beyond the
+// guest; the runner test checks a daemon's peak against it (docs/filesystems.md).
+const FilesystemOverheadMiB = 16
+
 // MaxFilesystemTag is the longest virtio-fs tag: the device's config space holds 36 bytes.
 const MaxFilesystemTag = 36
 
