@@ -42,7 +42,9 @@ type Options struct {
 	HealthAddr       string // "" or "0" disables the probes
 	LeaderElection   bool
 	LeaderElectionNS string
-	MetricsRegistry  prometheus.Registerer
+	// Lease is the leader election's timing; zero fields keep client-go's 15 s / 10 s / 2 s.
+	Lease           LeaseTiming
+	MetricsRegistry prometheus.Registerer
 	// Now is the controllers' clock; nil means time.Now. Tests move it to skip back-offs.
 	Now func() time.Time
 	// ImageMap names the image-map ConfigMap; empty leaves images as the VMs give them.
@@ -55,6 +57,21 @@ type Options struct {
 	// Namespace is the controller's own, where readiness dry-runs a VirtualMachine
 	// (VMCreatableCheck); empty: "default".
 	Namespace string
+}
+
+// LeaseTiming is how the replicas share the leader lease: a leader renews it every RetryPeriod
+// and gives up leading when it cannot within RenewDeadline; a standby takes a lease not renewed
+// for Duration. A leader that dies holding the lease is replaced within Duration (plus a retry).
+type LeaseTiming struct {
+	Duration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// optional is d, or nil (controller-runtime's default) when it is not positive.
+func optional(d time.Duration) *time.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return &d
 }
 
 // Scheme has the types the controllers use.
@@ -106,7 +123,14 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "virtpod-controller.virtpod.io",
 		LeaderElectionNamespace: o.LeaderElectionNS,
-		Cache:                   cacheOptions(o.ImageMap),
+		// A replica stopped gracefully (a rollout, a drain) hands the lease over at once
+		// instead of leaving the standby to wait out its duration; safe because the process
+		// exits as soon as the manager returns.
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 optional(o.Lease.Duration),
+		RenewDeadline:                 optional(o.Lease.RenewDeadline),
+		RetryPeriod:                   optional(o.Lease.RetryPeriod),
+		Cache:                         cacheOptions(o.ImageMap),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)

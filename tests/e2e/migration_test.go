@@ -275,7 +275,7 @@ func TestLiveMigration(t *testing.T) {
 		if t.Failed() {
 			out, _ := run("-n", ns, "get", "vm,vmmig,pods,pdb", "-o", "wide")
 			agents, _ := run("-n", "virtpod-system", "logs", "-l", "app.kubernetes.io/name=virtpod-agent", "--tail=40", "--prefix")
-			ctrl, _ := run("-n", "virtpod-system", "logs", "deploy/virtpod-controller", "--tail=60")
+			ctrl, _ := run("-n", "virtpod-system", "logs", "-l", "app.kubernetes.io/name=virtpod-controller", "--prefix", "--tail=60") // both replicas: the leader is one
 			t.Logf("at failure:\n%s\nagents:\n%s\ncontroller:\n%s", out, agents, ctrl)
 		}
 	})

@@ -66,7 +66,7 @@ func TestUpgrade(t *testing.T) {
 	if got, want := ctrl.Spec.Template.Spec.Containers[0].Image, lockNext["virtpod/controller"].Digest; got != want {
 		t.Errorf("controller image after the upgrade: %s, want %s", got, want)
 	}
-	if ctrl.Status.UpdatedReplicas != 1 || ctrl.Status.AvailableReplicas != 1 {
+	if r := *ctrl.Spec.Replicas; r < 2 || ctrl.Status.UpdatedReplicas != r || ctrl.Status.AvailableReplicas != r {
 		t.Errorf("controller not rolled: %+v", ctrl.Status)
 	}
 	if err := kube.Get(ctx, client.ObjectKey{Name: "virtualmachines.vm.virtpod.io"}, crd); err != nil {

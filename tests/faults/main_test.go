@@ -187,12 +187,18 @@ type controller struct {
 // a SIGKILLed leader would hold its lease for 15 s, and only one runs at a time here.
 func (s *scene) startController(t *testing.T) *controller {
 	t.Helper()
+	return s.startProcess(t, "--leader-elect=false")
+}
+
+// startProcess runs the controller binary with the scene's settings and args.
+func (s *scene) startProcess(t *testing.T, args ...string) *controller {
+	t.Helper()
 	log, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(controllerBin, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--workers=4", "--zap-log-level=error")
+	cmd := exec.Command(controllerBin, append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--workers=4", "--zap-log-level=error"}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.kubeconfig)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with a test binary that panics
@@ -207,6 +213,12 @@ func (s *scene) startController(t *testing.T) *controller {
 
 func (c *controller) kill() {
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+}
+
+// stop asks the controller to end, as the kubelet does (SIGTERM), and waits until it has.
+func (c *controller) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	<-c.exited
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,6 +35,9 @@ func main() {
 	flag.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader so only one replica reconciles")
 	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
+	flag.DurationVar(&o.Lease.Duration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits for a leader that stopped renewing before it takes over")
+	flag.DurationVar(&o.Lease.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long a leader keeps trying to renew before it stops leading (less than the lease duration)")
+	flag.DurationVar(&o.Lease.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often replicas renew or try to take the lease")
 	flag.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the controller's own namespace, where readiness dry-runs a VirtualMachine (default: $POD_NAMESPACE)")
 	flag.Float64Var(&qps, "kube-api-qps", 200, "API requests per second the controller may make")
 	flag.IntVar(&burst, "kube-api-burst", 400, "API request burst")
@@ -54,6 +58,11 @@ func main() {
 	}
 	if o.Pod.CPUAllocationRatio < 1 {
 		log.Error(nil, "--cpu-allocation-ratio must be 1 or more (1 reserves a whole CPU per vCPU)", "got", o.Pod.CPUAllocationRatio)
+		os.Exit(2)
+	}
+	if l := o.Lease; o.LeaderElection && (l.RetryPeriod <= 0 || l.RenewDeadline <= l.RetryPeriod*6/5 || l.Duration <= l.RenewDeadline) {
+		log.Error(nil, "leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > 1.2 × --leader-elect-retry-period > 0, for example 15s, 10s, 2s",
+			"leaseDuration", l.Duration, "renewDeadline", l.RenewDeadline, "retryPeriod", l.RetryPeriod)
 		os.Exit(2)
 	}
 	if imageMap != "" {
