@@ -131,19 +131,7 @@ func TestClusterServiceAndEndpoint(t *testing.T) {
 	if err := env.Client.Delete(ctx, svc, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Service re-created", func() error {
-		s := &corev1.Service{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(svc), s); err != nil {
-			return err
-		}
-		if s.UID == svc.UID {
-			return fmt.Errorf("still the old Service")
-		}
-		if s.Spec.ClusterIP != svc.Spec.ClusterIP {
-			t.Fatalf("re-created at %s, want the published %s", s.Spec.ClusterIP, svc.Spec.ClusterIP)
-		}
-		return nil
-	})
+	recreatedAt(t, svc, svc.Spec.ClusterIP)
 
 	// Template change: type, labels and annotations applied; a dropped label is dropped.
 	patchVC(t, vc, func(v *infrav1.VirtPodCluster) {
@@ -167,6 +155,25 @@ func TestClusterServiceAndEndpoint(t *testing.T) {
 	if got := get(t, vc).Spec.ControlPlaneEndpoint; got != want {
 		t.Errorf("endpoint moved to %v after template changes, want %v", got, want)
 	}
+}
+
+// recreatedAt waits for a Service other than old under its name, and fails unless it has the
+// cluster IP ip.
+func recreatedAt(t *testing.T, old *corev1.Service, ip string) {
+	t.Helper()
+	eventually(t, "Service re-created", func() error {
+		s := &corev1.Service{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(old), s); err != nil {
+			return err
+		}
+		if s.UID == old.UID {
+			return fmt.Errorf("still the old Service")
+		}
+		if s.Spec.ClusterIP != ip {
+			t.Fatalf("re-created at %s, want the published %s", s.Spec.ClusterIP, ip)
+		}
+		return nil
+	})
 }
 
 func patchVC(t *testing.T, vc *infrav1.VirtPodCluster, mutate func(*infrav1.VirtPodCluster)) {

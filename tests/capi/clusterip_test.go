@@ -67,19 +67,7 @@ func TestServiceWaitsForItsClusterIP(t *testing.T) {
 	if err := finalizers("null"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Service re-created at the published IP", func() error {
-		s := &corev1.Service{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(svc), s); err != nil {
-			return err
-		}
-		if s.UID == svc.UID {
-			return fmt.Errorf("still the old Service")
-		}
-		if s.Spec.ClusterIP != published.Host {
-			t.Fatalf("re-created at %s, want the published %s", s.Spec.ClusterIP, published.Host)
-		}
-		return nil
-	})
+	recreatedAt(t, svc, published.Host)
 	if got := get(t, vc).Spec.ControlPlaneEndpoint; got != published {
 		t.Errorf("endpoint %v, want the published %v", got, published)
 	}

@@ -1,6 +1,10 @@
 package v1alpha1
 
-import "k8s.io/apimachinery/pkg/api/resource"
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
 
 // MaxDisks is how many data disks a guest may have (guest.disks' maxItems repeats it): each is a
 // virtio-blk PCI device, and the q35 machine's root bus has room for them beside the root disk,
@@ -123,30 +127,34 @@ type RootDiskClaim struct {
 // first, and its state claim last, each once.
 func (g *GuestSpec) ClaimNames() []string {
 	var names []string
-	seen := map[string]bool{}
-	add := func(n string) {
-		if !seen[n] {
-			seen[n] = true
-			names = append(names, n)
-		}
-	}
 	if c := g.RootDisk.PersistentVolumeClaim; c != nil {
-		add(c.ClaimName)
+		names = append(names, c.ClaimName)
 	}
 	for _, d := range g.Disks {
-		if d.PersistentVolumeClaim != nil {
-			add(d.PersistentVolumeClaim.ClaimName)
+		if c := d.PersistentVolumeClaim; c != nil {
+			names = append(names, c.ClaimName)
 		}
 	}
 	for _, f := range g.Filesystems {
-		if f.PersistentVolumeClaim != nil {
-			add(f.PersistentVolumeClaim.ClaimName)
+		if c := f.PersistentVolumeClaim; c != nil {
+			names = append(names, c.ClaimName)
 		}
 	}
 	if g.StateClaim != nil {
-		add(g.StateClaim.ClaimName)
+		names = append(names, g.StateClaim.ClaimName)
 	}
-	return names
+	return firstOfEach(names)
+}
+
+// firstOfEach is names without repeats, in the order they first appear.
+func firstOfEach(names []string) []string {
+	var out []string
+	for i, n := range names {
+		if !slices.Contains(names[:i], n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // WritesClaim says whether the VM may write the claim: a root disk and the state claim always
@@ -171,41 +179,31 @@ func (g *GuestSpec) WritesClaim(name string) bool {
 // ConfigMapNames are the ConfigMaps the VM's disks and filesystems name, each once.
 func (g *GuestSpec) ConfigMapNames() []string {
 	var names []string
-	seen := map[string]bool{}
 	for _, d := range g.Disks {
-		if c := d.ConfigMap; c != nil && !seen[c.Name] {
-			seen[c.Name] = true
+		if c := d.ConfigMap; c != nil {
 			names = append(names, c.Name)
 		}
 	}
 	for _, f := range g.Filesystems {
-		if c := f.ConfigMap; c != nil && !seen[c.Name] {
-			seen[c.Name] = true
+		if c := f.ConfigMap; c != nil {
 			names = append(names, c.Name)
 		}
 	}
-	return names
+	return firstOfEach(names)
 }
 
 // SecretNames are the Secrets the VM's disks and filesystems name, each once.
 func (g *GuestSpec) SecretNames() []string {
 	var names []string
-	seen := map[string]bool{}
-	add := func(n string) {
-		if !seen[n] {
-			seen[n] = true
-			names = append(names, n)
-		}
-	}
 	for _, d := range g.Disks {
 		if d.Secret != nil {
-			add(d.Secret.SecretName)
+			names = append(names, d.Secret.SecretName)
 		}
 	}
 	for _, f := range g.Filesystems {
 		if f.Secret != nil {
-			add(f.Secret.SecretName)
+			names = append(names, f.Secret.SecretName)
 		}
 	}
-	return names
+	return firstOfEach(names)
 }
