@@ -30,6 +30,7 @@ import (
 	"github.com/virtpod/virtpod/controllers/providerclass"
 	"github.com/virtpod/virtpod/controllers/virtpodcluster"
 	"github.com/virtpod/virtpod/controllers/virtpodmachine"
+	"github.com/virtpod/virtpod/controllers/virtpodmachinetemplate"
 	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
@@ -216,6 +217,10 @@ func setupClusterAPI(mgr ctrl.Manager, o Options) error {
 	machines := &virtpodmachine.Reconciler{Client: mgr.GetClient(), Recorder: rec}
 	if err := machines.SetupWithManager(mgr, o.Workers, o.SecondInstance); err != nil {
 		return fmt.Errorf("setting up the VirtPodMachine controller: %w", err)
+	}
+	templates := &virtpodmachinetemplate.Reconciler{Client: mgr.GetClient()}
+	if err := templates.SetupWithManager(mgr, o.SecondInstance); err != nil {
+		return fmt.Errorf("setting up the VirtPodMachineTemplate controller: %w", err)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -118,8 +120,44 @@ type VirtPodMachineTemplateResource struct {
 	Spec       VirtPodMachineSpec   `json:"spec"`
 }
 
+// VirtPodMachineTemplateStatus says what a machine from the template brings to its cluster, for
+// the cluster autoscaler's scale from zero (Cluster API's opt-in autoscaling from zero).
+type VirtPodMachineTemplateStatus struct {
+	// capacity of a node made from the template: the guest's cpu and memory at boot.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+	// nodeInfo: the node's architecture and operating system.
+	// +optional
+	NodeInfo *NodeInfo `json:"nodeInfo,omitempty"`
+}
+
+// NodeInfo is what the autoscaler puts in the labels of a node it imagines from the template.
+type NodeInfo struct {
+	// architecture, as GOARCH spells it: amd64 (virtpod runs x86 guests).
+	// +optional
+	Architecture string `json:"architecture,omitempty"`
+	// operatingSystem, as GOOS spells it: linux.
+	// +optional
+	OperatingSystem string `json:"operatingSystem,omitempty"`
+}
+
+// TemplateStatus is the status a template with spec earns: the guest's cpus and memory, on
+// amd64 Linux. maxCPUs and maxMemory do not count: a node starts with what it boots with.
+func TemplateStatus(spec VirtPodMachineTemplateSpec) VirtPodMachineTemplateStatus {
+	g := spec.Template.Spec.VirtualMachine.Spec.Guest
+	capacity := corev1.ResourceList{}
+	if g.CPUs > 0 {
+		capacity[corev1.ResourceCPU] = *resource.NewQuantity(int64(g.CPUs), resource.DecimalSI)
+	}
+	if !g.Memory.IsZero() {
+		capacity[corev1.ResourceMemory] = g.Memory.DeepCopy()
+	}
+	return VirtPodMachineTemplateStatus{Capacity: capacity, NodeInfo: &NodeInfo{Architecture: "amd64", OperatingSystem: "linux"}}
+}
+
 // VirtPodMachineTemplate is a template for VirtPodMachines.
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=cluster-api
 // +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
 type VirtPodMachineTemplate struct {
@@ -127,6 +165,8 @@ type VirtPodMachineTemplate struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec VirtPodMachineTemplateSpec `json:"spec,omitempty"`
+	// +optional
+	Status VirtPodMachineTemplateStatus `json:"status,omitempty,omitzero"`
 }
 
 // VirtPodMachineTemplateList is a list of VirtPodMachineTemplates.
