@@ -12,6 +12,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/tests/procstatus"
 )
 
 // shares are a guest's two virtio-fs shares as a pod would have them: web, a writable emptyDir
@@ -102,12 +103,7 @@ func checkShares(t *testing.T, r *runnerProc, s shares, podIP string) {
 			}
 		}
 		// The pod budgets FilesystemOverheadMiB per share for its virtiofsd.
-		var hwm int64
-		for _, line := range strings.Split(st, "\n") {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-				hwm, _ = strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			}
-		}
+		hwm := procstatus.KiB(st, "VmHWM")
 		if hwm == 0 || hwm > vmv1.FilesystemOverheadMiB<<10 {
 			t.Errorf("a virtiofsd's peak RSS is %d KiB, want within the pod's %d MiB per share", hwm, vmv1.FilesystemOverheadMiB)
 		}

@@ -7,11 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
@@ -41,19 +38,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, r.Client.Status().Patch(ctx, next, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{}))
 }
 
-// SetupWithManager registers the controller; only spec and status changes wake it.
+// SetupWithManager registers the controller. Templates change rarely and a reconcile that finds
+// the status right writes nothing, so every event of theirs may wake it.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, skipNameValidation bool) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("virtpodmachinetemplate").
-		For(&infrav1.VirtPodMachineTemplate{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, statusChanged))).
+		For(&infrav1.VirtPodMachineTemplate{}).
 		WithOptions(controller.Options{SkipNameValidation: &skipNameValidation}).
 		Complete(r)
-}
-
-// statusChanged passes an update that touched the status (a generation does not count it).
-var statusChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld.(*infrav1.VirtPodMachineTemplate), e.ObjectNew.(*infrav1.VirtPodMachineTemplate)
-		return !equality.Semantic.DeepEqual(o.Status, n.Status)
-	},
 }

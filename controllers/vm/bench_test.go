@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/virtpod/virtpod/tests/loopback"
+	"github.com/virtpod/virtpod/tests/procstatus"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -339,14 +340,7 @@ func requests(addr string) (int, error) {
 }
 
 func procStats(b *testing.B, pid int) (cpuSeconds, peakMiB float64) {
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			peakMiB = kb / 1024
-		}
-	}
-	return cpuOf(b, pid), peakMiB
+	return cpuOf(b, pid), float64(procstatus.KiB(procstatus.Read(pid), "VmHWM")) / 1024
 }
 
 func waitFor(b *testing.B, what string, timeout time.Duration, ok func() bool) {

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/leaderelection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -60,7 +61,7 @@ func main() {
 		log.Error(nil, "--cpu-allocation-ratio must be 1 or more (1 reserves a whole CPU per vCPU)", "got", o.Pod.CPUAllocationRatio)
 		os.Exit(2)
 	}
-	if l := o.Lease; o.LeaderElection && (l.RetryPeriod <= 0 || l.RenewDeadline <= l.RetryPeriod*6/5 || l.Duration <= l.RenewDeadline) {
+	if l := o.Lease; o.LeaderElection && (l.RetryPeriod <= 0 || l.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(l.RetryPeriod)) || l.Duration <= l.RenewDeadline) {
 		log.Error(nil, "leader election needs --leader-elect-lease-duration > --leader-elect-renew-deadline > 1.2 × --leader-elect-retry-period > 0, for example 15s, 10s, 2s",
 			"leaseDuration", l.Duration, "renewDeadline", l.RenewDeadline, "retryPeriod", l.RetryPeriod)
 		os.Exit(2)

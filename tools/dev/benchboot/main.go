@@ -14,10 +14,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/virtpod/virtpod/tests/procstatus"
 )
 
 const marker = "VIRTPOD-GUEST-READY"
@@ -218,24 +219,8 @@ func timeToMarker(cmd *exec.Cmd, timeout time.Duration, isMarker func(string) bo
 
 // memKiB returns VmRSS and VmHWM of a process, in KiB.
 func memKiB(pid int) (rss, hwm int64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		n, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = n
-		case "VmHWM:":
-			hwm = n
-		}
-	}
-	return rss, hwm
+	st := procstatus.Read(pid)
+	return procstatus.KiB(st, "VmRSS"), procstatus.KiB(st, "VmHWM")
 }
 
 // inTurn runs one pair: the runner first in even pairs, plain QEMU first in odd ones, so drift on
