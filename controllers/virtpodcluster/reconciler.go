@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -119,7 +120,7 @@ func (r *Reconciler) service(ctx context.Context, vc, next *infrav1.VirtPodClust
 	if existing != nil && !metav1.IsControlledBy(existing, vc) {
 		return r.nameTaken(vc, next, existing)
 	}
-	created, err := r.applyService(ctx, vc, cluster, existing == nil)
+	created, err := r.applyService(ctx, vc, cluster, existing)
 	if errors.Is(err, errClusterIPReleasing) {
 		return offer{}, err // a moment's wait, not news: no condition change, no event
 	}
@@ -186,17 +187,23 @@ func (r *Reconciler) nameTaken(vc, next *infrav1.VirtPodCluster, svc *corev1.Ser
 	return offer{reason: infrav1.ReasonServiceNameTaken, why: msg}, fmt.Errorf("%w: Service %s/%s", errServiceNameTaken, svc.Namespace, svc.Name)
 }
 
-// applyService applies the Service and says whether it created it; one that is missing is
-// re-created at the published cluster IP, or at a new one when that IP cannot be had.
-func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluster, cluster *clusterv1.Cluster, missing bool) (created bool, err error) {
+// applyService applies the Service and says whether it created it. The apply always names the
+// cluster IP the Service has or, when it is missing, the published one: the cache can still hold a
+// Service deleted a moment ago, and an apply without the IP would re-create it at a new address
+// and move the endpoint Cluster API copied into the Cluster. Only an IP held by another Service
+// gives way to a new address.
+func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluster, cluster *clusterv1.Cluster, existing *corev1.Service) (created bool, err error) {
 	name := controlplaneservice.Name(vc.Name)
-	pin := ""
-	if missing {
-		pin = controlplaneservice.PublishedClusterIP(vc)
+	pin := controlplaneservice.PublishedClusterIP(vc)
+	if existing != nil {
+		pin = ""
+		if net.ParseIP(existing.Spec.ClusterIP) != nil {
+			pin = existing.Spec.ClusterIP
+		}
 	}
 	apply := controlplaneservice.Build(vc, cluster.Name, pin)
 	err = r.Client.Apply(ctx, apply, client.FieldOwner(clusterapi.FieldOwner), client.ForceOwnership)
-	if pin != "" && apierrors.IsInvalid(err) {
+	if pin != "" && clusterIPTaken(err) {
 		if r.releasing(ctx, vc.Namespace, name, pin) {
 			return false, fmt.Errorf("%w: %s is still held by the deleted Service %s", errClusterIPReleasing, pin, name)
 		}
@@ -204,7 +211,22 @@ func (r *Reconciler) applyService(ctx context.Context, vc *infrav1.VirtPodCluste
 		apply = controlplaneservice.Build(vc, cluster.Name, "")
 		err = r.Client.Apply(ctx, apply, client.FieldOwner(clusterapi.FieldOwner), client.ForceOwnership)
 	}
-	return missing && err == nil, err
+	return existing == nil && err == nil, err
+}
+
+// clusterIPTaken says whether the API server refused the Service for its cluster IP, and not
+// for something in the template, which a new address would not mend.
+func clusterIPTaken(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == "spec.clusterIPs" || c.Field == "spec.clusterIP" {
+			return true
+		}
+	}
+	return false
 }
 
 var errClusterIPReleasing = errors.New("published cluster IP not yet released")

@@ -60,6 +60,8 @@ func (r *Reconciler) reconcilePower(ctx context.Context, s *scope) (done bool, e
 		if s.next.Status.PodUID == "" && s.pod.DeletionTimestamp == nil { // restarting: the pod is gone
 			s.pod = nil
 		}
+	case runBehind:
+		return true, nil // its ended or deleted event brings us back; nothing is written from this view
 	case runLive:
 		return false, r.keepRunning(ctx, s)
 	case runMissing:

@@ -93,6 +93,15 @@ func counted(pod *corev1.Pod, vm *vmv1.VirtualMachine) bool {
 	return last != nil && last.After(podRequest(pod))
 }
 
+// earlierRun says a pod not named in status was made for an earlier run than the VM's: its
+// restart was counted, which only happens once the pod ended or went. Seen live, it is a pod
+// cache behind the server, and adopting it would undo the restart (status naming a pod that
+// has ended, the restart's back-off skipped). Pods from before the annotation are not judged.
+func earlierRun(vm *vmv1.VirtualMachine, pod *corev1.Pod) bool {
+	n, ok := pod.Annotations[AnnotationRestartCount]
+	return ok && string(pod.UID) != vm.Status.PodUID && n != strconv.Itoa(int(vm.Status.RestartCount))
+}
+
 // podRequest is the run request a runner pod was made for; zero when none.
 func podRequest(pod *corev1.Pod) time.Time {
 	t, _ := time.Parse(time.RFC3339, pod.Annotations[AnnotationRunRequest])
@@ -138,6 +147,7 @@ const (
 	runMoving                    // a migration's source ended or vanished: the migration controller switches the VM to the target or deletes it
 	runEnded                     // the runner pod ended: endedAction
 	runLive                      // the runner pod runs or starts: liveAction
+	runBehind                    // a pod of a run already counted, seen live: the cache is behind the server
 	runMissing                   // the pod status names is not in the cache: gone (vanishedAction), or not seen yet
 	runHalted                    // runStrategy Halted and no pod: none until the strategy changes
 	runSuspended                 // spec.suspend and no pod: none until it is false
@@ -155,6 +165,8 @@ func runStateOf(vm *vmv1.VirtualMachine, pod *corev1.Pod, moving, held bool) run
 		return runMoving
 	case pod != nil && podEnded(pod):
 		return runEnded
+	case pod != nil && earlierRun(vm, pod):
+		return runBehind
 	case pod != nil:
 		return runLive
 	case vm.Status.PodUID != "":

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -249,6 +250,10 @@ func TestRunStateOf(t *testing.T) {
 		{"pod ended, halted", web(vmv1.RunHalted), pod(failed), false, true, runEnded},
 		{"pod runs", web(vmv1.RunAlways), pod(onNode, ready), false, false, runLive},
 		{"pod runs, halted and held", web(vmv1.RunHalted), pod(onNode), false, true, runLive},
+		{"pod of this run, not yet in status", with(web(vmv1.RunAlways), restarted(2)), pod(onNode, run(2)), false, false, runLive},
+		{"pod of this run, in status", with(with(web(vmv1.RunAlways), restarted(2)), named), pod(onNode, run(2)), false, false, runLive},
+		{"pod of a counted run seen live", with(web(vmv1.RunAlways), restarted(2)), pod(onNode, ready, run(1)), false, false, runBehind},
+		{"pod from before the annotation", with(web(vmv1.RunAlways), restarted(2)), pod(onNode, ready), false, false, runLive},
 		{"pod in status not in the cache", with(web(vmv1.RunHalted), named), nil, false, true, runMissing},
 		{"halted", web(vmv1.RunHalted), nil, false, true, runHalted},
 		{"halted and suspended", with(web(vmv1.RunHalted), suspend), nil, false, false, runHalted},
@@ -262,6 +267,16 @@ func TestRunStateOf(t *testing.T) {
 			t.Errorf("%s: runStateOf = %d, want %d", tc.name, got, tc.want)
 		}
 	}
+}
+
+// restarted sets status.restartCount.
+func restarted(n int32) func(*vmv1.VirtualMachine) {
+	return func(vm *vmv1.VirtualMachine) { vm.Status.RestartCount = n }
+}
+
+// run marks a runner pod as made for the run after restart n.
+func run(n int) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { metav1.SetMetaDataAnnotation(&p.ObjectMeta, AnnotationRestartCount, strconv.Itoa(n)) }
 }
 
 // suspend sets spec.suspend, with the state claim it needs.

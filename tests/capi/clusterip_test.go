@@ -3,6 +3,7 @@ package capi
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/virtpod/virtpod/controllers/virtpodcluster"
 	"github.com/virtpod/virtpod/pkg/controlplaneservice"
 )
 
@@ -64,6 +68,17 @@ func TestServiceWaitsForItsClusterIP(t *testing.T) {
 		}
 	}
 
+	// A reconcile whose cache still holds the deleted Service must not re-create it elsewhere
+	// either: that was CI's failure, an apply racing the delete.
+	stale := &virtpodcluster.Reconciler{Client: staleService{Client: env.Client, svc: svc}, APIReader: env.Client, Recorder: events.NewFakeRecorder(10)}
+	_, err := stale.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(vc)})
+	if err == nil || !strings.Contains(err.Error(), "still held by the deleted Service") {
+		t.Errorf("reconcile with the deleted Service in its cache: error %v, want it to wait for %s", err, published.Host)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("after a reconcile with a stale cache, Service get: %v; want none until the IP is free", err)
+	}
+
 	if err := finalizers("null"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,4 +95,18 @@ func TestServiceWaitsForItsClusterIP(t *testing.T) {
 			t.Errorf("Warning event %s: %s; waiting for the IP is not news", e.Reason, e.Note)
 		}
 	}
+}
+
+// staleService is a cache that still holds a Service the API server has deleted.
+type staleService struct {
+	client.Client
+	svc *corev1.Service
+}
+
+func (s staleService) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if out, ok := obj.(*corev1.Service); ok && key == client.ObjectKeyFromObject(s.svc) {
+		s.svc.DeepCopyInto(out)
+		return nil
+	}
+	return s.Client.Get(ctx, key, obj, opts...)
 }
