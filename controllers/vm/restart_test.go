@@ -276,7 +276,9 @@ func restarted(n int32) func(*vmv1.VirtualMachine) {
 
 // run marks a runner pod as made for the run after restart n.
 func run(n int) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { metav1.SetMetaDataAnnotation(&p.ObjectMeta, AnnotationRestartCount, strconv.Itoa(n)) }
+	return func(p *corev1.Pod) {
+		metav1.SetMetaDataAnnotation(&p.ObjectMeta, AnnotationRestartCount, strconv.Itoa(n))
+	}
 }
 
 // suspend sets spec.suspend, with the state claim it needs.

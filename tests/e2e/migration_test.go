@@ -112,6 +112,33 @@ func (m *mover) running(mig *vmv1.VirtualMachineMigration) *vmv1.VirtualMachineM
 	return got
 }
 
+// phase waits until the migration is in phase, failing at once if it ended first.
+func (m *mover) phase(mig *vmv1.VirtualMachineMigration, phase vmv1.MigrationPhase) *vmv1.VirtualMachineMigration {
+	m.t.Helper()
+	var got *vmv1.VirtualMachineMigration
+	eventually(m.t, fmt.Sprintf("migration %s %s", mig.Name, phase), 3*time.Minute, func() error {
+		got = m.get(mig)
+		if got.Status.Phase == vmv1.MigrationSucceeded || got.Status.Phase == vmv1.MigrationFailed {
+			m.t.Fatalf("migration %s ended %s before it was seen %s", mig.Name, got.Status.Phase, phase)
+		}
+		if got.Status.Phase != phase {
+			return fmt.Errorf("phase %s", got.Status.Phase)
+		}
+		return nil
+	})
+	return got
+}
+
+// podsMade counts the VM's runner pods, ended and deleting ones too.
+func (m *mover) podsMade() int {
+	m.t.Helper()
+	pods := &corev1.PodList{}
+	if err := kube.List(m.ctx, pods, client.InNamespace(m.ns), client.MatchingLabels{"app": m.name}); err != nil {
+		m.t.Fatal(err)
+	}
+	return len(pods.Items)
+}
+
 // runnerPods are the VM's runner pods that are not being deleted.
 func (m *mover) runnerPods() []corev1.Pod {
 	pods := &corev1.PodList{}
@@ -370,9 +397,16 @@ func TestLiveMigration(t *testing.T) {
 	if err := kube.Create(ctx, newClaim(ns, "mover-local-3", "32Mi", corev1.PersistentVolumeFilesystem)); err != nil {
 		t.Fatal(err)
 	}
+	// The controller's leader is killed once the migration runs: the replica that takes over
+	// finishes it, with one target pod and one guest.
 	beat, local := m.beat(), m.vm().Spec.Guest.Disks[1].PersistentVolumeClaim.ClaimName
 	root := m.vm().Spec.Guest.RootDisk.PersistentVolumeClaim.ClaimName
-	mig = m.ended(m.start(node1, 0, vmv1.ClaimTarget{Disk: "local", ClaimName: "mover-local-3"}), vmv1.MigrationSucceeded, vmv1.ReasonSucceeded, 5*time.Minute)
+	mig = m.phase(m.start(node1, 0, vmv1.ClaimTarget{Disk: "local", ClaimName: "mover-local-3"}), vmv1.MigrationRunning)
+	killLeader(t)
+	mig = m.ended(mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded, 5*time.Minute)
+	if n := m.podsMade(); n > 2 {
+		t.Errorf("%d runner pods of %s exist after the migration through a failover (ended ones included), want at most the target and the source it replaced", n, m.name)
+	}
 	if mig.Status.SourceNode != node1 || mig.Status.TargetNode != node1 {
 		t.Errorf("storage migration from %s to %s, want within %s", mig.Status.SourceNode, mig.Status.TargetNode, node1)
 	}
