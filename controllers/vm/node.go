@@ -96,3 +96,45 @@ func (r *Reconciler) vmsOnNode(ctx context.Context, o client.Object) []reconcile
 	}
 	return reqs
 }
+
+// annSelectedNode is the node the scheduler chose for a claim whose class binds on first use
+// (WaitForFirstConsumer): a node-local volume (local-path, local PVs) was made there and stays.
+const annSelectedNode = "volume.kubernetes.io/selected-node"
+
+// pinnedClaims words, for a runner pod the scheduler cannot place, which of the VM's claims
+// hold it to one node, and whether that node is lost: the pod can only run there, so the VM
+// waits for the node rather than start without its data.
+func (r *Reconciler) pinnedClaims(ctx context.Context, vm *vmv1.VirtualMachine, nodes map[string]*corev1.Node) ([]string, error) {
+	var out []string
+	for _, name := range vm.Spec.Guest.ClaimNames() {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: name}, pvc); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // DisksReady says so
+			}
+			return nil, r.fail("get-claim", err)
+		}
+		if msg := pinnedBy(pvc, nodes); msg != "" {
+			out = append(out, msg)
+		}
+	}
+	return out, nil
+}
+
+// pinnedBy says where a claim's volume ties its user, "" when nowhere known.
+func pinnedBy(pvc *corev1.PersistentVolumeClaim, nodes map[string]*corev1.Node) string {
+	at := pvc.Annotations[annSelectedNode]
+	if at == "" {
+		return ""
+	}
+	node, ok := nodes[at]
+	switch {
+	case !ok:
+		return fmt.Sprintf("claim %s's volume is on node %s, which was deleted: the guest cannot start elsewhere without its data; "+
+			"restore the data onto a new claim and point the VM at it", pvc.Name, at)
+	case nodeReadyStatus(node) != corev1.ConditionTrue:
+		return fmt.Sprintf("claim %s's volume is on node %s, which is not ready: the guest starts there once the node is back "+
+			"(it cannot start elsewhere without its data; or restore the data onto a new claim and point the VM at it)", pvc.Name, at)
+	}
+	return fmt.Sprintf("claim %s's volume is on node %s: the runner pod can only run there", pvc.Name, at)
+}

@@ -108,14 +108,11 @@ func noDefault(defaults []string) verdict {
 }
 
 // whyNot is virtpod's own account of the nodes for a pod the scheduler cannot place: which lack
-// what this VM needs, from the node agents' reports ("" when not asked for).
+// what this VM needs, from the node agents' reports, and which node a claim's volume ties the
+// pod to ("" when not asked for).
 func (r *Reconciler) whyNot(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod, class *vmv1.ProviderClass) (string, error) {
-	if !unschedulable(pod) || class == nil {
+	if !unschedulable(pod) {
 		return "", nil
-	}
-	hvs := &vmv1.HypervisorNodeList{}
-	if err := r.Client.List(ctx, hvs); err != nil {
-		return "", r.fail("list-hypervisornodes", err)
 	}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes); err != nil {
@@ -125,7 +122,21 @@ func (r *Reconciler) whyNot(ctx context.Context, vm *vmv1.VirtualMachine, pod *c
 	for i := range nodes.Items {
 		byName[nodes.Items[i].Name] = &nodes.Items[i]
 	}
-	return providerclass.Evaluate(class, vm.Spec.Acceleration, hvs.Items, byName, r.now()).Summary(), nil
+	var why []string
+	if class != nil {
+		hvs := &vmv1.HypervisorNodeList{}
+		if err := r.Client.List(ctx, hvs); err != nil {
+			return "", r.fail("list-hypervisornodes", err)
+		}
+		if s := providerclass.Evaluate(class, vm.Spec.Acceleration, hvs.Items, byName, r.now()).Summary(); s != "" {
+			why = append(why, s)
+		}
+	}
+	pinned, err := r.pinnedClaims(ctx, vm, byName)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(append(why, pinned...), "; "), nil
 }
 
 func allowedList(class *vmv1.ProviderClass) string {

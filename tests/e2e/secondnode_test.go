@@ -13,6 +13,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -188,19 +189,27 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 		})
 	}
 
-	// A VM pinned to the new node boots there and answers a pod on the first node.
+	// Two VMs start on the new node, put there by cordoning the first (as an admin steering work
+	// does) so that nothing in them pins them to it: "far" holds no claim, "rooted" has its root
+	// disk on a node-local (local-path) claim, which is made on the node its pod lands on.
+	cordon(t, node1, true)
 	vm := newVM(ns, "far")
-	vm.Spec.NodeSelector = onNode(node2)
 	// It asks for LiveMigrate, which its Pod network cannot do: checked at the end, where a
 	// drain of its node must complete instead of waiting on it forever.
 	vm.Spec.EvictionStrategy = vmv1.EvictionLiveMigrate
-	if err := kube.Create(ctx, vm); err != nil {
-		t.Fatal(err)
+	rooted := newVM(ns, "rooted")
+	rooted.Spec.Guest.RootDisk.Size = ptr.To(resource.MustParse("128Mi"))
+	rooted.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "rooted-root"}
+	for _, o := range []client.Object{newClaim(ns, "rooted-root", "128Mi", corev1.PersistentVolumeFilesystem), vm, rooted} {
+		if err := kube.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
 	}
 	vm = waitRunning(t, ns, "far", 0)
-	if vm.Status.Node != node2 {
-		t.Fatalf("VM runs on %s, want %s", vm.Status.Node, node2)
+	if got := waitRunning(t, ns, "rooted", 0); vm.Status.Node != node2 || got.Status.Node != node2 {
+		t.Fatalf("VMs run on %s and %s, want %s", vm.Status.Node, got.Status.Node, node2)
 	}
+	cordon(t, node1, false)
 	eventually(t, "guest console marker", 2*time.Minute, func() error {
 		return contains(podLogs(ns, vm.Status.PodName), marker)
 	})
@@ -212,9 +221,6 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 	if err := contains(guest, "virtpod guest far"); err != nil {
 		t.Fatalf("the guest on %s did not answer a pod on %s: %v", node2, node1, err)
 	}
-
-	// A VM owner cannot hold a drain: a guest that cannot move gets no disruption budget, so
-	// `kubectl drain` of its node evicts it and completes (it restarts as its runStrategy says).
 	eventually(t, "Migratable=False/"+vmv1.ReasonNetworkNotMigratable, time.Minute, func() error {
 		c := meta.FindStatusCondition(getVM(t, ns, "far").Status.Conditions, vmv1.ConditionMigratable)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != vmv1.ReasonNetworkNotMigratable {
@@ -222,12 +228,19 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 		}
 		return nil
 	})
+
+	// The new node dies: "far" starts again on the first, "rooted" waits for its claim's node.
+	loseNode(t, ns, node1, node2)
+
+	// A VM owner cannot hold a drain: a guest that cannot move gets no disruption budget, so
+	// `kubectl drain` of its node evicts it and completes (it restarts as its runStrategy says).
+	vm = getVM(t, ns, "far")
 	pdb := &policyv1.PodDisruptionBudget{}
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: migration.PDBName("far")}, pdb); !apierrors.IsNotFound(err) {
 		t.Fatalf("a VM that cannot migrate has a disruption budget (%v): %+v", err, pdb.Spec)
 	}
-	t.Cleanup(func() { _, _ = run("uncordon", node2) })
-	if out, err := run("drain", node2, "--ignore-daemonsets", "--delete-emptydir-data", "--pod-selector="+podspec.LabelVMName+"=far", "--timeout=2m"); err != nil {
+	t.Cleanup(func() { _, _ = run("uncordon", node1) })
+	if out, err := run("drain", node1, "--ignore-daemonsets", "--delete-emptydir-data", "--pod-selector="+podspec.LabelVMName+"=far", "--timeout=2m"); err != nil {
 		t.Fatalf("drain of a node with an unmigratable LiveMigrate VM: %v\n%s", err, out)
 	}
 	evicted := &corev1.Pod{}
@@ -236,5 +249,21 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 	}
 	if err := kube.Delete(ctx, vm); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := run("uncordon", node1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cordon marks node unschedulable (on) or schedulable again; the test's end uncordons it.
+func cordon(t *testing.T, node string, on bool) {
+	t.Helper()
+	verb := "uncordon"
+	if on {
+		verb = "cordon"
+		t.Cleanup(func() { _, _ = run("uncordon", node) })
+	}
+	if out, err := run(verb, node); err != nil {
+		t.Fatalf("%s %s: %v\n%s", verb, node, err, out)
 	}
 }

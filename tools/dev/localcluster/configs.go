@@ -155,6 +155,10 @@ imageGCLowThresholdPercent: 99
 # Pods are synced every 10 s rather than every minute, so a ConfigMap or Secret volume (a VM's
 # virtio-fs share among them) shows an update within seconds during development.
 syncFrequency: 10s
+# The node's lease is renewed every 2.5 s (a quarter of its duration) rather than every 10 s, so
+# the controller manager's 20 s grace (up.go) still sees eight renewals: a node that stops is
+# NotReady within about 20 s instead of 50, and the node-loss test does not wait out a minute.
+nodeLeaseDurationSeconds: 10
 `, filepath.Join(pki, "ca.crt"), c.socket(), filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), clusterDNSIP, c.path("pod-logs"))
 	if c.cgroupRoot != "" {
 		// Its pods' cgroups under a root of its own: two kubelets' kubepods trees in one

@@ -93,7 +93,10 @@ func (c *cluster) up(ctx context.Context) error {
 			"--authorization-kubeconfig=" + kc["controller-manager"], "--leader-elect=false",
 			"--root-ca-file=" + pki("ca.crt"), "--service-account-private-key-file=" + pki("sa.key"),
 			"--cluster-signing-cert-file=" + pki("ca.crt"), "--cluster-signing-key-file=" + pki("ca.key"),
-			"--use-service-account-credentials", "--bind-address=127.0.0.1"},
+			"--use-service-account-credentials", "--bind-address=127.0.0.1",
+			// A node silent for 20 s is NotReady (default 50 s); the kubelets renew their
+			// leases every 2.5 s (configs.go), so a busy machine does not flap.
+			"--node-monitor-grace-period=20s"},
 			ready: httpReady(insecureTLS(), "https://127.0.0.1:10257/healthz")},
 		{name: "kube-scheduler", bin: c.binFor("kube-scheduler"), args: []string{
 			"--kubeconfig=" + kc["scheduler"], "--authentication-kubeconfig=" + kc["scheduler"],
