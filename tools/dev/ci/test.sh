@@ -83,7 +83,9 @@ echo "==> background steps (downloads, runner-deps, guest-fixture, debian-guest,
 cat "$bg_log"
 [ $bg_rc -eq 0 ] || finish $bg_rc
 step test-images "$(state "$IMAGES_DIR/debian.tar")" m test-images
-step images - m images
+# Each image is built by one single-threaded imagebuild (layer tars and gzip) and nothing else
+# runs now: two at a time take 38 s instead of 68 s on two cores.
+step images - m -j2 images
 
 was_up=no
 go run ./tools/dev/localcluster status --quiet 2>/dev/null && was_up=yes
