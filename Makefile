@@ -73,6 +73,10 @@ bench-controller-5k: control-plane ## 5,000 VMs whose pods run on 50 simulated n
 test-faults: control-plane $(K8S_BIN)/kube-controller-manager ## The controller killed, the control plane restarted, nodes lost (tests/faults).
 	$(ENVTEST_ENV) go test -count=1 -v ./tests/faults/
 
+.PHONY: soak
+soak: control-plane ## Churn VMs against the real controller for VIRTPOD_SOAK_MINUTES (default 10): leaks, memory, goroutines.
+	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkSoak -benchtime 1x -count 1 -timeout 60m ./tests/faults/ $(BENCH_ARGS)
+
 .PHONY: build
 build: ## Build the controller binary.
 	CGO_ENABLED=0 go build -trimpath -o bin/virtpod-controller ./controllers/cmd/virtpod-controller

@@ -82,7 +82,7 @@ type scene struct {
 
 // newScene makes the namespace and nodes and starts the simulated kubelets, scheduling onto
 // the nodes given. Everything is removed after the test, so the next one starts clean.
-func newScene(t *testing.T, nodes ...string) *scene {
+func newScene(t testing.TB, nodes ...string) *scene {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "faults-"}}
@@ -123,7 +123,7 @@ func newScene(t *testing.T, nodes ...string) *scene {
 // countPods counts the distinct runner pods (by UID) made and removed in the namespace. An
 // informer re-lists after a control-plane restart, when the API server's new watch cache cannot
 // resume the old watch: a pod replaced meanwhile still shows, as a new UID.
-func (s *scene) countPods(t *testing.T, ctx context.Context) {
+func (s *scene) countPods(t testing.TB, ctx context.Context) {
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -185,13 +185,13 @@ type controller struct {
 
 // startController starts the binary as a Deployment would run it, without leader election:
 // a SIGKILLed leader would hold its lease for 15 s, and only one runs at a time here.
-func (s *scene) startController(t *testing.T) *controller {
+func (s *scene) startController(t testing.TB) *controller {
 	t.Helper()
 	return s.startProcess(t, "--leader-elect=false")
 }
 
 // startProcess runs the controller binary with the scene's settings and args.
-func (s *scene) startProcess(t *testing.T, args ...string) *controller {
+func (s *scene) startProcess(t testing.TB, args ...string) *controller {
 	t.Helper()
 	log, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -233,7 +233,7 @@ func (c *controller) alive() bool {
 
 // createVM creates a VM, retrying while the API server is away; a create whose answer was lost
 // shows up as AlreadyExists. It gives up, quietly, when ctx ends.
-func (s *scene) createVM(ctx context.Context, t *testing.T, name string, edit func(*vmv1.VirtualMachine)) bool {
+func (s *scene) createVM(ctx context.Context, t testing.TB, name string, edit func(*vmv1.VirtualMachine)) bool {
 	deadline := time.Now().Add(time.Minute)
 	for ctx.Err() == nil {
 		vm := kubeapi.SampleVM(s.ns, name)
@@ -331,7 +331,7 @@ func tail(s string, n int) string {
 
 // faultSeed seeds a test's kill schedule: VIRTPOD_FAULT_SEED replays a logged run's, else a new
 // one, logged.
-func faultSeed(t *testing.T) uint64 {
+func faultSeed(t testing.TB) uint64 {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("VIRTPOD_FAULT_SEED"); s != "" {
