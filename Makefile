@@ -74,7 +74,7 @@ test-faults: control-plane $(K8S_BIN)/kube-controller-manager ## The controller 
 	$(ENVTEST_ENV) go test -count=1 -v ./tests/faults/
 
 .PHONY: soak
-soak: control-plane ## Churn VMs against the real controller for VIRTPOD_SOAK_MINUTES (default 10): leaks, memory, goroutines.
+soak: control-plane $(K8S_BIN)/kube-controller-manager ## Churn VMs against the real controller for VIRTPOD_SOAK_MINUTES (default 10): leaks, memory, goroutines.
 	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkSoak -benchtime 1x -count 1 -timeout 60m ./tests/faults/ $(BENCH_ARGS)
 
 .PHONY: build

@@ -37,16 +37,12 @@ import (
 //     once the admin taints the node out-of-service, PodGC removes the pod and the VM starts
 //     elsewhere.
 func TestNodeLoss(t *testing.T) {
-	kcm := os.Getenv("TEST_ASSET_KUBE_CONTROLLER_MANAGER")
-	if kcm == "" {
-		kcm = filepath.Join(filepath.Dir(os.Getenv("TEST_ASSET_KUBE_APISERVER")), "kube-controller-manager")
-	}
-	_, err := os.Stat(kcm)
-	prereq.Need(t, err == nil, fmt.Sprintf("kube-controller-manager (%s) missing: `make k8s-binaries` builds it", kcm))
+	kcm := kcmBinary(t)
 	ctx := context.Background()
 	s := newScene(t, "good", "lost", "cut")
 	beats := heartbeat(t, "good", "lost", "cut")
-	startKCM(t, kcm, s.kubeconfig)
+	startKCM(t, kcm, s.kubeconfig, "node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller",
+		"--node-monitor-period=1s", "--node-monitor-grace-period=4s")
 	s.startController(t)
 
 	// The pods go where the test wants them: two on "lost", one on "cut".
@@ -227,12 +223,23 @@ func renewLease(ctx context.Context, node string) {
 
 // startKCM runs kube-controller-manager with the controllers that handle lost nodes, a node
 // silent for 4 s counting as lost (the default is 50 s).
-func startKCM(t *testing.T, bin, kubeconfig string) {
+// kcmBinary is kube-controller-manager's path: TEST_ASSET_KUBE_CONTROLLER_MANAGER, or beside
+// kube-apiserver, where `make k8s-binaries` builds it.
+func kcmBinary(t testing.TB) string {
+	kcm := os.Getenv("TEST_ASSET_KUBE_CONTROLLER_MANAGER")
+	if kcm == "" {
+		kcm = filepath.Join(filepath.Dir(os.Getenv("TEST_ASSET_KUBE_APISERVER")), "kube-controller-manager")
+	}
+	_, err := os.Stat(kcm)
+	prereq.Need(t, err == nil, fmt.Sprintf("kube-controller-manager (%s) missing: `make k8s-binaries` builds it", kcm))
+	return kcm
+}
+
+func startKCM(t testing.TB, bin, kubeconfig, controllers string, flags ...string) {
 	t.Helper()
 	const name = "faults-kube-controller-manager"
-	stop, err := capimanager.Run(name, kubeconfig, bin, "--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--controllers=node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller",
-		"--node-monitor-period=1s", "--node-monitor-grace-period=4s")
+	stop, err := capimanager.Run(name, kubeconfig, bin, append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--controllers=" + controllers}, flags...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
