@@ -17,6 +17,7 @@ import (
 
 	"github.com/virtpod/virtpod/tests/loopback"
 	"github.com/virtpod/virtpod/tests/procstatus"
+	"github.com/virtpod/virtpod/tests/promscrape"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -321,22 +322,8 @@ func parallel(b *testing.B, n int, write func(i int) error) {
 
 // requests is the controller's total API requests, from client-go's own metric.
 func requests(addr string) (int, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	total := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "rest_client_requests_total{") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			total += v
-		}
-	}
-	return int(total), sc.Err()
+	m, err := promscrape.Sums(addr)
+	return int(m["rest_client_requests_total"]), err
 }
 
 func procStats(b *testing.B, pid int) (cpuSeconds, peakMiB float64) {

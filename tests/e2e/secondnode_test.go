@@ -250,9 +250,7 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 	if err := kube.Delete(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run("uncordon", node1); err != nil {
-		t.Fatal(err)
-	}
+	cordon(t, node1, false)
 }
 
 // cordon marks node unschedulable (on) or schedulable again; the test's end uncordons it.

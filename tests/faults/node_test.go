@@ -221,8 +221,6 @@ func renewLease(ctx context.Context, node string) {
 	}
 }
 
-// startKCM runs kube-controller-manager with the controllers that handle lost nodes, a node
-// silent for 4 s counting as lost (the default is 50 s).
 // kcmBinary is kube-controller-manager's path: TEST_ASSET_KUBE_CONTROLLER_MANAGER, or beside
 // kube-apiserver, where `make k8s-binaries` builds it.
 func kcmBinary(t testing.TB) string {
@@ -235,6 +233,8 @@ func kcmBinary(t testing.TB) string {
 	return kcm
 }
 
+// startKCM runs kube-controller-manager with the controllers given (--controllers) and flags,
+// stopped after the test; its log is shown when the test failed.
 func startKCM(t testing.TB, bin, kubeconfig, controllers string, flags ...string) {
 	t.Helper()
 	const name = "faults-kube-controller-manager"

@@ -1,15 +1,12 @@
 package faults
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +21,7 @@ import (
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/loopback"
 	"github.com/virtpod/virtpod/tests/procstatus"
+	"github.com/virtpod/virtpod/tests/promscrape"
 )
 
 // BenchmarkSoak churns VMs against the real controller binary for VIRTPOD_SOAK_MINUTES (10 by
@@ -52,7 +50,7 @@ func BenchmarkSoak(b *testing.B) {
 	startKCM(b, kcmBinary(b), s.kubeconfig, "garbage-collector-controller")
 	metrics := loopback.FreeAddr(b)
 	c := s.startProcess(b, "--leader-elect=false", "--metrics-bind-address="+metrics)
-	kubeapi.Eventually(b, "controller metrics", 30*time.Second, func() error { _, err := scrape(metrics); return err })
+	kubeapi.Eventually(b, "controller metrics", 30*time.Second, func() error { _, err := promscrape.Sums(metrics); return err })
 	// One VM in twenty crashes in its first run (the kubelets call this from their own goroutines:
 	// a hash of the name, not rnd).
 	s.kubelets.CrashOnce(func(pod string) bool { h := fnv.New32a(); h.Write([]byte(pod)); return h.Sum32()%20 == 0 })
@@ -184,7 +182,7 @@ type figures struct {
 // goroutines and work-queue depth from its metrics endpoint.
 func (s *scene) controllerFigures(b *testing.B, c *controller, addr string) figures {
 	b.Helper()
-	m, err := scrape(addr)
+	m, err := promscrape.Sums(addr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -194,29 +192,4 @@ func (s *scene) controllerFigures(b *testing.B, c *controller, addr string) figu
 		goroutines: m["go_goroutines"],
 		queued:     m["workqueue_depth"],
 	}
-}
-
-// scrape sums each metric of a Prometheus text endpoint over its labels.
-func scrape(addr string) (map[string]float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		name, _, _ := strings.Cut(f[0], "{")
-		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-		m[name] += v
-	}
-	return m, sc.Err()
 }
