@@ -56,6 +56,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	// Before anything else, and paused or not: clusterctl pauses a Cluster before it looks for
+	// the annotation.
+	if err := r.blockMove(ctx, vc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
 	next := vc.DeepCopy()
 	setCondition(next, clusterapi.PausedCondition(cluster, vc))
 	switch {
@@ -359,6 +364,23 @@ func waiting(next *infrav1.VirtPodCluster, reason, msg string) {
 func setCondition(vc *infrav1.VirtPodCluster, c metav1.Condition) {
 	c.ObservedGeneration = vc.Generation
 	meta.SetStatusCondition(&vc.Status.Conditions, c)
+}
+
+// blockMove keeps clusterctl's block-move annotation on vc. `clusterctl move` deletes the moved
+// objects in the source cluster, and the garbage collector would then delete every VM and the
+// control-plane Service they own, while the target cluster boots new VMs of its own; so a
+// VirtPodCluster never moves. A merge patch of that one key, only when it is missing or changed.
+func (r *Reconciler) blockMove(ctx context.Context, vc *infrav1.VirtPodCluster) error {
+	if vc.Annotations[infrav1.BlockMoveAnnotation] == infrav1.BlockMoveReason {
+		return nil
+	}
+	patched := vc.DeepCopy()
+	metav1.SetMetaDataAnnotation(&patched.ObjectMeta, infrav1.BlockMoveAnnotation, infrav1.BlockMoveReason)
+	if err := r.Client.Patch(ctx, patched, client.MergeFrom(vc)); err != nil {
+		return err
+	}
+	*vc = *patched
+	return nil
 }
 
 // patchStatus writes the status when it changed.

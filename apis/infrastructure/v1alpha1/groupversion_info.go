@@ -31,4 +31,11 @@ const (
 	ClusterNameLabel = "cluster.x-k8s.io/cluster-name"
 	// ControlPlaneLabel marks a Machine (and its VirtPodMachine, VM and pod) as control plane.
 	ControlPlaneLabel = "cluster.x-k8s.io/control-plane"
+	// BlockMoveAnnotation, clusterctl's, holds `clusterctl move` back while an object carries
+	// it. virtpod keeps it on every VirtPodCluster: the VMs and the control-plane Service live
+	// on this management cluster, and a move would delete them (docs/capi.md).
+	BlockMoveAnnotation = "clusterctl.cluster.x-k8s.io/block-move"
+	// BlockMoveReason is the annotation's value: clusterctl logs only the key, kubectl shows
+	// the value.
+	BlockMoveReason = "virtpod VMs run on this management cluster; a move would delete them (docs/capi.md)"
 )
