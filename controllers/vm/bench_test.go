@@ -158,6 +158,11 @@ func benchCreate(b *testing.B, n, nodes int) {
 	apiCPU1, etcdCPU1 := cpuOf(b, apiPid), cpuOf(b, etcdPid)
 	served1 := served(b)
 	if os.Getenv("VIRTPOD_BENCH_DEBUG") != "" {
+		// What every encode, decode and watch event of a converged VM carries.
+		cs, _ := kubernetes.NewForConfig(env.Config)
+		raw, err := cs.RESTClient().Get().AbsPath("/apis", vmv1.GroupVersion.Group, vmv1.GroupVersion.Version,
+			"namespaces", ns.Name, "virtualmachines", "vm-00000").DoRaw(ctx)
+		fmt.Printf("a converged VM as stored (%d bytes, %v):\n%s\n", len(raw), err, raw)
 		resp, _ := http.Get("http://" + metricsAddr + "/metrics")
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
