@@ -10,12 +10,16 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zapcore"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
 	"github.com/virtpod/virtpod/pkg/podspec"
@@ -87,7 +91,43 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := installTemplatePolicy(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "the template immutability policy:", err)
+		return 1
+	}
 	return m.Run()
+}
+
+// installTemplatePolicy creates config/capi/admission's policy as shipped and waits until the
+// API server enforces it: a probe template's change, sent as a dry run, is refused.
+func installTemplatePolicy(ctx context.Context) error {
+	objs, err := kubeapi.ReadObjects("config/capi/admission/template-immutable-policy.yaml")
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	probe := &infrav1.VirtPodMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "policy-probe"},
+		Spec: infrav1.VirtPodMachineTemplateSpec{Template: infrav1.VirtPodMachineTemplateResource{
+			Spec: infrav1.VirtPodMachineSpec{VirtualMachine: infrav1.VirtualMachineTemplate{Spec: kubeapi.SampleVM("default", "probe").Spec}}}}}
+	if err := env.Client.Create(ctx, probe); err != nil {
+		return err
+	}
+	defer func() { _ = env.Client.Delete(ctx, probe) }()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		changed := probe.DeepCopy() // read again: the controller writes its status
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(probe), changed); err != nil {
+			return err
+		}
+		changed.Spec.Template.Spec.VirtualMachine.Spec.Guest.CPUs++
+		if err := env.Client.Update(ctx, changed, client.DryRunAll); apierrors.IsInvalid(err) {
+			return nil
+		}
+	}
+	return fmt.Errorf("a VirtPodMachineTemplate's change still admitted 30 s after the policy was created")
 }
 
 // startVirtpod runs virtpod's controllers with the Cluster API provider, and the default
