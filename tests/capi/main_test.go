@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -40,6 +42,7 @@ func run(m *testing.M) int {
 		"TEST_ASSET_ETCD":                    "etcd (make control-plane)",
 		"TEST_ASSET_CAPI_MANAGER":            "the Cluster API core manager (make capi)",
 		"TEST_ASSET_CAPI_CRDS":               "Cluster API's CRDs (make capi)",
+		"TEST_ASSET_CAPI_KUBEADM_CRDS":       "the kubeadm control plane's and bootstrap's CRDs (make capi)",
 		"TEST_ASSET_KUBE_CONTROLLER_MANAGER": "kube-controller-manager (make k8s-binaries)",
 	}
 	for v, what := range need {
@@ -55,7 +58,7 @@ func run(m *testing.M) int {
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	var err error
-	if env, err = kubeapi.Start(os.Getenv("TEST_ASSET_CAPI_CRDS")); err != nil {
+	if env, err = kubeapi.Start(os.Getenv("TEST_ASSET_CAPI_CRDS"), os.Getenv("TEST_ASSET_CAPI_KUBEADM_CRDS")); err != nil {
 		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
 		return 1
 	}
@@ -91,11 +94,35 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := labelKubeadmKinds(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "labelling the kubeadm CRDs:", err)
+		return 1
+	}
 	if err := installTemplatePolicy(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "the template immutability policy:", err)
 		return 1
 	}
 	return m.Run()
+}
+
+// labelKubeadmKinds gives the kubeadm control plane's and bootstrap's CRDs the contract label
+// their kustomization adds when Cluster API installs them (the topology controller reads it).
+func labelKubeadmKinds(ctx context.Context) error {
+	crds := &unstructured.UnstructuredList{}
+	crds.SetAPIVersion("apiextensions.k8s.io/v1")
+	crds.SetKind("CustomResourceDefinitionList")
+	if err := env.Client.List(ctx, crds); err != nil {
+		return err
+	}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"cluster.x-k8s.io/v1beta2":"v1beta2"}}}`))
+	for i := range crds.Items {
+		if g, _, _ := unstructured.NestedString(crds.Items[i].Object, "spec", "group"); g == "controlplane.cluster.x-k8s.io" || g == "bootstrap.cluster.x-k8s.io" {
+			if err := env.Client.Patch(ctx, &crds.Items[i], patch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // installTemplatePolicy creates config/capi/admission's policy as shipped and waits until the

@@ -31,7 +31,9 @@ func Start(bin, kubeconfig, certDir string) (func(), error) {
 	return Run("cluster-api-manager", kubeconfig, bin,
 		"--leader-elect=false", "--diagnostics-address=0",
 		"--webhook-cert-dir="+certDir, "--webhook-port="+strconv.Itoa(webhook),
-		"--health-addr=127.0.0.1:"+strconv.Itoa(health), "--v=2")
+		"--health-addr=127.0.0.1:"+strconv.Itoa(health), "--v=2",
+		// ClusterClass and managed topologies, still behind a gate in v1.14.
+		"--feature-gates=ClusterTopology=true")
 }
 
 // LogPath is where Run writes the output of the binary it runs as name.

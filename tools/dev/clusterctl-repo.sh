@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$out/infrastructure-virtpod/$version
 mkdir -p "$dir"
 "$kubectl" kustomize "$root/config/capi" >"$dir/infrastructure-components.yaml"
-cp "$root/config/clusterctl/metadata.yaml" "$root"/config/clusterctl/templates/cluster-template*.yaml "$dir/"
+cp "$root/config/clusterctl/metadata.yaml" "$root"/config/clusterctl/templates/cluster-template*.yaml "$root"/config/clusterctl/templates/clusterclass-*.yaml "$dir/"
 out=$(cd "$out" && pwd)
 cat >"$out/clusterctl.yaml" <<CFG
 providers:

@@ -1,7 +1,8 @@
 // Command release writes one release of virtpod into a folder: install.yaml (everything
 // config/default installs), infrastructure-components.yaml (config/capi, for clusterctl),
-// metadata.yaml, the cluster templates and the example alerts (prometheusrule.yaml), every image pinned by the digest `imagebuild push
-// --version` recorded in the image lock. The folder is also a clusterctl local repository's
+// metadata.yaml, the cluster templates, the ClusterClasses and the example alerts
+// (prometheusrule.yaml), every image pinned by the digest `imagebuild push --version` recorded in
+// the image lock. The folder is also a clusterctl local repository's
 // version folder when it is named .../infrastructure-virtpod/VERSION. `make release` runs it
 // after pushing the images and building vmctl into the folder (docs/install.md).
 package main
@@ -89,6 +90,8 @@ func write(root, version, lockFile, out string) error {
 		}
 	}
 	copies, _ := filepath.Glob(filepath.Join(root, "config/clusterctl/templates/cluster-template*.yaml"))
+	classes, _ := filepath.Glob(filepath.Join(root, "config/clusterctl/templates/clusterclass-*.yaml"))
+	copies = append(copies, classes...)
 	copies = append(copies, filepath.Join(root, "config/clusterctl/metadata.yaml"), filepath.Join(root, "config/prometheus/prometheusrule.yaml"))
 	for _, src := range copies {
 		if err := copyFile(src, filepath.Join(out, filepath.Base(src))); err != nil {

@@ -21,10 +21,20 @@ $(CAPI_DIR)/crd/.copied:
 		cp "$$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)"/core/config/crd/bases/*.yaml $(CAPI_DIR)/crd/
 	chmod 644 $(CAPI_DIR)/crd/*.yaml && touch $@
 
+# The kubeadm control plane's and bootstrap's kinds, without their controllers: a ClusterClass
+# names their templates (config/clusterctl/templates/clusterclass-virtpod.yaml).
+$(CAPI_DIR)/crd-kubeadm/.copied:
+	@mkdir -p $(CAPI_DIR)/crd-kubeadm
+	cd tools/dev/capibin && go mod download sigs.k8s.io/cluster-api && \
+		dir="$$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)" && \
+		cp "$$dir"/controlplane/kubeadm/config/crd/bases/*.yaml "$$dir"/bootstrap/kubeadm/config/crd/bases/*.yaml $(CAPI_DIR)/crd-kubeadm/
+	chmod 644 $(CAPI_DIR)/crd-kubeadm/*.yaml && touch $@
+
 .PHONY: capi
-capi: $(CAPI_DIR)/cluster-api-manager $(CAPI_DIR)/clusterctl $(CAPI_DIR)/crd/.copied ## Build the Cluster API core manager and clusterctl, fetch its CRDs.
+capi: $(CAPI_DIR)/cluster-api-manager $(CAPI_DIR)/clusterctl $(CAPI_DIR)/crd/.copied $(CAPI_DIR)/crd-kubeadm/.copied ## Build the Cluster API core manager and clusterctl, fetch its CRDs.
 
 CAPI_ENV := TEST_ASSET_CAPI_MANAGER=$(CAPI_DIR)/cluster-api-manager TEST_ASSET_CAPI_CRDS=$(CAPI_DIR)/crd \
+	TEST_ASSET_CAPI_KUBEADM_CRDS=$(CAPI_DIR)/crd-kubeadm \
 	TEST_ASSET_CLUSTERCTL=$(CAPI_DIR)/clusterctl TEST_ASSET_KUBE_CONTROLLER_MANAGER=$(K8S_BIN)/kube-controller-manager
 
 .PHONY: test-capi
