@@ -1,6 +1,6 @@
 // Package capi tests virtpod's Cluster API infrastructure provider against a real kube-apiserver
-// with Cluster API's CRDs and the real Cluster API core manager (built by `make capi`), so
-// Clusters and Machines really go through Cluster API's own controllers.
+// with Cluster API's CRDs, the real Cluster API core manager and kubeadm bootstrap provider (built
+// by `make capi`), so Clusters and Machines really go through Cluster API's own controllers.
 package capi
 
 import (
@@ -43,6 +43,7 @@ func run(m *testing.M) int {
 		"TEST_ASSET_CAPI_MANAGER":            "the Cluster API core manager (make capi)",
 		"TEST_ASSET_CAPI_CRDS":               "Cluster API's CRDs (make capi)",
 		"TEST_ASSET_CAPI_KUBEADM_CRDS":       "the kubeadm control plane's and bootstrap's CRDs (make capi)",
+		"TEST_ASSET_CAPI_KUBEADM_BOOTSTRAP":  "the Cluster API kubeadm bootstrap provider (make capi)",
 		"TEST_ASSET_KUBE_CONTROLLER_MANAGER": "kube-controller-manager (make k8s-binaries)",
 	}
 	for v, what := range need {
@@ -90,6 +91,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer stop()
+	stopBootstrap, err := capimanager.StartProvider("kubeadm-bootstrap-manager", os.Getenv("TEST_ASSET_CAPI_KUBEADM_BOOTSTRAP"),
+		kubeconfig, filepath.Join(dir, "certs-bootstrap"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the kubeadm bootstrap provider:", err)
+		return 1
+	}
+	defer stopBootstrap()
 	if err := startVirtpod(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -24,16 +24,21 @@ import (
 // not registered with the API server (they would need the whole kustomize deployment), but the
 // webhook server must start, so it gets a self-signed certificate in certDir.
 func Start(bin, kubeconfig, certDir string) (func(), error) {
+	// ClusterClass and managed topologies, still behind a gate in v1.14.
+	return StartProvider("cluster-api-manager", bin, kubeconfig, certDir, "--feature-gates=ClusterTopology=true")
+}
+
+// StartProvider runs one of Cluster API's managers (the core's, the kubeadm bootstrap
+// provider's) as name, the way Start does, with extra flags.
+func StartProvider(name, bin, kubeconfig, certDir string, extra ...string) (func(), error) {
 	if err := selfSignedCert(certDir); err != nil {
 		return nil, err
 	}
 	webhook, health := freePort(), freePort()
-	return Run("cluster-api-manager", kubeconfig, bin,
+	return Run(name, kubeconfig, bin, append([]string{
 		"--leader-elect=false", "--diagnostics-address=0",
-		"--webhook-cert-dir="+certDir, "--webhook-port="+strconv.Itoa(webhook),
-		"--health-addr=127.0.0.1:"+strconv.Itoa(health), "--v=2",
-		// ClusterClass and managed topologies, still behind a gate in v1.14.
-		"--feature-gates=ClusterTopology=true")
+		"--webhook-cert-dir=" + certDir, "--webhook-port=" + strconv.Itoa(webhook),
+		"--health-addr=127.0.0.1:" + strconv.Itoa(health), "--v=2"}, extra...)...)
 }
 
 // LogPath is where Run writes the output of the binary it runs as name.

@@ -1,4 +1,4 @@
-# The Cluster API core manager, clusterctl and Cluster API's CRDs, pinned and built from the Go
+# The Cluster API core manager, the kubeadm bootstrap provider, clusterctl and Cluster API's CRDs, pinned and built from the Go
 # module proxy (tools/dev/capibin), for testing virtpod's infrastructure provider against them.
 CAPI_VERSION := v1.14.2
 CAPI_DIR := $(VIRTPOD_CACHE)/capi-$(CAPI_VERSION)
@@ -10,6 +10,10 @@ CAPI_BUILD := cd tools/dev/capibin && CGO_ENABLED=0 go build -trimpath -ldflags 
 $(CAPI_DIR)/cluster-api-manager:
 	@mkdir -p $(CAPI_DIR)
 	$(CAPI_BUILD) -o $@.tmp sigs.k8s.io/cluster-api/core && mv $@.tmp $@
+
+$(CAPI_DIR)/kubeadm-bootstrap-manager:
+	@mkdir -p $(CAPI_DIR)
+	$(CAPI_BUILD) -o $@.tmp sigs.k8s.io/cluster-api/bootstrap/kubeadm && mv $@.tmp $@
 
 $(CAPI_DIR)/clusterctl:
 	@mkdir -p $(CAPI_DIR)
@@ -31,10 +35,10 @@ $(CAPI_DIR)/crd-kubeadm/.copied:
 	chmod 644 $(CAPI_DIR)/crd-kubeadm/*.yaml && touch $@
 
 .PHONY: capi
-capi: $(CAPI_DIR)/cluster-api-manager $(CAPI_DIR)/clusterctl $(CAPI_DIR)/crd/.copied $(CAPI_DIR)/crd-kubeadm/.copied ## Build the Cluster API core manager and clusterctl, fetch its CRDs.
+capi: $(CAPI_DIR)/cluster-api-manager $(CAPI_DIR)/kubeadm-bootstrap-manager $(CAPI_DIR)/clusterctl $(CAPI_DIR)/crd/.copied $(CAPI_DIR)/crd-kubeadm/.copied ## Build the Cluster API core manager and clusterctl, fetch its CRDs.
 
 CAPI_ENV := TEST_ASSET_CAPI_MANAGER=$(CAPI_DIR)/cluster-api-manager TEST_ASSET_CAPI_CRDS=$(CAPI_DIR)/crd \
-	TEST_ASSET_CAPI_KUBEADM_CRDS=$(CAPI_DIR)/crd-kubeadm \
+	TEST_ASSET_CAPI_KUBEADM_CRDS=$(CAPI_DIR)/crd-kubeadm TEST_ASSET_CAPI_KUBEADM_BOOTSTRAP=$(CAPI_DIR)/kubeadm-bootstrap-manager \
 	TEST_ASSET_CLUSTERCTL=$(CAPI_DIR)/clusterctl TEST_ASSET_KUBE_CONTROLLER_MANAGER=$(K8S_BIN)/kube-controller-manager
 
 .PHONY: test-capi
