@@ -105,9 +105,14 @@ func TestClusterctlTemplates(t *testing.T) {
 	bin, config := clusterctlRepo(t)
 	ns := namespace(t)
 	vars := []string{"VIRTPOD_KERNEL_IMAGE=registry.example.com/vm/kernel:6.1", "VIRTPOD_ROOT_DISK_IMAGE=registry.example.com/vm/k8s:1.37"}
-	for _, flavor := range []string{"", "kamaji"} {
+	// The topology flavor's ClusterClass makes clusterctl look at the management cluster.
+	kubeconfig, err := env.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flavor := range []string{"", "kamaji", "topology"} {
 		t.Run("flavor="+flavor, func(t *testing.T) {
-			args := []string{"generate", "cluster", "t1", "--infrastructure", "virtpod:v0.1.0", "--config", config,
+			args := []string{"generate", "cluster", "t1", "--kubeconfig", kubeconfig, "--infrastructure", "virtpod:v0.1.0", "--config", config,
 				"--target-namespace", ns, "--kubernetes-version", "v1.37.2", "--control-plane-machine-count", "1", "--worker-machine-count", "2"}
 			if flavor != "" {
 				args = append(args, "--flavor", flavor)
@@ -122,9 +127,11 @@ func TestClusterctlTemplates(t *testing.T) {
 					kamaji++
 					continue
 				}
-				group := o.GroupVersionKind().Group
-				if group != infrav1.GroupVersion.Group && group != "cluster.x-k8s.io" {
-					continue // KubeadmControlPlane, KubeadmConfigTemplate: their CRDs are not installed here
+				switch o.GroupVersionKind().Group {
+				case infrav1.GroupVersion.Group, "cluster.x-k8s.io", "controlplane.cluster.x-k8s.io", "bootstrap.cluster.x-k8s.io":
+				default:
+					t.Errorf("%s %s: a kind of no provider these templates are for", o.GetKind(), o.GetName())
+					continue
 				}
 				if err := env.Client.Create(context.Background(), o, client.DryRunAll); err != nil {
 					t.Errorf("%s %s refused: %v", o.GetKind(), o.GetName(), err)
