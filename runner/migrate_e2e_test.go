@@ -250,10 +250,14 @@ func testLiveMigration(t *testing.T, network string) {
 		t.Run("target killed mid-stream", func(t *testing.T) {
 			dst := target(t)
 			newMigrationRelay(t, src.r, dst.r)
-			// 8 MiB/s: the stream is still young when the target dies, and a mirror throttled
-			// at 1 MiB/s would sleep out its last 16 MiB chunk (16 s) before it saw the error.
-			srcCtl.put(t, MigrationRequestBody(8, 0), http.StatusAccepted)
-			waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.TransferredBytes > 0 })
+			// 4 MiB/s: the stream is still young when the target dies (its memory alone takes
+			// half a minute), and a mirror throttled at 1 MiB/s would sleep out its last 16 MiB
+			// chunk (16 s) before it saw the error. Active, not only bytes: until the new send
+			// starts, the status still shows the cancelled one's.
+			srcCtl.put(t, MigrationRequestBody(4, 0), http.StatusAccepted)
+			waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool {
+				return s.State == controlapi.MigrationActive && s.TransferredBytes > 0
+			})
 			dst.r.signal(t, syscall.SIGKILL) // QEMU dies with its runner (Pdeathsig)
 			s := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.Terminal() })
 			if s.State != controlapi.MigrationFailed || s.Error == "" {

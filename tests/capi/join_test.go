@@ -3,10 +3,7 @@ package capi
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"os"
 	"regexp"
-	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,11 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
@@ -40,78 +35,7 @@ func TestWorkerJoinsTenant(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 
-	tenant, err := kubeapi.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tenant.Stop() }()
-	kubeconfigPath, err := tenant.Kubeconfig(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := os.ReadFile(kubeconfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := clientcmd.Load(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var server string
-	var caCert []byte
-	for _, c := range kc.Clusters {
-		server, caCert = c.Server, c.CertificateAuthorityData
-	}
-	u, err := url.Parse(server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, _ := strconv.Atoi(u.Port())
-
-	// What a hosted control plane publishes in the management cluster: the admin kubeconfig and
-	// the cluster CA (a worker's join needs only the certificate's hash; Cluster API wants a key
-	// present, which this test's API server does not hand out).
-	for name, data := range map[string]map[string][]byte{
-		"tj-kubeconfig": {"value": kubeconfig},
-		"tj-ca":         {corev1.TLSCertKey: caCert, corev1.TLSPrivateKeyKey: []byte("unused by a worker's join")},
-	} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: "tj"}},
-			Type: clusterv1.ClusterSecretType, Data: data}
-		if err := env.Client.Create(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	installControlPlaneKind(t, withCRDs(t, env))
-	cp := &unstructured.Unstructured{}
-	cp.SetAPIVersion(testControlPlaneGroup + "/v1alpha1")
-	cp.SetKind("TestControlPlane")
-	cp.SetNamespace(ns)
-	cp.SetName("tj")
-	if err := env.Client.Create(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
-	_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
-	// As KamajiControlPlane says: no control-plane Machines, so Cluster API may still drain and
-	// delete a worker's Node.
-	_ = unstructured.SetNestedField(cp.Object, true, "status", "externalManagedControlPlane")
-	if err := env.Client.Status().Update(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
-	vc := &infrav1.VirtPodCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tj", Annotations: map[string]string{infrav1.ManagedByAnnotation: "kamaji"}}}
-	if err := env.Client.Create(ctx, vc); err != nil {
-		t.Fatal(err)
-	}
-	endpoint := fmt.Appendf(nil, `{"spec":{"controlPlaneEndpoint":{"host":%q,"port":%d}}}`, u.Hostname(), port) // Kamaji's merge patch
-	if err := env.Client.Patch(ctx, vc, client.RawPatch("application/merge-patch+json", endpoint)); err != nil {
-		t.Fatal(err)
-	}
-	cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tj"},
-		Spec: clusterv1.ClusterSpec{
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "VirtPodCluster", Name: "tj"},
-			ControlPlaneRef:   clusterv1.ContractVersionedObjectReference{APIGroup: testControlPlaneGroup, Kind: "TestControlPlane", Name: "tj"}}}
-	if err := env.Client.Create(ctx, cl); err != nil {
-		t.Fatal(err)
-	}
+	tenant, endpoint := hostedTenant(t, ns, "tj")
 
 	// A worker Machine with the kubeadm bootstrap the clusterctl templates use.
 	kcfg := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"joinConfiguration": map[string]any{
@@ -126,9 +50,8 @@ func TestWorkerJoinsTenant(t *testing.T) {
 	}
 	m, vpm := newMachine(t, ns, "tj", "tj-w-0", false, clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
 		APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfig", Name: "tj-w-0"}})
-	mm := get(t, m.DeepCopy())
-	mm.Spec.Version = "v1.37.2"
-	if err := env.Client.Update(ctx, mm); err != nil {
+	// A patch: Cluster API's controllers write the Machine from the moment it exists.
+	if err := env.Client.Patch(ctx, m.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"version":"v1.37.2"}}`))); err != nil {
 		t.Fatal(err)
 	}
 
@@ -145,8 +68,8 @@ func TestWorkerJoinsTenant(t *testing.T) {
 	data := get(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dataSecret}}).Data["value"]
 	token := joinToken.FindSubmatch(data)
 	if !regexp.MustCompile(`kubeadm join`).Match(data) || token == nil ||
-		!regexp.MustCompile(regexp.QuoteMeta(u.Host)).Match(data) || !regexp.MustCompile(`virtpod://`+ns+`/`).Match(data) {
-		t.Fatalf("bootstrap data without a kubeadm join to %s, a token and the providerID:\n%s", u.Host, data)
+		!regexp.MustCompile(regexp.QuoteMeta(endpoint)).Match(data) || !regexp.MustCompile(`virtpod://`+ns+`/`).Match(data) {
+		t.Fatalf("bootstrap data without a kubeadm join to %s, a token and the providerID:\n%s", endpoint, data)
 	}
 	if err := tenant.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-" + string(token[1])}, &corev1.Secret{}); err != nil {
 		t.Fatalf("the join's token %s in the tenant: %v", token[1], err)

@@ -43,19 +43,7 @@ func TestClusterctlMoveBlocked(t *testing.T) {
 	// A Cluster that clusterctl considers provisioned: its infrastructure (virtpod's Service
 	// and endpoint) and a control plane that says it is initialized (a stand-in for Kamaji's or
 	// kubeadm's, whose controllers do not run here).
-	installControlPlaneKind(t, withCRDs(t, env))
-	cp := &unstructured.Unstructured{}
-	cp.SetAPIVersion(testControlPlaneGroup + "/v1alpha1")
-	cp.SetKind("TestControlPlane")
-	cp.SetNamespace(ns)
-	cp.SetName("moved")
-	if err := env.Client.Create(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
-	_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
-	if err := env.Client.Status().Update(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
+	initializedControlPlane(t, ns, "moved", false)
 	vc := &infrav1.VirtPodCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "moved"}}
 	if err := env.Client.Create(ctx, vc); err != nil {
 		t.Fatal(err)
@@ -189,6 +177,31 @@ func clusterctlUntil(t *testing.T, bin, want string, args ...string) string {
 }
 
 const testControlPlaneGroup = "controlplane.test.virtpod.io"
+
+// initializedControlPlane creates a TestControlPlane that says what a control plane provider
+// says once its first control plane is up; externallyManaged adds what a hosted one (Kamaji's)
+// says: there are no control-plane Machines, so Cluster API may still drain and delete a
+// worker's Node.
+func initializedControlPlane(t *testing.T, ns, name string, externallyManaged bool) {
+	t.Helper()
+	ctx := context.Background()
+	installControlPlaneKind(t, withCRDs(t, env))
+	cp := &unstructured.Unstructured{}
+	cp.SetAPIVersion(testControlPlaneGroup + "/v1alpha1")
+	cp.SetKind("TestControlPlane")
+	cp.SetNamespace(ns)
+	cp.SetName(name)
+	if err := env.Client.Create(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
+	if externallyManaged {
+		_ = unstructured.SetNestedField(cp.Object, true, "status", "externalManagedControlPlane")
+	}
+	if err := env.Client.Status().Update(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // installControlPlaneKind installs TestControlPlane, a control-plane kind of the Cluster API
 // contract with no controller: the test sets its status.
