@@ -32,6 +32,9 @@ var joinToken = regexp.MustCompile(`\b([a-z0-9]{6})\.[a-z0-9]{16}\b`)
 // Machine drains and deletes the tenant's Node and removes the VM. No guest boots here: the
 // runner pod and the Node are what a kubelet would write (tests/e2e boots real guests).
 func TestWorkerJoinsTenant(t *testing.T) {
+	// Mostly waiting on Cluster API's controllers, in a namespace and tenant of its own: it
+	// runs beside the package's other tests of a second API server.
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 

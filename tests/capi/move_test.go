@@ -34,6 +34,9 @@ import (
 // clusterctl's block-move annotation on every VirtPodCluster: clusterctl says it waits for the
 // annotation, nothing reaches the target and nothing is deleted in the source.
 func TestClusterctlMoveBlocked(t *testing.T) {
+	// Mostly waiting on Cluster API's controllers, in a namespace and tenant of its own: it
+	// runs beside the package's other tests of a second API server.
+	t.Parallel()
 	bin := os.Getenv("TEST_ASSET_CLUSTERCTL")
 	_, err := os.Stat(bin)
 	prereq.Need(t, bin != "" && err == nil, "clusterctl ($TEST_ASSET_CLUSTERCTL, make capi) is needed")

@@ -129,6 +129,9 @@ func guestKubelets(ctx context.Context, tenant *kubeapi.Env, ns string) (int, er
 // drained and goes with its VM; deleting the Cluster removes every VM, VirtPodMachine and runner
 // pod virtpod made.
 func TestTenantWorkersScaleHealAndGo(t *testing.T) {
+	// Mostly waiting on Cluster API's controllers, in a namespace and tenant of its own: it
+	// runs beside the package's other tests of a second API server.
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	tenant, _ := hostedTenant(t, ns, "tw")
