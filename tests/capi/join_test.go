@@ -103,16 +103,10 @@ func TestWorkerJoinsTenant(t *testing.T) {
 		}
 		return nil
 	})
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: vm.Name}, Spec: corev1.NodeSpec{ProviderID: providerID}}
-	if err := tenant.Client.Create(ctx, node); err != nil {
-		t.Fatal(err)
+	if n, err := guestKubelets(ctx, tenant, ns); err != nil || n != 1 {
+		t.Fatalf("the guest's kubelet registered %d Nodes (%v), want 1", n, err)
 	}
-	node.Status = corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.244.7.7"}}}
-	if err := tenant.Client.Status().Update(ctx, node); err != nil {
-		t.Fatal(err)
-	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: vm.Name}}
 	eventually(t, "Machine Running with the tenant's Node", func() error {
 		mm := get(t, m.DeepCopy())
 		if mm.Status.NodeRef.Name != vm.Name || mm.Status.Phase != string(clusterv1.MachinePhaseRunning) {

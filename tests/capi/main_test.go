@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -116,16 +117,22 @@ func run(m *testing.M) int {
 // labelKubeadmKinds gives the kubeadm control plane's and bootstrap's CRDs the contract label
 // their kustomization adds when Cluster API installs them (the topology controller reads it).
 func labelKubeadmKinds(ctx context.Context) error {
+	return labelCRDs(ctx, env.Client, `{"cluster.x-k8s.io/v1beta2":"v1beta2"}`, "controlplane.cluster.x-k8s.io", "bootstrap.cluster.x-k8s.io")
+}
+
+// labelCRDs merges labels (a JSON object) into the labels of every CRD of the groups given, as
+// an installer (kustomize, clusterctl) does.
+func labelCRDs(ctx context.Context, c client.Client, labels string, groups ...string) error {
 	crds := &unstructured.UnstructuredList{}
 	crds.SetAPIVersion("apiextensions.k8s.io/v1")
 	crds.SetKind("CustomResourceDefinitionList")
-	if err := env.Client.List(ctx, crds); err != nil {
+	if err := c.List(ctx, crds); err != nil {
 		return err
 	}
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"cluster.x-k8s.io/v1beta2":"v1beta2"}}}`))
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":`+labels+`}}`))
 	for i := range crds.Items {
-		if g, _, _ := unstructured.NestedString(crds.Items[i].Object, "spec", "group"); g == "controlplane.cluster.x-k8s.io" || g == "bootstrap.cluster.x-k8s.io" {
-			if err := env.Client.Patch(ctx, &crds.Items[i], patch); err != nil {
+		if g, _, _ := unstructured.NestedString(crds.Items[i].Object, "spec", "group"); slices.Contains(groups, g) {
+			if err := c.Patch(ctx, &crds.Items[i], patch); err != nil {
 				return err
 			}
 		}

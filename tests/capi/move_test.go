@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -220,7 +221,7 @@ func installControlPlaneKind(t *testing.T, c client.Client) {
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1alpha1", Served: true, Storage: true,
 				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptrTo(true)}}}}}}
+					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}}}}
 	if err := c.Create(context.Background(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -231,8 +232,6 @@ func installControlPlaneKind(t *testing.T, c client.Client) {
 		return c.List(context.Background(), l)
 	})
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // withCRDs is a client of e that also knows CustomResourceDefinitions.
 func withCRDs(t *testing.T, e *kubeapi.Env) client.Client {
@@ -262,7 +261,7 @@ func inventory(t *testing.T, c client.Client) {
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Provider", ListKind: "ProviderList", Plural: "providers", Singular: "provider"},
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1alpha3", Served: true, Storage: true,
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptrTo(true)}}}}}}
+					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}}}}
 	if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -286,18 +285,7 @@ func inventory(t *testing.T, c client.Client) {
 			return nil
 		})
 	}
-	crds := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := c.List(ctx, crds); err != nil {
+	if err := labelCRDs(ctx, c, `{"clusterctl.cluster.x-k8s.io":""}`, clusterv1.GroupVersion.Group, infrav1.GroupVersion.Group, vmv1.GroupVersion.Group); err != nil {
 		t.Fatal(err)
-	}
-	for i := range crds.Items {
-		g := crds.Items[i].Spec.Group
-		if g != clusterv1.GroupVersion.Group && g != infrav1.GroupVersion.Group && g != vmv1.GroupVersion.Group {
-			continue
-		}
-		patch := []byte(`{"metadata":{"labels":{"clusterctl.cluster.x-k8s.io":""}}}`)
-		if err := c.Patch(ctx, &crds.Items[i], client.RawPatch("application/merge-patch+json", patch)); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -92,7 +92,7 @@ func hostedTenant(t *testing.T, ns, name string) (tenant *kubeapi.Env, endpoint 
 
 // guestKubelets registers, in the tenant, a Ready Node for every VirtPodMachine of ns that
 // virtpod provisioned (its guest runs): what each guest's kubelet does after `kubeadm join`,
-// with the providerID the templates give it. It returns how many Nodes of ns's machines exist.
+// with the providerID the templates give it and the guest's InternalIP. It returns how many Nodes of ns's machines exist.
 func guestKubelets(ctx context.Context, tenant *kubeapi.Env, ns string) (int, error) {
 	var vpms infrav1.VirtPodMachineList
 	if err := env.Client.List(ctx, &vpms, client.InNamespace(ns)); err != nil {
@@ -112,6 +112,11 @@ func guestKubelets(ctx context.Context, tenant *kubeapi.Env, ns string) (int, er
 		}
 		n.Status = corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}}
+		for _, a := range v.Status.Addresses {
+			if a.Type == clusterv1.MachineInternalIP {
+				n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.Address})
+			}
+		}
 		if err := tenant.Client.Status().Update(ctx, n); err != nil {
 			return 0, err
 		}
