@@ -20,6 +20,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/streampipe"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/podcontrol"
@@ -390,7 +391,7 @@ func waitMigration(t testing.TB, c migClient, done func(runner.MigrationStatus) 
 
 // newMigrationRelay plays both node agents: it listens on the source's migrate-out.sock and
 // nbd-out.sock and relays QEMU's connections to the target's migrate-in.sock (once) and
-// nbd-in.sock (one connection per mirrored disk), copying both ways until either end closes.
+// nbd-in.sock (one connection per mirrored disk), as the agents do (pkg/streampipe).
 func newMigrationRelay(t testing.TB, src, dst *runnerProc) {
 	t.Helper()
 	srcDir, dstDir := filepath.Dir(src.control), filepath.Dir(dst.control)
@@ -435,12 +436,7 @@ func relaySocket(t testing.TB, dir, name, in string, max int) {
 				_ = a.Close()
 				continue
 			}
-			go func() {
-				go func() { _, _ = io.Copy(a, b); _ = a.Close(); _ = b.Close() }()
-				_, _ = io.Copy(b, a)
-				_ = a.Close()
-				_ = b.Close()
-			}()
+			go func() { _, _ = streampipe.Pipe(a, a, b, b) }()
 		}
 	}()
 }

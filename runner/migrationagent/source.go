@@ -22,6 +22,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/pkg/streampipe"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
@@ -168,7 +169,7 @@ func (e *Executor) relayNBD(ctx context.Context, sm *stream, addr string, h head
 		sm.conns = append(sm.conns, in, out)
 		sm.mu.Unlock()
 		go func() {
-			n, err := pipe(in, in, out, outR)
+			n, err := streampipe.Pipe(in, in, out, outR)
 			log.Info("a disk's mirror connection ended", zap.Int64("bytes", n), zap.Error(err))
 		}()
 	}
@@ -261,7 +262,7 @@ func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owne
 		}
 		log.Info("relaying the migration stream", zap.String("to", addr))
 		start := time.Now()
-		n, err := pipe(in, in, out, outR)
+		n, err := streampipe.Pipe(in, in, out, outR)
 		if err != nil && ctx.Err() == nil {
 			sm.fail(fmt.Errorf("the stream to %s broke after %d bytes: %w", addr, n, err))
 		}

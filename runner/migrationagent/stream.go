@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"time"
@@ -80,43 +79,6 @@ func dialReceiver(ctx context.Context, cfg *tls.Config, addr string, h header) (
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return conn, r, nil
-}
-
-// pipe copies a's reads (ar: a, or a buffered reader over it) to b and b's (br) to a until
-// both directions end, passing each end on as a half-close, and closes both. A direction that
-// fails closes both at once, so the other end sees the break.
-func pipe(a net.Conn, ar io.Reader, b net.Conn, br io.Reader) (sent int64, err error) {
-	type result struct {
-		n    int64
-		err  error
-		aToB bool
-	}
-	res := make(chan result, 2)
-	cp := func(dst net.Conn, src io.Reader, aToB bool) {
-		n, err := io.Copy(dst, src)
-		if err == nil {
-			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-				err = cw.CloseWrite()
-			}
-		}
-		res <- result{n, err, aToB}
-	}
-	go cp(b, ar, true)
-	go cp(a, br, false)
-	for range 2 {
-		r := <-res
-		if r.aToB {
-			sent = r.n
-		}
-		if r.err != nil && err == nil {
-			err = r.err
-			a.Close()
-			b.Close()
-		}
-	}
-	a.Close()
-	b.Close()
-	return sent, err
 }
 
 // refusedError is the receiver's refusal: trying again gets the same answer.

@@ -19,6 +19,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/pkg/streampipe"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
@@ -119,7 +120,7 @@ func (e *Executor) receive(ctx context.Context, conn *tls.Conn) {
 	}
 	log.Info("receiving " + what)
 	start := time.Now()
-	n, err := pipe(conn, r, in, in)
+	n, err := streampipe.Pipe(conn, r, in, in)
 	log.Info(what+" ended", zap.Int64("bytes", n), zap.Duration("took", time.Since(start)), zap.Error(err))
 }
 
