@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -352,4 +354,33 @@ func readStatus(t *testing.T, netns, stateDir string) runner.Status {
 		t.Fatalf("/status %q: %v", out, err)
 	}
 	return st
+}
+
+// TestStopWhileWaitingForTheAgent: a runner pod deleted before the node agent plumbed its
+// network (or while it fills its root volume) stops at once on SIGTERM, as a stop rather than a
+// failure, and leaves no socket in its control directory. It used to wait out the pod's grace
+// period for the kubelet's SIGKILL, which left netns.sock behind (make soak-node found it).
+func TestStopWhileWaitingForTheAgent(t *testing.T) {
+	guest := guestFixture(t)
+	r := startRunner(t, "", append(baseArgs(t, guest, "vm-unplumbed"), "--network=pod")...)
+	sock := filepath.Join(filepath.Dir(r.control), vmv1.NetnsSocketName)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the runner does not wait on %s: %v", sock, err)
+		}
+	}
+	start := time.Now()
+	r.signal(t, syscall.SIGTERM)
+	code, msg := r.waitExit(t, 10*time.Second)
+	if want := "stopped on SIGTERM before the guest started"; code != runner.ExitOK || msg != want {
+		t.Fatalf("after SIGTERM: exit %d, %q; want %d, %q", code, msg, runner.ExitOK, want)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("stopped %v after SIGTERM, want at once (the grace period is 20 s)", took)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("%s after the runner stopped: %v", sock, err)
+	}
 }

@@ -43,6 +43,7 @@ type Options struct {
 	Launcher []string
 	Log      *zap.Logger
 	Signals  <-chan os.Signal
+	prepared func() // ends stopWhilePreparing's watch, as the hypervisor starts
 	// ResizeTimeout bounds how long a resize waits for the guest; 0 is DefaultResizeTimeout.
 	ResizeTimeout time.Duration
 }
@@ -59,7 +60,8 @@ const (
 // Run boots the guest described by cfg and supervises it until it ends.
 func Run(ctx context.Context, cfg runnerconfig.Config, o Options) Outcome {
 	board := &statusBoard{s: Status{State: StatePreparing, Hypervisor: cfg.Provider, Acceleration: cfg.Acceleration}}
-	out := run(ctx, cfg, o, board)
+	ctx, o.Signals, o.prepared = stopWhilePreparing(ctx, o.Signals)
+	out := stoppedOutcome(ctx, run(ctx, cfg, o, board))
 	if out.Code == ExitOK {
 		board.set(StateStopped, out.Message)
 	} else {

@@ -55,6 +55,9 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 	log := o.Log
 	mig, agent := parts.mig, parts.agent
 	board.set(StateStarting, "")
+	if o.prepared != nil {
+		o.prepared() // from here a stop signal is the supervisor's: it powers the guest down
+	}
 	if err := hv.Start(ctx); err != nil {
 		hv.Kill()
 		if kvmFailure(cfg, err.Error()) {
