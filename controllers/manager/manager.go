@@ -40,6 +40,7 @@ type Options struct {
 	Pod              podspec.Options
 	Workers          int
 	MetricsAddr      string // "0" disables the metrics server
+	PprofAddr        string // Go's profiles (net/http/pprof); "" or "0": off
 	HealthAddr       string // "" or "0" disables the probes
 	LeaderElection   bool
 	LeaderElectionNS string
@@ -121,6 +122,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  healthAddr,
+		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "virtpod-controller.virtpod.io",
 		LeaderElectionNamespace: o.LeaderElectionNS,

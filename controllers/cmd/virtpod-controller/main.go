@@ -33,6 +33,7 @@ func main() {
 	flag.BoolVar(&o.ClusterAPI, "cluster-api", false, "run the Cluster API infrastructure provider (VirtPodCluster, VirtPodMachine); needs Cluster API's CRDs")
 	flag.IntVar(&o.Workers, "workers", 4, "VirtualMachines reconciled in parallel")
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics endpoint address; 0 disables it")
+	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "", "address of Go's profiling endpoints (/debug/pprof/); empty: off. Profiles show the controller's internals: keep it on localhost")
 	flag.StringVar(&o.HealthAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader so only one replica reconciles")
 	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's)")
