@@ -241,6 +241,12 @@ func testLiveMigration(t *testing.T, network string) {
 				t.Fatalf("target after the cancel: exit %d %q", code, msg)
 			}
 			t.Logf("target's message: %s", readFile(dst.r.termLog))
+			// QEMU's listening sockets went with it (make soak-node found them left behind).
+			for _, name := range []string{controlapi.MigrateInSocket, controlapi.NBDInSocket} {
+				if _, err := os.Stat(filepath.Join(filepath.Dir(dst.r.control), name)); !os.IsNotExist(err) {
+					t.Errorf("%s in the stopped target's control directory: %v", name, err)
+				}
+			}
 			// The claims it made for the mirrors are partial, and say so to any later runner.
 			if err := volumedisk.CheckComplete(dst.rootClaim(t)); err == nil || !strings.Contains(err.Error(), "never completed here") {
 				t.Errorf("the cancelled target's root claim: %v; want it refused as partial", err)

@@ -192,6 +192,10 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		}
 		if cfg.Incoming {
 			spec.IncomingSocket = filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.MigrateInSocket)
+			// QEMU listens on both and never removes them: the run does, so a target whose
+			// guest never arrived leaves its control directory to the device's next pod clean.
+			defer os.Remove(spec.IncomingSocket)
+			defer os.Remove(filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.NBDInSocket))
 		}
 		if cfg.ResumeFrom != "" {
 			spec.IncomingSocket = filepath.Join(cfg.StateDir, resumeSocketName)
