@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/tests/churn"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/loopback"
 	"github.com/virtpod/virtpod/tests/procstatus"
@@ -37,13 +37,7 @@ import (
 // drained, or goroutines or heap more than 10% above the baseline. Live migration is not
 // churned: it needs real runners and node agents (tests/e2e moves guests).
 func BenchmarkSoak(b *testing.B) {
-	minutes := 10.0
-	if s := os.Getenv("VIRTPOD_SOAK_MINUTES"); s != "" {
-		var err error
-		if minutes, err = strconv.ParseFloat(s, 64); err != nil {
-			b.Fatalf("VIRTPOD_SOAK_MINUTES: %v", err)
-		}
-	}
+	minutes := churn.Minutes(b)
 	const slots = 40
 	ctx := context.Background()
 	rnd := rand.New(rand.NewPCG(faultSeed(b), 2))
@@ -82,31 +76,23 @@ func BenchmarkSoak(b *testing.B) {
 		case vm.DeletionTimestamp != nil:
 			return
 		}
-		var what string
-		switch r := rnd.IntN(10); {
-		case r < 2:
-			what = "delete"
+		what := churn.Next(rnd, vm.Spec.Halted())
+		switch what {
+		case churn.Delete:
 			if err := env.Client.Delete(ctx, vm); err != nil && !apierrors.IsNotFound(err) {
 				b.Errorf("delete %s: %v", vm.Name, err)
 			}
 			gen[i]++
-		case r < 4 && vm.Spec.Halted():
-			what = "start"
-			patch(i, `{"spec":{"runStrategy":"Always"}}`)
-		case r < 4:
-			what = "stop"
-			patch(i, `{"spec":{"runStrategy":"Halted"}}`)
-		case r < 6:
-			what = "restart"
-			patch(i, `{"spec":{"runRequestedAt":"`+time.Now().UTC().Format(time.RFC3339)+`"}}`)
-		default:
+		case churn.Own:
 			what = "resize"
 			patch(i, fmt.Sprintf(`{"spec":{"guest":{"memory":"%dMi"}}}`, 256+128*rnd.IntN(2)))
+		default:
+			patch(i, churn.Patch(what))
 		}
-		actions[what]++
+		actions[string(what)]++
 	}
 
-	churn := func(d time.Duration) {
+	run := func(d time.Duration) {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 			act(rnd.IntN(slots))
 		}
@@ -114,9 +100,9 @@ func BenchmarkSoak(b *testing.B) {
 	for i := range slots {
 		act(i)
 	}
-	churn(time.Minute)
+	run(time.Minute)
 	base := s.controllerFigures(b, c, metrics, pprofAddr)
-	churn(time.Duration((minutes - 1) * float64(time.Minute)))
+	run(time.Duration((minutes - 1) * float64(time.Minute)))
 
 	if err := env.Client.DeleteAllOf(ctx, &vmv1.VirtualMachine{}, client.InNamespace(s.ns)); err != nil {
 		b.Fatal(err)
