@@ -21,11 +21,16 @@ type guestNetwork struct {
 	plumbing *guestnet.Plumbing // nil with --network=none
 	ipArg    string             // the kernel's ip= argument; "" with no network
 	stops    []func()
+	socket   string // netns.sock, in the control directory the device's next pod gets
 }
 
 // close stops what setupNetwork started, last first. The devices and tables stay: they are
-// the pod's, gone with its namespace.
+// the pod's, gone with its namespace. netns.sock goes first: a stop that hangs, then is killed,
+// must not leave it in the control directory.
 func (n *guestNetwork) close() {
+	if n.socket != "" {
+		_ = os.Remove(n.socket)
+	}
 	for i := len(n.stops) - 1; i >= 0; i-- {
 		n.stops[i]()
 	}
@@ -123,6 +128,7 @@ func waitPlumbing(ctx context.Context, socket string, board *statusBoard, n *gue
 		return nil, err
 	}
 	n.stops = append(n.stops, func() { _ = srv.Close() })
+	n.socket = socket
 	board.set(StatePreparing, waitingForAgent)
 	log.Info(waitingForAgent, zap.String("socket", socket))
 	start := time.Now()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
+	"time"
 )
 
 // stoppedPreparing is why a preparation ended: a stop signal before the hypervisor started.
@@ -32,10 +33,28 @@ func stopWhilePreparing(ctx context.Context, sigs <-chan os.Signal) (_ context.C
 			if preparing.Load() {
 				cancel(&stoppedPreparing{sig: signalName(sig)})
 			}
-			out <- sig
+			out <- arrived{sig: sig, at: time.Now()}
 		}
 	}()
 	return ctx, out, func() { preparing.Store(false) }
+}
+
+// arrived is a signal with the time it came: the grace period runs from there, not from when
+// the supervisor got to it (a runner still starting its hypervisor reads it later).
+type arrived struct {
+	sig os.Signal
+	at  time.Time
+}
+
+func (a arrived) String() string { return a.sig.String() }
+func (a arrived) Signal()        {}
+
+// graceEnd is when a stop's grace period of d ends, counted from the signal's arrival.
+func graceEnd(sig os.Signal, d time.Duration) time.Duration {
+	if a, ok := sig.(arrived); ok {
+		return max(0, time.Until(a.at.Add(d)))
+	}
+	return d
 }
 
 // stoppedOutcome is a preparation's end by a stop signal as the runner's outcome: a stop, not a

@@ -214,7 +214,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 			}
 			mig.cancelActive()
 			log.Info("powering the guest down", zap.String("signal", st.stopping), zap.Int64("gracePeriodSeconds", cfg.GracePeriodSeconds))
-			grace = time.After(time.Duration(cfg.GracePeriodSeconds) * time.Second)
+			grace = time.After(graceEnd(sig, time.Duration(cfg.GracePeriodSeconds)*time.Second))
 			// The guest's agent first: it shuts the guest down as its own shutdown command
 			// would, where the power button depends on what the guest does with it (ACPI
 			// follows should the guest still run after agentShutdownWait).
@@ -360,6 +360,9 @@ func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor.Hy
 }
 
 func signalName(sig os.Signal) string {
+	if a, ok := sig.(arrived); ok {
+		sig = a.sig
+	}
 	if s, ok := sig.(syscall.Signal); ok {
 		if n := unix.SignalName(s); n != "" {
 			return n
