@@ -19,12 +19,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -73,6 +75,8 @@ type options struct {
 	namespace       string
 	// metricsAddr serves /metrics (the spoof guards' counters); "" serves none.
 	metricsAddr string
+	// pprofAddr serves Go's profiles (/debug/pprof/); "" serves none.
+	pprofAddr string
 }
 
 type pluginOptions struct {
@@ -124,7 +128,8 @@ func newCommand() *cobra.Command {
 	root.Flags().BoolVar(&o.migrate, "migration", true, "carry live migrations' streams between this node's runner pods and other nodes' agents (mutual TLS)")
 	root.Flags().StringVar(&o.migrationListen, "migration-listen", fmt.Sprintf(":%d", migrationagent.DefaultPort), "where to take migration streams from other nodes' agents")
 	root.Flags().StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this agent pod's IP, where other agents send streams (env POD_IP, from the downward API's status.podIP)")
-	root.Flags().StringVar(&o.metricsAddr, "metrics-addr", ":9441", "where to serve /metrics: the runner pods' spoof guard counters (empty: nowhere)")
+	root.Flags().StringVar(&o.pprofAddr, "pprof-addr", "", "where to serve Go's profiles (/debug/pprof/) for leak hunts such as make soak-node (empty: nowhere; they show the agent's internals)")
+	root.Flags().StringVar(&o.metricsAddr, "metrics-addr", ":9441", "where to serve /metrics: the runner pods' spoof guard counters and the agent's own Go and process figures (empty: nowhere)")
 	root.Flags().StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "virtpod-system"), "the agents' namespace, which holds Secret "+migrationagent.SecretName+" (env POD_NAMESPACE)")
 
 	var po pluginOptions
@@ -202,11 +207,24 @@ func run(o options) error {
 	}()
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(nx)
+		// The Go runtime's and the process's own figures (heap, goroutines, open fds): what
+		// tells a leak in a long-running agent (make soak-node reads them).
+		reg.MustRegister(nx, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		srv := &http.Server{Addr: o.metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics endpoint stopped", zap.String("addr", o.metricsAddr), zap.Error(err))
+			}
+		}()
+		defer srv.Close()
+	}
+	if o.pprofAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		srv := &http.Server{Addr: o.pprofAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("profiling endpoint stopped", zap.String("addr", o.pprofAddr), zap.Error(err))
 			}
 		}()
 		defer srv.Close()

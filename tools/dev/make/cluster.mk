@@ -51,7 +51,7 @@ bench-apply: image-debian-guest cluster-up ## kubectl apply of the Debian cloud 
 # processes on this machine, which is the cluster's node: run as root.
 BENCH_VMS ?=
 BENCH_NODE_ENV = $(E2E_ENV) KUBECTL=$(KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) $(if $(BENCH_VMS),VIRTPOD_BENCH_VMS=$(BENCH_VMS))
-.PHONY: bench-overhead bench-many bench-start bench-resize-cluster
+.PHONY: bench-overhead bench-many bench-start bench-resize-cluster soak-node
 
 bench-overhead: cluster-up ## A 256 MiB and a 1 GiB guest's pod memory beyond the guest (cgroup, runner and QEMU RSS), idle and with its memory touched.
 	$(MAKE) --no-print-directory e2e-releases
@@ -68,3 +68,7 @@ bench-many: cluster-up ## As many small emulated VMs as the node holds by reques
 bench-start: cluster-up ## BENCH_VMS (default 20, or as many as the node holds) small VMs applied at once, then one at a time: apply -> Running -> guest ready, p50/p95/max per stage.
 	$(MAKE) --no-print-directory e2e-releases
 	$(BENCH_NODE_ENV) go test -run '^$$' -bench BenchmarkStart -benchtime 1x -count 1 -timeout 60m ./tests/e2e/
+
+soak-node: cluster-up ## Churn VMs on the local cluster's node for VIRTPOD_SOAK_MINUTES (default 10): control files, netns, links, nftables, processes, the agent's heap, goroutines and fds left over.
+	$(MAKE) --no-print-directory e2e-releases
+	$(BENCH_NODE_ENV) go test -run '^$$' -bench BenchmarkNodeSoak -benchtime 1x -count 1 -timeout 60m ./tests/e2e/
