@@ -135,6 +135,17 @@ func (mig *migration) outSocket() string {
 }
 
 func (mig *migration) nbdInSocket() string { return filepath.Join(mig.ctlDir, controlapi.NBDInSocket) }
+
+// removeInSockets removes a target's listening sockets as its run ends: QEMU listens on both
+// and never removes them, and a target whose guest never arrived must leave its control
+// directory to the device's next pod clean.
+func (mig *migration) removeInSockets() {
+	if mig.ctlDir == "" {
+		return
+	}
+	_ = os.Remove(mig.inSocket())
+	_ = os.Remove(mig.nbdInSocket())
+}
 func (mig *migration) nbdOutSocket() string {
 	return filepath.Join(mig.ctlDir, controlapi.NBDOutSocket)
 }

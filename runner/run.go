@@ -192,10 +192,6 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		}
 		if cfg.Incoming {
 			spec.IncomingSocket = filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.MigrateInSocket)
-			// QEMU listens on both and never removes them: the run does, so a target whose
-			// guest never arrived leaves its control directory to the device's next pod clean.
-			defer os.Remove(spec.IncomingSocket)
-			defer os.Remove(filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.NBDInSocket))
 		}
 		if cfg.ResumeFrom != "" {
 			spec.IncomingSocket = filepath.Join(cfg.StateDir, resumeSocketName)
@@ -216,6 +212,9 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		}, log)
 	}
 	mig := newMigration(cfg, hv, board, log)
+	if cfg.Incoming {
+		defer mig.removeInSockets()
+	}
 	sus := newSuspender(cfg, hv, mig, board, log)
 	agent := newGuestAgent("", hv)
 	if cfg.GuestAgent {

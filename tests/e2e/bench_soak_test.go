@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,6 +24,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/tests/churn"
+	"github.com/virtpod/virtpod/tests/heapprof"
 	"github.com/virtpod/virtpod/tests/promscrape"
 )
 
@@ -220,10 +220,8 @@ func readNodeSide(b *testing.B, agent string, since time.Time) nodeSide {
 		if i > 0 {
 			time.Sleep(10 * time.Second)
 		}
-		for range 2 {
-			if _, err := httpGet("http://" + agent + ":6060/debug/pprof/heap?gc=1"); err != nil {
-				b.Fatalf("the agent's profiling endpoint: %v", err)
-			}
+		if err := heapprof.Collect(agent + ":6060"); err != nil {
+			b.Fatalf("the agent's profiling endpoint: %v", err)
 		}
 		m, err := promscrape.Sums(agent + ":9441")
 		if err != nil {
@@ -324,17 +322,12 @@ func profiledAgent(b *testing.B) string {
 
 // agentHeapTop prints the largest in-use allocation sites of the agent's heap.
 func agentHeapTop(b *testing.B, agent string) {
-	body, err := httpGet("http://" + agent + ":6060/debug/pprof/heap?gc=1")
+	top, file, err := heapprof.Top(agent + ":6060")
 	if err != nil {
 		b.Error(err)
 		return
 	}
-	f := filepath.Join(os.TempDir(), fmt.Sprintf("virtpod-agent-heap-%d.pb.gz", time.Now().Unix()))
-	if err := os.WriteFile(f, body, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	out, _ := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", "-sample_index=inuse_space", f).CombinedOutput()
-	b.Logf("the agent's heap at the end (profile kept in %s):\n%s", f, out)
+	b.Logf("the agent's heap at the end (profile kept in %s):\n%s", file, top)
 }
 
 func httpGet(url string) ([]byte, error) {

@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -21,6 +18,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/tests/churn"
+	"github.com/virtpod/virtpod/tests/heapprof"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/loopback"
 	"github.com/virtpod/virtpod/tests/procstatus"
@@ -177,13 +175,8 @@ type figures struct {
 // otherwise decide a 10% verdict on a 12 MiB heap.
 func (s *scene) controllerFigures(b *testing.B, c *controller, addr, pprofAddr string) figures {
 	b.Helper()
-	for range 2 {
-		resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap?gc=1")
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+	if err := heapprof.Collect(pprofAddr); err != nil {
+		b.Fatal(err)
 	}
 	m, err := promscrape.Sums(addr)
 	if err != nil {
@@ -200,24 +193,10 @@ func (s *scene) controllerFigures(b *testing.B, c *controller, addr, pprofAddr s
 // heapTop prints what holds the controller's heap: the largest in-use allocation sites of a
 // heap profile taken after a collection (`go tool pprof -top`), and where the profile is kept.
 func heapTop(b *testing.B, addr string) {
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	top, file, err := heapprof.Top(addr)
 	if err != nil {
 		b.Errorf("heap profile: %v", err)
 		return
 	}
-	defer resp.Body.Close()
-	f, err := os.CreateTemp("", "virtpod-soak-heap-*.pb.gz")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		b.Errorf("heap profile: %v", err)
-		return
-	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", "-sample_index=inuse_space", f.Name()).CombinedOutput()
-	fmt.Printf("the controller's heap at the end (profile kept in %s):\n%s\n", f.Name(), out)
-	if err != nil {
-		b.Errorf("go tool pprof: %v", err)
-	}
+	fmt.Printf("the controller's heap at the end (profile kept in %s):\n%s\n", file, top)
 }

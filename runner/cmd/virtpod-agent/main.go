@@ -210,24 +210,12 @@ func run(o options) error {
 		// The Go runtime's and the process's own figures (heap, goroutines, open fds): what
 		// tells a leak in a long-running agent (make soak-node reads them).
 		reg.MustRegister(nx, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		srv := &http.Server{Addr: o.metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics endpoint stopped", zap.String("addr", o.metricsAddr), zap.Error(err))
-			}
-		}()
-		defer srv.Close()
+		defer serveHTTP(o.metricsAddr, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), "metrics endpoint", log)()
 	}
 	if o.pprofAddr != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		srv := &http.Server{Addr: o.pprofAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("profiling endpoint stopped", zap.String("addr", o.pprofAddr), zap.Error(err))
-			}
-		}()
-		defer srv.Close()
+		defer serveHTTP(o.pprofAddr, mux, "profiling endpoint", log)()
 	}
 	if o.guestFacts {
 		fx := &factsagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("guest-facts")}
@@ -385,4 +373,15 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("no --kubeconfig and not in a pod: %w", err)
 	}
 	return cfg, nil
+}
+
+// serveHTTP serves h on addr until the returned stop is called, logging a server that fails.
+func serveHTTP(addr string, h http.Handler, what string, log *zap.Logger) (stop func()) {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(what+" stopped", zap.String("addr", addr), zap.Error(err))
+		}
+	}()
+	return func() { _ = srv.Close() }
 }
