@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // PodInterface is the pod's network identity as the CNI plugin configured it.
@@ -25,6 +26,15 @@ type PodInterface struct {
 	Gateway net.IP     // IPv4 default gateway; nil when there is no default route
 	DNS     []net.IP   // IPv4 nameservers from resolv.conf, in order
 	Search  []string
+	// Addr6 is the pod's global IPv6 address and prefix in a dual-stack pod; nil in an
+	// IPv4-only one. Gateway6 is its IPv6 default route's next hop (often link-local), DNS6
+	// its IPv6 nameservers.
+	Addr6    *net.IPNet `json:",omitempty"`
+	Gateway6 net.IP     `json:",omitempty"`
+	DNS6     []net.IP   `json:",omitempty"`
+	// Gateway6MAC is the IPv6 gateway's MAC, resolved while the pod still had its address:
+	// afterwards the pod's namespace has none to ask from.
+	Gateway6MAC net.HardwareAddr `json:",omitempty"`
 }
 
 // Discover reads the interface named ifName and the resolver configuration at resolvConf ("":
@@ -52,24 +62,65 @@ func Discover(ifName, resolvConf string) (PodInterface, error) {
 	if p.Addr == nil {
 		return p, fmt.Errorf("pod interface %s has no IPv4 address: IPv6-only pods are not supported yet", ifName)
 	}
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return p, fmt.Errorf("routes: %w", err)
+	if p.Gateway, err = defaultGateway(netlink.FAMILY_V4); err != nil {
+		return p, err
 	}
-	for _, r := range routes {
-		if (r.Dst == nil || r.Dst.IP.IsUnspecified() && isZeroMask(r.Dst.Mask)) && r.Gw != nil {
-			p.Gateway = r.Gw
+	addrs6, err := netlink.AddrList(link, netlink.FAMILY_V6)
+	if err != nil {
+		return p, fmt.Errorf("IPv6 addresses of %s: %w", ifName, err)
+	}
+	for _, ad := range addrs6 {
+		if ad.IP.IsGlobalUnicast() && ad.Flags&unix.IFA_F_TENTATIVE == 0 {
+			p.Addr6 = ad.IPNet
 			break
+		}
+	}
+	if p.Addr6 != nil {
+		if p.Gateway6, err = defaultGateway(netlink.FAMILY_V6); err != nil {
+			return p, err
+		}
+		if p.Gateway6 != nil {
+			if p.Gateway6MAC, err = resolveNeighbour(link, p.Gateway6); err != nil {
+				return p, err
+			}
 		}
 	}
 	if resolvConf == "" {
 		return p, nil
 	}
-	p.DNS, p.Search, err = ReadResolvConf(resolvConf)
+	dns, search, err := ReadResolvConf(resolvConf)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return p, err
 	}
+	p.setResolver(dns, search)
 	return p, nil
+}
+
+// defaultGateway is the next hop of the namespace's default route of family; nil with none.
+func defaultGateway(family int) (net.IP, error) {
+	routes, err := netlink.RouteList(nil, family)
+	if err != nil {
+		return nil, fmt.Errorf("routes: %w", err)
+	}
+	for _, r := range routes {
+		if (r.Dst == nil || r.Dst.IP.IsUnspecified() && isZeroMask(r.Dst.Mask)) && r.Gw != nil {
+			return r.Gw, nil
+		}
+	}
+	return nil, nil
+}
+
+// setResolver keeps the nameservers of the families the pod has, each in its own list.
+func (p *PodInterface) setResolver(dns []net.IP, search []string) {
+	p.DNS, p.DNS6, p.Search = nil, nil, search
+	for _, d := range dns {
+		switch {
+		case d.To4() != nil:
+			p.DNS = append(p.DNS, d.To4())
+		case p.Addr6 != nil:
+			p.DNS6 = append(p.DNS6, d)
+		}
+	}
 }
 
 func isZeroMask(m net.IPMask) bool {
@@ -77,7 +128,8 @@ func isZeroMask(m net.IPMask) bool {
 	return ones == 0
 }
 
-// ReadResolvConf returns the IPv4 nameservers and search domains of a resolv.conf.
+// ReadResolvConf returns the nameservers (of both families) and search domains of a
+// resolv.conf.
 func ReadResolvConf(path string) ([]net.IP, []string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -94,8 +146,10 @@ func ReadResolvConf(path string) ([]net.IP, []string, error) {
 		}
 		switch fields[0] {
 		case "nameserver":
-			if ip := net.ParseIP(fields[1]); ip != nil && ip.To4() != nil {
-				dns = append(dns, ip.To4())
+			// A link-local nameserver (fe80::1%eth0) names the pod's interface, which the
+			// guest does not have: skipped.
+			if ip := net.ParseIP(fields[1]); ip != nil && !ip.IsLinkLocalUnicast() {
+				dns = append(dns, ip)
 			}
 		case "search":
 			search = fields[1:]

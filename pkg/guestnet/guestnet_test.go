@@ -41,12 +41,25 @@ func TestKernelIPArg(t *testing.T) {
 
 func TestReadResolvConf(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "resolv.conf")
-	if err := os.WriteFile(path, []byte("# comment\nnameserver 10.96.0.10\nnameserver fd00::10\nsearch ns.svc.cluster.local svc.cluster.local\noptions ndots:5\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte("# comment\nnameserver 10.96.0.10\nnameserver fd00::10\nnameserver fe80::1%eth0\nsearch ns.svc.cluster.local svc.cluster.local\noptions ndots:5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dns, search, err := ReadResolvConf(path)
-	if err != nil || len(dns) != 1 || !dns[0].Equal(net.IPv4(10, 96, 0, 10)) || len(search) != 2 {
+	if err != nil || len(dns) != 2 || !dns[0].Equal(net.IPv4(10, 96, 0, 10)) || !dns[1].Equal(net.ParseIP("fd00::10")) || len(search) != 2 {
 		t.Fatalf("readResolvConf = %v %v %v", dns, search, err)
+	}
+	// Each family's nameservers go to the guest in that family, IPv6 ones only to a dual-stack
+	// guest.
+	for _, dual := range []bool{false, true} {
+		p := PodInterface{Addr: &net.IPNet{IP: net.IPv4(10, 1, 0, 2).To4(), Mask: net.CIDRMask(24, 32)}}
+		if dual {
+			p.Addr6 = &net.IPNet{IP: net.ParseIP("fd00:1::2"), Mask: net.CIDRMask(64, 128)}
+		}
+		pl := &Plumbing{Pod: p, Guest: p}
+		pl.WithResolver(dns, search)
+		if len(pl.Guest.DNS) != 1 || pl.Guest.DNS[0].To4() == nil || len(pl.Guest.DNS6) != map[bool]int{false: 0, true: 1}[dual] {
+			t.Errorf("dual-stack %t: the guest's nameservers are %v and %v", dual, pl.Guest.DNS, pl.Guest.DNS6)
+		}
 	}
 }
 
@@ -81,8 +94,16 @@ func TestPlumbInNetns(t *testing.T) {
 	mustRun("-n", name, "addr", "add", "10.213.200.2/24", "dev", "eth0")
 	mustRun("-n", name, "link", "set", "eth0", "up")
 	mustRun("-n", name, "route", "add", "default", "via", "10.213.200.1")
+	// Dual-stack, with a global IPv6 gateway as the bridge CNI plugin sets it.
+	mustRun("addr", "add", "fd00:213:200::1/64", "dev", hostIf, "nodad")
+	mustRun("-n", name, "addr", "add", "fd00:213:200::2/64", "dev", "eth0", "nodad")
+	mustRun("-n", name, "-6", "route", "add", "default", "via", "fd00:213:200::1")
+	hostMAC, err := net.InterfaceByName(hostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
 	resolv := filepath.Join(t.TempDir(), "resolv.conf")
-	if err := os.WriteFile(resolv, []byte("nameserver 10.213.200.53\n"), 0o644); err != nil {
+	if err := os.WriteFile(resolv, []byte("nameserver 10.213.200.53\nnameserver fd00:213:200::53\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -95,6 +116,7 @@ func TestPlumbInNetns(t *testing.T) {
 		tap  netlink.Link
 		br   netlink.Link
 		ips  []netlink.Addr
+		ips6 []netlink.Addr
 		// After AddRelay (run twice: a runner restarted in its pod):
 		brIPs  []netlink.Addr
 		routes []netlink.Route
@@ -139,6 +161,7 @@ func TestPlumbInNetns(t *testing.T) {
 		r.tap, _ = netlink.LinkByName(DefaultTap)
 		r.br, _ = netlink.LinkByName(DefaultBridge)
 		r.ips, _ = netlink.AddrList(r.eth0, netlink.FAMILY_V4)
+		r.ips6, _ = netlink.AddrList(r.eth0, netlink.FAMILY_V6)
 		for range 2 {
 			if r.err = r.pl.AddRelay(); r.err != nil {
 				return
@@ -177,8 +200,20 @@ func TestPlumbInNetns(t *testing.T) {
 	if r.pod.Addr.String() != "10.213.200.2/24" || !r.pod.Gateway.Equal(net.IPv4(10, 213, 200, 1)) || len(r.pod.DNS) != 1 {
 		t.Fatalf("Discover = %+v", r.pod)
 	}
-	if len(r.ips) != 0 {
-		t.Errorf("eth0 still has %v; the address must move to the guest", r.ips)
+	if r.pod.Addr6.String() != "fd00:213:200::2/64" || !r.pod.Gateway6.Equal(net.ParseIP("fd00:213:200::1")) || len(r.pod.DNS6) != 1 ||
+		r.pod.Gateway6MAC.String() != hostMAC.HardwareAddr.String() {
+		t.Fatalf("Discover (IPv6) = %+v, want the gateway at %s", r.pod, hostMAC.HardwareAddr)
+	}
+	// The guest's router: the gateway's MAC, at the link-local address it forms (the gateway's
+	// own address is global), after a resumed plumbing too.
+	for _, pl := range []*Plumbing{r.pl, r.pl2} {
+		if rt := pl.Router6; rt == nil || !rt.IP.Equal(EUI64LinkLocal(hostMAC.HardwareAddr)) || rt.MAC.String() != hostMAC.HardwareAddr.String() ||
+			pl.Guest.Addr6.String() != "fd00:213:200::2/64" {
+			t.Errorf("IPv6 router %+v and guest address %v, want %s at %s", rt, pl.Guest.Addr6, hostMAC.HardwareAddr, EUI64LinkLocal(hostMAC.HardwareAddr))
+		}
+	}
+	if len(r.ips) != 0 || len(r.ips6) != 0 {
+		t.Errorf("eth0 still has %v %v; the addresses, link-local too, must move to the guest", r.ips, r.ips6)
 	}
 	if r.pl.GuestMAC.String() != r.pod.MAC.String() {
 		t.Errorf("guest MAC %s, want eth0's original %s", r.pl.GuestMAC, r.pod.MAC)

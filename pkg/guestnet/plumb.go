@@ -42,13 +42,25 @@ type Plumbing struct {
 	Tap       string
 	// TapFile is the runner's open queue of the tap (OpenTap), handed to QEMU; never sent.
 	TapFile *os.File `json:"-"`
+	// Router6 is the guest's IPv6 router in a dual-stack pod: the pod's IPv6 gateway, by a
+	// link-local address and the MAC the agent resolved it to. nil without an IPv6 default route.
+	Router6 *Router6 `json:",omitempty"`
+	// Link6 is the runner's raw link to the guest for its IPv6 configuration (pkg/ipv6serve): a
+	// packet socket on the tap the agent opened (CAP_NET_RAW) and handed over beside the JSON.
+	Link6 *os.File `json:"-"`
+}
+
+// Router6 is the router the guest's IPv6 default route goes through.
+type Router6 struct {
+	IP  net.IP           // link-local: what a router advertisement comes from
+	MAC net.HardwareAddr // where the guest's frames to it go
 }
 
 // WithResolver gives the guest the pod's DNS servers and search domains, which the runner
 // reads from the pod's resolv.conf (the agent, in another mount namespace, cannot).
 func (pl *Plumbing) WithResolver(dns []net.IP, search []string) {
-	pl.Pod.DNS, pl.Pod.Search = dns, search
-	pl.Guest.DNS, pl.Guest.Search = dns, search
+	pl.Pod.setResolver(dns, search)
+	pl.Guest.setResolver(dns, search)
 }
 
 // aliasPrefix marks the bridge's alias (IFLA_IFALIAS) that keeps the pod interface as the CNI
@@ -57,9 +69,12 @@ func (pl *Plumbing) WithResolver(dns []net.IP, search []string) {
 const aliasPrefix = "virtpod:"
 
 type savedPod struct {
-	MAC     string `json:"mac"`
-	Addr    string `json:"addr"`
-	Gateway string `json:"gw,omitempty"`
+	MAC       string `json:"mac"`
+	Addr      string `json:"addr"`
+	Gateway   string `json:"gw,omitempty"`
+	Addr6       string `json:"addr6,omitempty"`
+	Gateway6    string `json:"gw6,omitempty"`
+	Gateway6MAC string `json:"gw6mac,omitempty"`
 }
 
 // Resume returns p with the identity an earlier Plumb saved on bridgeName, when that bridge
@@ -86,6 +101,19 @@ func Resume(p PodInterface, bridgeName string) (PodInterface, bool, error) {
 		return p, false, fmt.Errorf("bridge %s: saved address: %w", bridgeName, err)
 	}
 	p.MAC, p.Addr, p.Gateway = mac, &net.IPNet{IP: ip.To4(), Mask: ipnet.Mask}, net.ParseIP(s.Gateway).To4()
+	if s.Addr6 == "" {
+		return p, true, nil
+	}
+	ip6, ipnet6, err := net.ParseCIDR(s.Addr6)
+	if err != nil {
+		return p, false, fmt.Errorf("bridge %s: saved IPv6 address: %w", bridgeName, err)
+	}
+	p.Addr6, p.Gateway6 = &net.IPNet{IP: ip6, Mask: ipnet6.Mask}, net.ParseIP(s.Gateway6)
+	if s.Gateway6MAC != "" {
+		if p.Gateway6MAC, err = net.ParseMAC(s.Gateway6MAC); err != nil {
+			return p, false, fmt.Errorf("bridge %s: saved IPv6 gateway MAC: %w", bridgeName, err)
+		}
+	}
 	return p, true, nil
 }
 
@@ -93,6 +121,15 @@ func saveAlias(br netlink.Link, p PodInterface) error {
 	s := savedPod{MAC: p.MAC.String(), Addr: p.Addr.String()}
 	if p.Gateway != nil {
 		s.Gateway = p.Gateway.String()
+	}
+	if p.Addr6 != nil {
+		s.Addr6 = p.Addr6.String()
+		if p.Gateway6 != nil {
+			s.Gateway6 = p.Gateway6.String()
+		}
+	}
+	if p.Gateway6MAC != nil {
+		s.Gateway6MAC = p.Gateway6MAC.String()
 	}
 	b, _ := json.Marshal(s)
 	if err := netlink.LinkSetAlias(br, aliasPrefix+string(b)); err != nil {
@@ -146,9 +183,17 @@ func Plumb(p PodInterface, bridgeName, tapName string, owner TapOwner) (*Plumbin
 			return nil, err
 		}
 	}
-	pl := &Plumbing{Pod: p, Guest: p, GuestMAC: p.MAC, PodMAC: podMAC, BridgeMAC: br.Attrs().HardwareAddr, Bridge: bridgeName, Tap: tapName}
+	pl := &Plumbing{Pod: p, Guest: p, GuestMAC: p.MAC, PodMAC: podMAC, BridgeMAC: br.Attrs().HardwareAddr, Bridge: bridgeName, Tap: tapName,
+		Router6: p.router6()}
 
-	addrs, err := netlink.AddrList(link, netlink.FAMILY_V4)
+	family := netlink.FAMILY_V4
+	if p.Addr6 != nil {
+		// The guest takes the IPv6 identity too, link-local included: the pod's namespace
+		// keeps no IPv6 address on the pod network, and makes none when eth0 comes up again.
+		family = netlink.FAMILY_ALL
+		_ = netlink.LinkSetIP6AddrGenMode(link, 1)
+	}
+	addrs, err := netlink.AddrList(link, family)
 	if err != nil {
 		return nil, fmt.Errorf("addresses of %s: %w", p.Name, err)
 	}

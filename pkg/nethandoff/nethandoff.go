@@ -17,10 +17,12 @@ package nethandoff
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -121,22 +123,44 @@ func (e *agentError) Error() string {
 	return "the node agent could not plumb the pod network: " + e.msg
 }
 
-// handoff sends the Hello and the namespace and reads the agent's Result.
+// handoff sends the Hello and the namespace and reads the agent's Result, with the IPv6 link
+// (Plumbing.Link6) the agent sends beside it for a dual-stack pod.
 func (s *Server) handoff(c *net.UnixConn) (*guestnet.Plumbing, error) {
 	defer c.Close()
 	if err := s.hello(c, false); err != nil {
 		return nil, err
 	}
+	// The descriptor comes with the Result's first bytes; the rest of the line may follow.
+	buf, oob := make([]byte, 64<<10), make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent's answer: %w", err)
+	}
+	fds := unixRights(oob[:oobn])
+	var link6 *os.File
+	if len(fds) == 1 {
+		link6 = os.NewFile(uintptr(fds[0]), "ipv6-link")
+	} else {
+		closeAll(fds)
+	}
 	var r Result
-	if err := json.NewDecoder(bufio.NewReader(c)).Decode(&r); err != nil {
+	if err := json.NewDecoder(io.MultiReader(bytes.NewReader(buf[:n]), bufio.NewReader(c))).Decode(&r); err != nil {
+		closeFile(link6)
 		return nil, fmt.Errorf("reading the agent's answer: %w", err)
 	}
 	if r.Error != "" {
+		closeFile(link6)
 		return nil, &agentError{r.Error}
 	}
 	if r.Plumbing == nil {
+		closeFile(link6)
 		return nil, &agentError{"it answered with no plumbing"}
 	}
+	if (link6 != nil) != (r.Plumbing.Pod.Addr6 != nil) {
+		closeFile(link6)
+		return nil, &agentError{fmt.Sprintf("it sent %d descriptors for a pod with IPv6 address %v: want the IPv6 link exactly when the pod has one", len(fds), r.Plumbing.Pod.Addr6)}
+	}
+	r.Plumbing.Link6 = link6
 	s.mu.Lock()
 	s.plumbed = true
 	s.mu.Unlock()
@@ -178,18 +202,9 @@ func Receive(c *net.UnixConn) (Hello, *os.File, error) {
 	if err != nil {
 		return Hello{}, nil, fmt.Errorf("reading the runner's hello: %w", err)
 	}
-	var fds []int
-	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-		for _, m := range msgs {
-			if got, err := unix.ParseUnixRights(&m); err == nil {
-				fds = append(fds, got...)
-			}
-		}
-	}
+	fds := unixRights(oob[:oobn])
 	if len(fds) != 1 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		closeAll(fds)
 		return Hello{}, nil, fmt.Errorf("the runner sent %d descriptors with its hello, want its network namespace alone", len(fds))
 	}
 	ns := os.NewFile(uintptr(fds[0]), "netns")
@@ -206,12 +221,40 @@ func Receive(c *net.UnixConn) (Hello, *os.File, error) {
 	return h, ns, nil
 }
 
-// Reply sends the agent's Result.
+// Reply sends the agent's Result, with the plumbing's IPv6 link when it has one.
 func Reply(c *net.UnixConn, r Result) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	_, err = c.Write(append(b, '\n'))
+	var rights []byte
+	if r.Plumbing != nil && r.Plumbing.Link6 != nil {
+		rights = unix.UnixRights(int(r.Plumbing.Link6.Fd()))
+	}
+	_, _, err = c.WriteMsgUnix(append(b, '\n'), rights, nil)
 	return err
+}
+
+func unixRights(oob []byte) []int {
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob); err == nil {
+		for _, m := range msgs {
+			if got, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+func closeFile(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
 }
