@@ -121,8 +121,10 @@ func run(t *testing.T, name string, args ...string) string {
 type podNetns struct {
 	name, hostIf string
 	podIP, gwIP  string
-	podMAC       string // eth0's MAC before the runner starts
-	resolvConf   string
+	// podIP6 and gwIP6 (fd00:213:<n>::2/64 and ::1) once dualStack made the pod dual-stack.
+	podIP6, gwIP6 string
+	podMAC        string // eth0's MAC before the runner starts
+	resolvConf    string
 }
 
 func newPodNetns(t *testing.T, n int) *podNetns {
@@ -162,6 +164,20 @@ func newPodNetns(t *testing.T, n int) *podNetns {
 	return p
 }
 
+// dualStack gives the pod fd00:213:<n>::2/64 beside its IPv4 address, with the node's end at
+// ::1 as its IPv6 default gateway (a global one, as the bridge CNI plugin sets it) and a
+// nameserver of each family in its resolv.conf. Before onNodeBridge, which moves the gateway.
+func (p *podNetns) dualStack(t *testing.T, n int) {
+	t.Helper()
+	p.podIP6, p.gwIP6 = fmt.Sprintf("fd00:213:%d::2", n), fmt.Sprintf("fd00:213:%d::1", n)
+	run(t, "ip", "addr", "add", p.gwIP6+"/64", "dev", p.hostIf, "nodad")
+	run(t, "ip", "-n", p.name, "addr", "add", p.podIP6+"/64", "dev", "eth0", "nodad")
+	run(t, "ip", "-n", p.name, "-6", "route", "add", "default", "via", p.gwIP6)
+	if err := os.WriteFile(p.resolvConf, []byte("nameserver "+p.gwIP+"\nnameserver "+p.gwIP6+"\nsearch default.svc.cluster.local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // onNodeBridge moves the node end of the pod's veth onto a bridge that holds the gateway
 // address, as the bridge CNI plugin lays out a node; hairpin as the plugin's hairpinMode, which
 // sends the pod's broadcasts back to it. It returns the bridge's name.
@@ -172,6 +188,10 @@ func (p *podNetns) onNodeBridge(t *testing.T, hairpin bool) string {
 	run(t, "ip", "addr", "del", p.gwIP+"/24", "dev", p.hostIf)
 	run(t, "ip", "link", "add", br, "type", "bridge")
 	run(t, "ip", "addr", "add", p.gwIP+"/24", "dev", br)
+	if p.gwIP6 != "" {
+		run(t, "ip", "addr", "del", p.gwIP6+"/64", "dev", p.hostIf)
+		run(t, "ip", "addr", "add", p.gwIP6+"/64", "dev", br, "nodad")
+	}
 	run(t, "ip", "link", "set", br, "up")
 	run(t, "ip", "link", "set", p.hostIf, "master", br)
 	if hairpin {

@@ -12,6 +12,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/ipv6serve"
 	"github.com/virtpod/virtpod/pkg/nethandoff"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
@@ -76,6 +77,10 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 	if err != nil {
 		return nil, err
 	}
+	if pl.Link6 != nil {
+		link := pl.Link6
+		n.stops = append(n.stops, func() { link.Close() }) // Serve's, once it runs; here if it never does
+	}
 	pl.WithResolver(dns, search)
 	src := guestnet.RelayIP // the runner's own address towards the guest
 	if cfg.Network == runnerconfig.NetworkMasquerade {
@@ -110,10 +115,42 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 		}
 		log.Warn("no DHCP server; the guest has its address from ip=", zap.Error(err))
 	}
+	if pl.Link6 != nil {
+		if err := startIPv6(ctx, pl, n, log); err != nil {
+			return nil, err
+		}
+	}
 	n.ipArg = pl.Guest.KernelIPArg(cfg.Name)
 	log.Info("guest network", zap.String("mode", cfg.Network), zap.String("ip", pl.Guest.Addr.String()), zap.Stringer("gateway", pl.Guest.Gateway),
 		zap.Stringer("podIP", pl.Pod.Addr.IP), zap.Stringer("guestMAC", pl.GuestMAC), zap.Stringer("podMAC", pl.PodMAC), zap.String("tap", pl.Tap))
 	return n, nil
+}
+
+// startIPv6 serves the guest's IPv6 configuration in a dual-stack pod on the link the agent
+// handed over (pkg/ipv6serve) until the run ends, and logs every answer.
+func startIPv6(ctx context.Context, pl *guestnet.Plumbing, n *guestNetwork, log *zap.Logger) error {
+	link := pl.Link6
+	if pl.Router6 == nil {
+		link.Close()
+		return fmt.Errorf("the node agent handed over an IPv6 link but no IPv6 router for %s", pl.Guest.Addr6)
+	}
+	c := ipv6serve.Config{
+		GuestMAC: pl.GuestMAC, Addr: pl.Guest.Addr6, RouterIP: pl.Router6.IP, RouterMAC: pl.Router6.MAC,
+		DNS: pl.Guest.DNS6, Search: pl.Guest.Search, MTU: pl.Guest.MTU,
+	}
+	if err := c.Validate(); err != nil {
+		link.Close()
+		return err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	n.stops = append(n.stops, stop)
+	go func() {
+		if err := ipv6serve.Serve(sctx, link, c, func(what string) { log.Info("ipv6 answer", zap.String("answer", what)) }); err != nil {
+			log.Error("ipv6 server stopped", zap.Error(err))
+		}
+	}()
+	log.Info("ipv6 server", zap.String("address", c.Addr.String()), zap.Stringer("router", c.RouterIP), zap.Stringer("routerMAC", c.RouterMAC), zap.Int("dns", len(c.DNS)))
+	return nil
 }
 
 // waitPlumbing hands the pod's network namespace to the node agent on socket and waits for its

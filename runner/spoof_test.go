@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,17 +15,20 @@ import (
 	"github.com/virtpod/virtpod/pkg/spoofguard"
 )
 
-// TestGuestCannotSpoofOtherPods: a guest that announces another pod's address, sends from it and
-// sends from another MAC reaches nothing and disturbs nothing — the node still knows the other
-// pod at its own MAC — while its own traffic still flows and the guard counts the drops.
+// TestGuestCannotSpoofOtherPods: in a dual-stack pod, a guest that announces another pod's
+// address, sends from it and sends from another MAC, in IPv4 and IPv6, reaches nothing and
+// disturbs nothing — the node still knows the other pod at its own MAC — while its own traffic
+// still flows in both families and the guard counts the drops. The guest takes its IPv6
+// address, router and nameserver from the runner's advertisements and DHCPv6 (pkg/ipv6serve).
 func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 4)
+	ns.dualStack(t, 4)
 	// Put the pod and another pod on one bridge, as the bridge CNI plugin does on a node.
 	br := ns.onNodeBridge(t, false)
 	other := fmt.Sprintf("vpt-%d-4o", os.Getpid())
 	otherIf := fmt.Sprintf("vpt4o%d", os.Getpid()%10000)
-	otherIP := "10.213.4.3"
+	otherIP, otherIP6 := "10.213.4.3", "fd00:213:4::3"
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "netns", "del", other).Run()
 		_ = exec.Command("ip", "link", "del", otherIf).Run()
@@ -34,6 +38,7 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	run(t, "ip", "link", "set", otherIf, "master", br)
 	run(t, "ip", "link", "set", otherIf, "up")
 	run(t, "ip", "-n", other, "addr", "add", otherIP+"/24", "dev", "eth0")
+	run(t, "ip", "-n", other, "addr", "add", otherIP6+"/64", "dev", "eth0", "nodad")
 	run(t, "ip", "-n", other, "link", "set", "eth0", "up")
 	otherMAC := linkMAC(t, other, "eth0")
 	// The node learns the other pod's MAC before the guest starts lying about it.
@@ -41,11 +46,18 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 
 	const spoofMAC = "02:00:5e:00:00:99"
 	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-spoof"), "--network=pod", "--resolv-conf="+ns.resolvConf,
-		"--kernel-args=rw virtpod.spoof="+otherIP+" virtpod.spoof-mac="+spoofMAC)...)
+		"--kernel-args=rw virtpod.spoof="+otherIP+" virtpod.spoof-mac="+spoofMAC+" virtpod.spoof6="+otherIP6+" virtpod.spoof6-to="+ns.gwIP6)...)
 	r.waitMarker(t, bootTimeout)
-	for _, want := range []string{"virtpod guest: sent as " + otherIP, "virtpod guest: sent as MAC " + spoofMAC} {
-		if !strings.Contains(r.stdout.String(), want) {
-			t.Fatalf("the guest did not play its part (%q missing):\n%s", want, tail(r.stdout.String(), 20))
+	// IPv6 comes after the marker: the guest's router advertisement, then DHCPv6, then the lie.
+	want := []string{"virtpod guest: sent as " + otherIP, "virtpod guest: sent as MAC " + spoofMAC,
+		"VIRTPOD-GUEST-IPV6 " + ns.podIP6 + " dns=" + ns.gwIP6, "virtpod guest: sent as " + otherIP6}
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(r.stdout.String(), w) })
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest did not play its part (%q missing):\n%s", missing, tail(r.stdout.String(), 20))
 		}
 	}
 
@@ -61,7 +73,17 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	if _, err := httpGet(ctx, "http://"+ns.podIP+"/"); err != nil {
 		t.Fatalf("guest HTTP at the pod IP: %v", err)
 	}
+	if _, err := httpGet(ctx, "http://["+ns.podIP6+"]/"); err != nil {
+		t.Fatalf("guest HTTP at the pod's IPv6 address: %v", err)
+	}
 	run(t, "ip", "netns", "exec", other, "busybox", "ping", "-c", "1", "-W", "2", ns.gwIP)
+	// The node asks for the other pod's IPv6 address: the guest, which took it, answers too,
+	// and its advertisement is dropped; the other pod's is the one the node keeps.
+	run(t, "ip", "-6", "neigh", "flush", "dev", br)
+	run(t, "busybox", "ping", "-6", "-c", "1", "-W", "2", otherIP6)
+	if got := neighMAC(t, "", otherIP6); got != otherMAC {
+		t.Errorf("the node's neighbour entry for %s is %q with the guest claiming it, want the other pod's %s", otherIP6, got, otherMAC)
+	}
 
 	// The guard's counters, read in the pod's namespace where the node agent reads them: the
 	// runner, without CAP_NET_ADMIN, cannot.
@@ -69,8 +91,10 @@ func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading the spoof guard's counters: %v", err)
 	}
-	if dropped[spoofguard.CounterARP] == 0 || dropped[spoofguard.CounterMAC] == 0 {
-		t.Errorf("spoof guard counters = %v, want arp and mac drops counted", dropped)
+	for _, c := range []string{spoofguard.CounterARP, spoofguard.CounterMAC, spoofguard.CounterIP6, spoofguard.CounterND} {
+		if dropped[c] == 0 {
+			t.Errorf("spoof guard counters = %v, want %s drops counted", dropped, c)
+		}
 	}
 }
 

@@ -69,9 +69,9 @@ func (pl *Plumbing) WithResolver(dns []net.IP, search []string) {
 const aliasPrefix = "virtpod:"
 
 type savedPod struct {
-	MAC       string `json:"mac"`
-	Addr      string `json:"addr"`
-	Gateway   string `json:"gw,omitempty"`
+	MAC         string `json:"mac"`
+	Addr        string `json:"addr"`
+	Gateway     string `json:"gw,omitempty"`
 	Addr6       string `json:"addr6,omitempty"`
 	Gateway6    string `json:"gw6,omitempty"`
 	Gateway6MAC string `json:"gw6mac,omitempty"`

@@ -58,7 +58,9 @@ func OpenLink(ifname string) (*os.File, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("ipv6 link: attach filter: %w", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(etherTypeIPv6), Ifindex: ifi.Index}); err != nil {
+	// Every protocol (the filter keeps IPv6): a socket for one protocol is handed frames after
+	// the bridge the tap is in has taken them, so never; one for all is handed them first.
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("ipv6 link: bind to %s: %w", ifname, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/ipv6serve"
 	"github.com/virtpod/virtpod/pkg/nethandoff"
 	"github.com/virtpod/virtpod/pkg/podnat"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
@@ -94,7 +95,7 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.PodIP != nil && !r.PodIP.Equal(pod.Addr.IP) {
+	if r.PodIP != nil && !r.PodIP.Equal(pod.Addr.IP) && (pod.Addr6 == nil || !r.PodIP.Equal(pod.Addr6.IP)) {
 		return nil, fmt.Errorf("the network namespace handed over holds %s, not the pod's IP %s: not this pod's; refused", pod.Addr.IP, r.PodIP)
 	}
 	var (
@@ -127,8 +128,22 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 	default:
 		return nil, fmt.Errorf("network mode %q: want %s or %s", r.Mode, runnerconfig.NetworkPod, runnerconfig.NetworkMasquerade)
 	}
+	var ip6 net.IP
+	if pl.Guest.Addr6 != nil {
+		ip6 = pl.Guest.Addr6.IP
+		// The runner's link to the guest for its IPv6 configuration: only the agent may open it.
+		if pl.Router6 == nil {
+			return nil, fmt.Errorf("the pod has the IPv6 address %s but no IPv6 default route: the guest would have no way out in IPv6", pl.Guest.Addr6)
+		}
+		if pl.Link6, err = ipv6serve.OpenLink(pl.Tap); err != nil {
+			return nil, err
+		}
+	}
 	// The guest may speak only as itself (docs/security.md).
-	if err := spoofguard.Install(pl.Tap, pl.GuestMAC, pl.Guest.Addr.IP, pl.BridgeMAC, relay); err != nil {
+	if err := spoofguard.Install(pl.Tap, pl.GuestMAC, pl.Guest.Addr.IP, ip6, pl.BridgeMAC, relay); err != nil {
+		if pl.Link6 != nil {
+			pl.Link6.Close()
+		}
 		return nil, err
 	}
 	return pl, nil
@@ -191,7 +206,11 @@ func Handle(c *net.UnixConn, r Request) (ns *os.File, built bool, err error) {
 		ns.Close()
 		return nil, false, err
 	}
-	if err := nethandoff.Reply(c, nethandoff.Result{Plumbing: pl}); err != nil {
+	err = nethandoff.Reply(c, nethandoff.Result{Plumbing: pl})
+	if pl.Link6 != nil {
+		pl.Link6.Close() // the runner's now
+	}
+	if err != nil {
 		ns.Close()
 		return nil, true, fmt.Errorf("telling the runner its network is plumbed: %w", err)
 	}

@@ -18,10 +18,10 @@ const chainName = "guest-ingress"
 
 // Install adds the guard to the tap in the current network namespace, replacing an earlier
 // one (an agent plumbing the pod again), with relay's rule before it when relay is not nil;
-// bridge is the bridge's MAC, to which the guest's DHCP is turned. It needs CAP_NET_ADMIN in
-// the namespace: the node agent's.
-func Install(tap string, mac net.HardwareAddr, ip net.IP, bridge net.HardwareAddr, relay *Relay) error {
-	rules, err := Rules(mac, ip, bridge)
+// ip6 is the guest's IPv6 address in a dual-stack pod (else nil); bridge is the bridge's MAC,
+// to which the guest's DHCP is turned. It needs CAP_NET_ADMIN in the namespace: the node agent's.
+func Install(tap string, mac net.HardwareAddr, ip, ip6 net.IP, bridge net.HardwareAddr, relay *Relay) error {
+	rules, err := Rules(mac, ip, ip6, bridge)
 	if err != nil {
 		return err
 	}
@@ -87,9 +87,12 @@ func exprs(r Rule) []expr.Any {
 		if m.Equal {
 			op = expr.CmpOpEq
 		}
-		out = append(out,
-			&expr.Payload{DestRegister: 1, Base: payloadBase(m.Field.Base), Offset: m.Field.Offset, Len: m.Field.Len},
-			&expr.Cmp{Op: op, Register: 1, Data: m.Value})
+		if m.Field.Base == Meta {
+			out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1})
+		} else {
+			out = append(out, &expr.Payload{DestRegister: 1, Base: payloadBase(m.Field.Base), Offset: m.Field.Offset, Len: m.Field.Len})
+		}
+		out = append(out, &expr.Cmp{Op: op, Register: 1, Data: m.Value})
 	}
 	if r.Counter != "" {
 		out = append(out, &expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: r.Counter})

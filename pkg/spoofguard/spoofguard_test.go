@@ -25,18 +25,25 @@ var update = flag.Bool("update", false, "rewrite the golden file")
 var (
 	guestMAC = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x01, 0x02}
 	podIP    = net.IPv4(10, 213, 1, 2).To4()
-	otherIP  = net.IPv4(10, 213, 1, 3).To4() // another pod on the node's bridge
+	podIP6   = net.ParseIP("fd00:213:1::2")
+	otherIP6 = net.ParseIP("fd00:213:1::3")
+	guestLL  = net.ParseIP("fe80::858:aff:fed5:102") // what guestMAC forms
+	otherIP  = net.IPv4(10, 213, 1, 3).To4()         // another pod on the node's bridge
 	otherMAC = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x01, 0x03}
 	gwMAC    = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xd5, 0x01, 0x01} // the guest's default gateway
 	relay    = Relay{IP: net.IPv4(169, 254, 75, 1).To4(), BridgeMAC: net.HardwareAddr{0x02, 0x00, 0x5e, 0x10, 0x00, 0x01}}
 )
 
 func TestRulesGolden(t *testing.T) {
-	rules, err := Rules(guestMAC, podIP, relay.BridgeMAC)
+	rules, err := Rules(guestMAC, podIP, nil, relay.BridgeMAC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkGolden(t, "rules.golden", rules)
+	if rules, err = Rules(guestMAC, podIP, podIP6, relay.BridgeMAC); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "rules-dual-stack.golden", rules)
 }
 
 // TestRelayRulesGolden: the relay's rule, as Install puts it before the guard's.
@@ -80,18 +87,21 @@ func checkGolden(t *testing.T, name string, rules []Rule) {
 
 func TestRulesRefuseBadInput(t *testing.T) {
 	for _, tc := range []struct {
-		mac net.HardwareAddr
-		ip  net.IP
-		err string
+		mac     net.HardwareAddr
+		ip, ip6 net.IP
+		err     string
 	}{
-		{nil, podIP, "MAC"},
-		{net.HardwareAddr{1, 2, 3, 4, 5, 6, 7, 8}, podIP, "MAC"},
-		{guestMAC, nil, "IPv4"},
-		{guestMAC, net.IPv4zero, "IPv4"},
-		{guestMAC, net.ParseIP("fd00::2"), "IPv4"},
+		{nil, podIP, nil, "MAC"},
+		{net.HardwareAddr{1, 2, 3, 4, 5, 6, 7, 8}, podIP, nil, "MAC"},
+		{guestMAC, nil, nil, "IPv4"},
+		{guestMAC, net.IPv4zero, nil, "IPv4"},
+		{guestMAC, net.ParseIP("fd00::2"), nil, "IPv4"},
+		{guestMAC, podIP, podIP, "IPv6"},
+		{guestMAC, podIP, guestLL, "IPv6"},
+		{guestMAC, podIP, net.IPv6unspecified, "IPv6"},
 	} {
-		if _, err := Rules(tc.mac, tc.ip, relay.BridgeMAC); err == nil || !strings.Contains(err.Error(), tc.err) {
-			t.Errorf("Rules(%v, %v) = %v, want an error about the %s", tc.mac, tc.ip, err, tc.err)
+		if _, err := Rules(tc.mac, tc.ip, tc.ip6, relay.BridgeMAC); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("Rules(%v, %v, %v) = %v, want an error about the %s", tc.mac, tc.ip, tc.ip6, err, tc.err)
 		}
 	}
 }
@@ -120,7 +130,24 @@ func TestGuardInKernel(t *testing.T) {
 		{"ARP naming another sender MAC", arp(guestMAC, otherMAC, podIP), false, CounterARP, false},
 		{"UDP from another pod's IP", udp(guestMAC, otherIP, 5353), false, CounterIP, false},
 		{"UDP from 0.0.0.0 that is not DHCP", udp(guestMAC, net.IPv4zero.To4(), 53), false, CounterIP, false},
-		{"IPv6", ipv6(guestMAC), false, CounterOther, false},
+		// IPv6: the guest's own addresses pass, its neighbour advertisements only for them; the
+		// runner's protocols stay off the pod network uncounted.
+		{"UDP from the pod's IPv6 address", ip6(guestMAC, podIP6, 17, udp6(5353)), true, "", false},
+		{"UDP from the guest's link-local address", ip6(guestMAC, guestLL, 17, udp6(5353)), true, "", false},
+		{"neighbour advertisement for the pod's IPv6 address", ip6(guestMAC, guestLL, 58, nd(136, podIP6)), true, "", false},
+		{"neighbour advertisement for its link-local address", ip6(guestMAC, podIP6, 58, nd(136, guestLL)), true, "", false},
+		{"duplicate address detection from ::", ip6(guestMAC, net.IPv6unspecified, 58, nd(135, podIP6)), true, "", false},
+		{"neighbour solicitation for another pod", ip6(guestMAC, guestLL, 58, nd(135, otherIP6)), true, "", false},
+		{"neighbour advertisement for another pod's address", ip6(guestMAC, guestLL, 58, nd(136, otherIP6)), false, CounterND, false},
+		{"neighbour advertisement for the gateway's link-local", ip6(guestMAC, podIP6, 58, nd(136, net.ParseIP("fe80::1"))), false, CounterND, false},
+		{"the same behind a destination-options header", ip6(guestMAC, guestLL, 60, append([]byte{58, 0, 1, 4, 0, 0, 0, 0}, nd(136, otherIP6)...)), false, CounterND, false},
+		{"router advertisement", ip6(guestMAC, guestLL, 58, nd(134, nil)), false, CounterND, false},
+		{"router solicitation", ip6(guestMAC, guestLL, 58, nd(133, nil)), false, "", false},
+		{"DHCPv6", ip6(guestMAC, guestLL, 17, udp6(547)), false, "", false},
+		{"UDP from another pod's IPv6 address", ip6(guestMAC, otherIP6, 17, udp6(5353)), false, CounterIP6, false},
+		{"UDP from :: that is not address detection", ip6(guestMAC, net.IPv6unspecified, 17, udp6(5353)), false, CounterIP6, false},
+		{"IPv6 from another link-local address", ipv6(guestMAC), false, CounterIP6, false},
+		{"another protocol", ether(guestMAC, 0x88b5, []byte{1, 2, 3, 4}), false, CounterOther, false},
 		// The guest's reply to the relay, sent to its gateway's MAC as for any address off its
 		// subnet, is turned to the bridge and reaches the namespace, not the pod network.
 		{"reply to the relay address", udpTo(gwMAC, guestMAC, podIP, relay.IP, relayPort), false, "", true},
@@ -170,11 +197,11 @@ func TestGuardInKernel(t *testing.T) {
 			Src: relay.IP, Scope: netlink.SCOPE_LINK}); err != nil {
 			return err
 		}
-		if err := Install("tap0", guestMAC, podIP, relay.BridgeMAC, &relay); err != nil {
+		if err := Install("tap0", guestMAC, podIP, podIP6, relay.BridgeMAC, &relay); err != nil {
 			return err
 		}
 		// Installing twice replaces the first guard (an agent plumbing the pod again).
-		if err := Install("tap0", guestMAC, podIP, relay.BridgeMAC, &relay); err != nil {
+		if err := Install("tap0", guestMAC, podIP, podIP6, relay.BridgeMAC, &relay); err != nil {
 			return err
 		}
 		// The runner's DHCP socket: port 67 on the bridge alone.
@@ -307,6 +334,34 @@ func ipv6(src net.HardwareAddr) []byte {
 	h[6], h[7] = 59, 1 // no next header
 	h[8], h[9] = 0xfe, 0x80
 	return ether(src, 0x86dd, h)
+}
+
+// ip6 frames an IPv6 packet to all nodes whose payload (next header nh) carries the tag; the
+// payload length covers it.
+func ip6(src net.HardwareAddr, saddr net.IP, nh byte, payload []byte) []byte {
+	payload = append(payload, tag(next)...) // the tag etherTo gives the frame, inside the payload
+	h := make([]byte, 40)
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(payload)))
+	h[6], h[7] = nh, 255
+	copy(h[8:24], saddr.To16())
+	copy(h[24:40], net.ParseIP("ff02::1"))
+	return etherTo(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, src, 0x86dd, append(h, payload...))
+}
+
+// nd is an ICMPv6 neighbour discovery message of type typ about target (none: nil).
+func nd(typ byte, target net.IP) []byte {
+	b := []byte{typ, 0, 0, 0, 0, 0, 0, 0}
+	if target != nil {
+		b = append(b, target.To16()...)
+	}
+	return b
+}
+
+func udp6(dport uint16) []byte {
+	u := binary.BigEndian.AppendUint16(nil, 546)
+	u = binary.BigEndian.AppendUint16(u, dport)
+	return append(u, 0, 8, 0, 0)
 }
 
 // udpSocket listens at ip:port in the current namespace.

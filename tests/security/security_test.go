@@ -140,7 +140,7 @@ func TestNothingPrivileged(t *testing.T) {
 	// none at all (Pod Security restricted); the node agent what building the runners' pod
 	// networks takes; the device plugin what making their control directories theirs takes.
 	allowedCaps := map[string]map[string]bool{
-		"DaemonSet/virtpod-agent":         {"SYS_ADMIN": true, "NET_ADMIN": true, "MKNOD": true, "DAC_OVERRIDE": true, "CHOWN": true},
+		"DaemonSet/virtpod-agent":         {"SYS_ADMIN": true, "NET_ADMIN": true, "NET_RAW": true, "MKNOD": true, "DAC_OVERRIDE": true, "CHOWN": true},
 		"DaemonSet/virtpod-device-plugin": {"CHOWN": true, "DAC_OVERRIDE": true},
 	}
 	allowedHostPaths := map[string]bool{"/var/lib/kubelet/device-plugins": true, "/dev": true,

@@ -4,7 +4,8 @@
 // the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one and
 // its data disks by serial (VIRTPOD-GUEST-DISK, files/disk-report), onlines hot-added CPUs and
 // reports its CPUs and memory on every change (VIRTPOD-GUEST-SIZE, files/hotplug), mounts the
-// virtio-fs shares virtpod.fs=<tag>:<dir> names (VIRTPOD-GUEST-FS), runs
+// virtio-fs shares virtpod.fs=<tag>:<dir> names (VIRTPOD-GUEST-FS), takes an IPv6 address by
+// DHCPv6 (ISC dhclient) when a router advertises one (VIRTPOD-GUEST-IPV6), runs
 // qemu-guest-agent (this host's, with the libraries it links) on its channel, prints
 // VIRTPOD-GUEST-READY on the console, then runs a root shell there.
 //
@@ -44,11 +45,12 @@ const (
 	metaPackage = "linux-image-cloud-amd64"
 	busyboxPath = "/bin/busybox"
 	agentPath   = "/usr/sbin/qemu-ga"
+	dhclient    = "/sbin/dhclient"
 	rootDiskMiB = 64
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 13
+const fixtureVersion = 14
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {
@@ -89,6 +91,9 @@ func build(out string, force bool) error {
 	}
 	if _, err := os.Stat(agentPath); err != nil {
 		return fmt.Errorf("%s not found: install qemu-guest-agent (tools/dev/ci/install-deps.sh)", agentPath)
+	}
+	if _, err := os.Stat(dhclient); err != nil {
+		return fmt.Errorf("%s not found: install isc-dhcp-client (tools/dev/ci/install-deps.sh)", dhclient)
 	}
 	work, err := os.MkdirTemp("", "guestfixture-")
 	if err != nil {
@@ -254,13 +259,14 @@ func writeRootDisk(work, img string) error {
 		return err
 	}
 	for src, dst := range map[string]string{
-		"files/rootfs-init": "sbin/init",
-		"files/poweroff":    "etc/acpi/PWRF/00000080",
-		"files/disk-report": "etc/virtpod/disk-report",
-		"files/hotplug":     "etc/virtpod/hotplug",
-		"files/size-report": "etc/virtpod/size-report",
-		"files/shutdown":    "sbin/shutdown",
-		"files/os-release":  "etc/os-release",
+		"files/rootfs-init":     "sbin/init",
+		"files/poweroff":        "etc/acpi/PWRF/00000080",
+		"files/disk-report":     "etc/virtpod/disk-report",
+		"files/hotplug":         "etc/virtpod/hotplug",
+		"files/size-report":     "etc/virtpod/size-report",
+		"files/shutdown":        "sbin/shutdown",
+		"files/os-release":      "etc/os-release",
+		"files/dhclient-script": "etc/virtpod/dhclient-script",
 	} {
 		b, _ := files.ReadFile(src)
 		if err := os.WriteFile(filepath.Join(root, dst), b, 0o755); err != nil {
@@ -270,8 +276,10 @@ func writeRootDisk(work, img string) error {
 	if err := os.WriteFile(filepath.Join(root, "etc", "resolv.conf"), nil, 0o644); err != nil {
 		return err
 	}
-	if err := copyProgram(agentPath, root); err != nil {
-		return err
+	for _, p := range []string{agentPath, dhclient} {
+		if err := copyProgram(p, root); err != nil {
+			return err
+		}
 	}
 	return run(work, "mkfs.ext4", "-q", "-F", "-L", "virtpod-guest", "-d", root, img, fmt.Sprintf("%dM", rootDiskMiB))
 }
