@@ -74,8 +74,9 @@ func waitRunning(t *testing.T, ns, name string, restarts int32) *vmv1.VirtualMac
 }
 
 // TestVMLifecycle: apply → pod scheduled → guest boots → Running with node and IP → a guest port
-// answers another pod at the VM's IP → the runner's hypervisor is killed and runStrategy
-// Always brings it back → deleting the VM shuts the guest down cleanly and removes the pod.
+// answers another pod at the VM's IP, in IPv4 and IPv6 (the cluster is dual-stack), directly
+// and through a dual-stack Service → the runner's hypervisor is killed and runStrategy Always
+// brings it back → deleting the VM shuts the guest down cleanly and removes the pod.
 func TestVMLifecycle(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -96,6 +97,7 @@ func TestVMLifecycle(t *testing.T) {
 	if err := contains(got, "virtpod guest web"); err != nil {
 		t.Fatal(err)
 	}
+	reachedOverIPv6(t, ns, "web")
 	// The node agent that plumbed the pod network serves its spoof guard's counters.
 	agent := agentOn(t, ctx, vm.Status.Node)
 	metrics := fetchPathFrom(t, ns, "metrics", agent.Status.PodIP, 9441, "/metrics")

@@ -10,12 +10,17 @@ import (
 
 // Addresses the tool creates and uses, and nothing else: the node's /32 on a bridge of its own
 // (no dummy interfaces without kernel modules), pods and Services in private ranges that the
-// runner tests (10.213.0.0/24) do not use.
+// runner tests (10.213.0.0/24, fd00:213::/48) do not use. The cluster is dual-stack, IPv4 first:
+// every pod and Service has an address of each family.
 const (
 	defaultNodeIP       = "10.217.0.1"
+	nodeIP6             = "fd00:217::1" // /64 on the node bridge, which a second node shares
 	podCIDR             = "10.218.0.0/24"
+	podCIDR6            = "fd00:218::/64"
 	clusterCIDR         = "10.218.0.0/16" // every node's pod range: 10.218.N-1.0/24 on node N
+	clusterCIDR6        = "fd00:218::/56" // fd00:218:0:N-1::/64 on node N
 	serviceCIDR         = "10.219.0.0/24"
+	serviceCIDR6        = "fd00:219::/112"
 	kubernetesServiceIP = "10.219.0.1"
 	nodeBridge          = "vpnode0"
 	podBridge           = "vpcni0"
@@ -116,15 +121,15 @@ func (c *cluster) cniConfig() error {
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": %q}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
+        "ranges": [[{"subnet": %q}], [{"subnet": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
         "dataDir": %q
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, c.podBridge, c.podCIDR, c.path("cni", "ipam"))
+`, c.podBridge, c.podCIDR, c.podCIDR6, c.path("cni", "ipam"))
 	return writeFile(c.path("cni", "net.d", "10-virtpod.conflist"), body, 0o644)
 }
 
@@ -144,7 +149,7 @@ containerRuntimeEndpoint: unix://%s
 tlsCertFile: %s
 tlsPrivateKeyFile: %s
 clusterDomain: cluster.local
-clusterDNS: [%s]
+clusterDNS: [%s, %s]
 failSwapOn: false
 podLogsDir: %s
 serializeImagePulls: false
@@ -159,7 +164,7 @@ syncFrequency: 10s
 # the controller manager's 20 s grace (up.go) still sees eight renewals: a node that stops is
 # NotReady within about 20 s instead of 50, and the node-loss test does not wait out a minute.
 nodeLeaseDurationSeconds: 10
-`, filepath.Join(pki, "ca.crt"), c.socket(), filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), clusterDNSIP, c.path("pod-logs"))
+`, filepath.Join(pki, "ca.crt"), c.socket(), filepath.Join(pki, "kubelet-serving.crt"), filepath.Join(pki, "kubelet-serving.key"), clusterDNSIP, clusterDNSIP6, c.path("pod-logs"))
 	if c.cgroupRoot != "" {
 		// Its pods' cgroups under a root of its own: two kubelets' kubepods trees in one
 		// cgroup v1 hierarchy would fight over the same folders.
@@ -174,11 +179,11 @@ func (c *cluster) kubeProxyConfig(kubeconfig string) (string, error) {
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %s}
 mode: iptables
-clusterCIDR: %s
+clusterCIDR: %s,%s
 hostnameOverride: %s
 # Do not touch conntrack sysctls: root here cannot set them, and a one-node cluster needs none.
 conntrack: {maxPerCore: 0}
-`, kubeconfig, clusterCIDR, c.nodeName)
+`, kubeconfig, clusterCIDR, clusterCIDR6, c.nodeName)
 
 	path := c.path("config", "kube-proxy.yaml")
 	return path, writeFile(path, body, 0o644)

@@ -24,7 +24,10 @@ import (
 
 // clusterDNSIP is the kube-dns Service's address, which the kubelet gives pods as their
 // nameserver (clusterDNS): the tenth address of the Service range, as kubeadm picks it.
-const clusterDNSIP = "10.219.0.10"
+const (
+	clusterDNSIP  = "10.219.0.10"
+	clusterDNSIP6 = "fd00:219::a"
+)
 
 // corednsImage is the CoreDNS image's path in the registry (make images: image-coredns).
 const corednsImage = "virtpod/coredns"
@@ -46,7 +49,7 @@ var resources = map[string]schema.GroupVersionResource{
 func renderCoreDNS(image string) ([]*unstructured.Unstructured, error) {
 	var b bytes.Buffer
 	t := template.Must(template.New("coredns").Parse(corednsManifest))
-	if err := t.Execute(&b, struct{ Image, ClusterIP string }{image, clusterDNSIP}); err != nil {
+	if err := t.Execute(&b, struct{ Image, ClusterIP, ClusterIP6 string }{image, clusterDNSIP, clusterDNSIP6}); err != nil {
 		return nil, err
 	}
 	var objs []*unstructured.Unstructured

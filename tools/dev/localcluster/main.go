@@ -26,12 +26,14 @@ type cluster struct {
 	cniBin    string
 	nodeName  string
 	nodeIP    string
+	nodeIP6   string
 	imagesDir string // image archives pushed to the registry on `up`
 	importToo bool   // also import them into containerd with ctr (the fallback without a registry)
 
 	// What differs between the first node and a second one (second.go).
 	ctrdState  string   // containerd's state folder, its socket in it
 	podCIDR    string   // the node's pods' range
+	podCIDR6   string   // and its IPv6 one
 	podBridge  string   // the CNI bridge its pods hang on
 	cgroupRoot string   // the kubelet's cgroup root, "" for the default
 	primary    *cluster // on a second node: the cluster it joins (its registry, its CA)
@@ -39,7 +41,8 @@ type cluster struct {
 
 // firstNode sets what the first node uses: the host's network namespace and mount namespace.
 func (c *cluster) firstNode() {
-	c.ctrdState, c.podCIDR, c.podBridge = containerdState, podCIDR, podBridge
+	c.ctrdState, c.podCIDR, c.podCIDR6, c.podBridge = containerdState, podCIDR, podCIDR6, podBridge
+	c.nodeIP6 = nodeIP6
 }
 
 func (c *cluster) path(parts ...string) string {

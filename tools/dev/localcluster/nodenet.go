@@ -166,6 +166,18 @@ func (c *cluster) nodeNetwork(nsName, veth string) error {
 	if err := h.RouteReplace(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gw}); err != nil {
 		return fmt.Errorf("default route in %s: %w", nsName, err)
 	}
+	addr6, err := netlink.ParseAddr(c.nodeIP6 + "/64")
+	if err != nil {
+		return err
+	}
+	addr6.Flags = unix.IFA_F_NODAD
+	if err := h.AddrReplace(eth, addr6); err != nil {
+		return err
+	}
+	_, any6, _ := net.ParseCIDR("::/0")
+	if err := h.RouteReplace(&netlink.Route{LinkIndex: eth.Attrs().Index, Dst: any6, Gw: net.ParseIP(c.primary.nodeIP6)}); err != nil {
+		return fmt.Errorf("IPv6 default route in %s: %w", nsName, err)
+	}
 	for _, r := range c.hostRoutes(bridge.Attrs().Index) {
 		if err := netlink.RouteReplace(r); err != nil {
 			return fmt.Errorf("host route to %s: %w", r.Dst, err)
@@ -173,6 +185,9 @@ func (c *cluster) nodeNetwork(nsName, veth string) error {
 	}
 	return inNetns(ns, func() error {
 		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
 			return err
 		}
 		return podMasquerade(c.podCIDR)
@@ -184,17 +199,27 @@ func (c *cluster) nodeNetwork(nsName, veth string) error {
 func (c *cluster) hostRoutes(bridgeIndex int) []*netlink.Route {
 	_, node, _ := net.ParseCIDR(c.nodeIP + "/32")
 	_, pods, _ := net.ParseCIDR(c.podCIDR)
+	_, pods6, _ := net.ParseCIDR(c.podCIDR6)
 	return []*netlink.Route{
 		{LinkIndex: bridgeIndex, Dst: node, Scope: netlink.SCOPE_LINK},
 		{LinkIndex: bridgeIndex, Dst: pods, Gw: net.ParseIP(c.nodeIP)},
+		{LinkIndex: bridgeIndex, Dst: pods6, Gw: net.ParseIP(c.nodeIP6)},
 	}
+}
+
+// routeFamily is the netlink family of a route's destination.
+func routeFamily(r *netlink.Route) int {
+	if r.Dst.IP.To4() == nil {
+		return netlink.FAMILY_V6
+	}
+	return netlink.FAMILY_V4
 }
 
 // hostRoutesLeft lists the host's routes to a second node's address or pods, by destination.
 func (c *cluster) hostRoutesLeft() []string {
 	var left []string
 	for _, r := range c.hostRoutes(0) {
-		got, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: r.Dst}, netlink.RT_FILTER_DST)
+		got, err := netlink.RouteListFiltered(routeFamily(r), &netlink.Route{Dst: r.Dst}, netlink.RT_FILTER_DST)
 		if err == nil && len(got) > 0 {
 			left = append(left, "route left: "+r.Dst.String())
 		}
@@ -207,7 +232,7 @@ func (c *cluster) hostRoutesLeft() []string {
 func (c *cluster) removeNodeNetwork(nsName, veth string) []error {
 	var errs []error
 	for _, r := range c.hostRoutes(0) {
-		got, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: r.Dst}, netlink.RT_FILTER_DST)
+		got, _ := netlink.RouteListFiltered(routeFamily(r), &netlink.Route{Dst: r.Dst}, netlink.RT_FILTER_DST)
 		for i := range got {
 			if err := netlink.RouteDel(&got[i]); err != nil {
 				errs = append(errs, fmt.Errorf("route %s: %w", r.Dst, err))

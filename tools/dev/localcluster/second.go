@@ -29,6 +29,8 @@ const (
 	secondDirName     = "node-2"
 	secondNodeIP      = "10.217.0.2"
 	secondPodCIDR     = "10.218.1.0/24"
+	secondNodeIP6     = "fd00:217::2"
+	secondPodCIDR6    = "fd00:218:0:1::/64"
 	secondPodBridge   = "vpcni2" // in the node's network namespace
 	secondState       = "/run/virtpod-containerd-2"
 	secondID          = "vpnode2" // its network namespace, the veth's host end, its cgroup root
@@ -41,6 +43,7 @@ func (c *cluster) second() *cluster {
 	n := *c
 	n.dir = c.path(secondDirName)
 	n.nodeIP, n.podCIDR, n.podBridge = secondNodeIP, secondPodCIDR, secondPodBridge
+	n.nodeIP6, n.podCIDR6 = secondNodeIP6, secondPodCIDR6
 	n.ctrdState, n.cgroupRoot, n.primary = secondState, secondID, c
 	n.imagesDir, n.importToo = "", false
 	n.nodeName = ""
@@ -145,7 +148,7 @@ func (c *cluster) nodeUp(ctx context.Context, name string) error {
 	rest := []component{
 		{name: "kubelet", bin: self, args: inNode([]string{"--mount-ns=/proc/" + strconv.Itoa(ctrd) + "/ns/mnt"}, c.binFor("kubelet"),
 			"--config="+kubeletConf, "--kubeconfig="+kubeletKC, "--root-dir="+n.path("kubelet"),
-			"--node-ip="+n.nodeIP, "--hostname-override="+name, "--v=1"),
+			"--node-ip="+n.nodeIP+","+n.nodeIP6, "--hostname-override="+name, "--v=1"),
 			env:   []string{"PATH=" + c.ctrdBin + ":" + os.Getenv("PATH")},
 			ready: nodeReady(admin, name)},
 		{name: "kube-proxy", bin: self, args: inNode(nil, c.binFor("kube-proxy"), "--config="+proxyConf),

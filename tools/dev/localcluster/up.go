@@ -78,7 +78,7 @@ func (c *cluster) up(ctx context.Context) error {
 		registry,
 		{name: "kube-apiserver", bin: c.binFor("kube-apiserver"), args: []string{
 			"--etcd-servers=" + etcdClientURL, "--bind-address=0.0.0.0", "--advertise-address=" + c.nodeIP,
-			"--secure-port=" + strconv.Itoa(apiserverPort), "--service-cluster-ip-range=" + serviceCIDR,
+			"--secure-port=" + strconv.Itoa(apiserverPort), "--service-cluster-ip-range=" + serviceCIDR + "," + serviceCIDR6,
 			"--client-ca-file=" + pki("ca.crt"), "--tls-cert-file=" + pki("apiserver.crt"), "--tls-private-key-file=" + pki("apiserver.key"),
 			"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"), "--kubelet-client-key=" + pki("apiserver-kubelet-client.key"),
 			"--kubelet-certificate-authority=" + pki("ca.crt"), "--kubelet-preferred-address-types=InternalIP",
@@ -128,7 +128,7 @@ func (c *cluster) up(ctx context.Context) error {
 	rest := []component{
 		{name: "kubelet", bin: c.binFor("kubelet"), args: []string{
 			"--config=" + kubeletConf, "--kubeconfig=" + kc["kubelet"], "--root-dir=" + c.path("kubelet"),
-			"--node-ip=" + c.nodeIP, "--hostname-override=" + c.nodeName, "--v=1"},
+			"--node-ip=" + c.nodeIP + "," + c.nodeIP6, "--hostname-override=" + c.nodeName, "--v=1"},
 			env:   []string{"PATH=" + c.ctrdBin + ":" + os.Getenv("PATH")},
 			ready: nodeReady(admin, c.nodeName)},
 		{name: "kube-proxy", bin: c.binFor("kube-proxy"), args: []string{"--config=" + proxyConf},
@@ -198,6 +198,19 @@ func (c *cluster) nodeAddress() error {
 	}
 	if err := netlink.AddrReplace(link, addr); err != nil {
 		return err
+	}
+	// IPv6: a /64 a second node shares (no duplicate detection: the address is usable at
+	// once), and forwarding, as the IPv4 pods' routing has it.
+	addr6, err := netlink.ParseAddr(c.nodeIP6 + "/64")
+	if err != nil {
+		return err
+	}
+	addr6.Flags = unix.IFA_F_NODAD
+	if err := netlink.AddrReplace(link, addr6); err != nil {
+		return err
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("IPv6 forwarding: %w", err)
 	}
 	return netlink.LinkSetUp(link)
 }
