@@ -35,15 +35,20 @@ var readOnlyProcSys = []string{"unshare", "--mount", "--propagation", "private",
 //   - the runner reaches the guest itself: the port relay on the pod's loopback and the
 //     readiness probe pass;
 //   - SIGTERM powers the guest off as in pod mode.
+//
+// The pod is dual-stack: all of it holds for IPv6 too (the guest at fd10:0:2::2 from the
+// runner's DHCPv6, NAT66 to the pod's IPv6 address), with IPv6 forwarding switched on in the
+// namespace.
 func TestMasqueradeNetwork(t *testing.T) {
 	guest := needGuestHost(t)
 	need(t, haveBinary("unshare") && haveBinary("mount"), "needs util-linux (unshare, mount)")
 	const name = "vm-masq"
 	ns := newPodNetns(t, 27)
+	ns.dualStack(t, 27)
 	br := ns.onNodeBridge(t, false)
 	// The namespace copied the host's forwarding setting; a pod's need not have it. Off for every
 	// interface, also those the runner creates.
-	run(t, "ip", "netns", "exec", ns.name, "sh", "-c", "echo 0 >/proc/sys/net/ipv4/conf/all/forwarding")
+	run(t, "ip", "netns", "exec", ns.name, "sh", "-c", "echo 0 >/proc/sys/net/ipv4/conf/all/forwarding; echo 0 >/proc/sys/net/ipv6/conf/all/forwarding")
 	if got := forwarding(t, ns.name, "eth0"); got != "0" {
 		t.Fatalf("eth0 forwarding %q before the runner, want 0", got)
 	}
@@ -62,10 +67,16 @@ func TestMasqueradeNetwork(t *testing.T) {
 	run(t, "ip", "-n", other, "addr", "add", "10.213.27.3/24", "dev", "eth0")
 	run(t, "ip", "-n", other, "link", "set", "eth0", "up")
 	run(t, "ip", "-n", other, "route", "add", guestnet.MasqueradeGuestIP.String()+"/32", "via", ns.podIP)
+	run(t, "ip", "-n", other, "addr", "add", "fd00:213:27::3/64", "dev", "eth0", "nodad")
+	run(t, "ip", "-n", other, "route", "add", guestnet.MasqueradeGuestIP6.String()+"/128", "via", ns.podIP6)
 
 	// The node-side server the guest fetches from; it notes who asked.
 	seen := make(chan string, 4)
 	l, err := net.Listen("tcp", ns.gwIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l6, err := net.Listen("tcp", "["+ns.gwIP6+"]:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +89,7 @@ func TestMasqueradeNetwork(t *testing.T) {
 		io.WriteString(w, "VIRTPOD-NODE-SIDE\n")
 	})}
 	go srv.Serve(l)
+	go srv.Serve(l6)
 	t.Cleanup(func() { srv.Close() })
 
 	r := startRunnerVia(t, ns.name, readOnlyProcSys, append(baseArgs(t, guest, name), "--network=masquerade", "--resolv-conf="+ns.resolvConf,
@@ -94,41 +106,57 @@ func TestMasqueradeNetwork(t *testing.T) {
 			t.Errorf("%s forwarding %q with the runner up, want 1", dev, got)
 		}
 	}
+	// IPv6: the guest takes the masquerade network's address from the runner's DHCPv6, with
+	// the pod's IPv6 nameserver; the namespace forwards IPv6 (the agent's write to /proc/sys).
+	want6 := "VIRTPOD-GUEST-IPV6 " + guestnet.MasqueradeGuestIP6.String() + " dns=" + ns.gwIP6
+	for deadline := time.Now().Add(90 * time.Second); !strings.Contains(r.stdout.String(), want6); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest did not take IPv6 (%q missing):\n%s", want6, tail(r.stdout.String(), 10))
+		}
+	}
+	if got := strings.TrimSpace(run(t, "ip", "netns", "exec", ns.name, "cat", "/proc/sys/net/ipv6/conf/all/forwarding")); got != "1" {
+		t.Errorf("IPv6 forwarding %q with the runner up, want 1", got)
+	}
 
 	t.Run("port at the pod IP from outside", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		body, err := httpGet(ctx, "http://"+ns.podIP+"/")
-		if err != nil || !strings.Contains(body, "virtpod guest "+name) {
-			t.Fatalf("guest HTTP at the pod IP from the node side: %q, %v", body, err)
+		for _, ip := range []string{ns.podIP, "[" + ns.podIP6 + "]"} {
+			body, err := httpGet(ctx, "http://"+ip+"/")
+			if err != nil || !strings.Contains(body, "virtpod guest "+name) {
+				t.Fatalf("guest HTTP at the pod IP %s from the node side: %q, %v", ip, body, err)
+			}
 		}
 	})
 
 	t.Run("guest out as the pod IP", func(t *testing.T) {
 		c := attachConsole(t, ns.name, runnerBinary(t), r.stateDir)
 		defer c.close(10 * time.Second)
-		url := "http://" + l.Addr().String() + "/from-guest"
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			// timeout, not wget -T: the fixture's busybox 1.35 wget segfaults on -T.
-			c.write(t, "timeout 10 wget -O - "+url+"; echo VIRTPOD-WGET-$((6*7))\n")
-			if c.waitFor("VIRTPOD-WGET-42", 10*time.Second) == nil {
-				break
+		for i, srv := range []struct{ addr, podIP string }{{l.Addr().String(), ns.podIP}, {l6.Addr().String(), ns.podIP6}} {
+			url := "http://" + srv.addr + "/from-guest"
+			done := fmt.Sprintf("VIRTPOD-WGET-%d", 42+i)
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				// timeout, not wget -T: the fixture's busybox 1.35 wget segfaults on -T.
+				c.write(t, fmt.Sprintf("timeout 10 wget -O - %s; echo VIRTPOD-WGET-$((%d+%d))\n", url, 42, i))
+				if c.waitFor(done, 10*time.Second) == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the guest's shell never answered:\n%s", tail(c.out.String(), 20))
+				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the guest's shell never answered:\n%s", tail(c.out.String(), 20))
+			select {
+			case src := <-seen:
+				if src != srv.podIP {
+					t.Fatalf("the node-side server saw the guest as %s, want the pod IP %s", src, srv.podIP)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the guest's request to %s never reached the node side:\n%s", url, tail(c.out.String(), 10))
 			}
-		}
-		select {
-		case src := <-seen:
-			if src != ns.podIP {
-				t.Fatalf("the node-side server saw the guest as %s, want the pod IP %s", src, ns.podIP)
+			if err := c.waitFor("VIRTPOD-NODE-SIDE", 5*time.Second); err != nil {
+				t.Fatalf("the guest did not get the answer: %v", err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("the guest's request never reached the node side:\n%s", tail(c.out.String(), 10))
-		}
-		if err := c.waitFor("VIRTPOD-NODE-SIDE", 5*time.Second); err != nil {
-			t.Fatalf("the guest did not get the answer: %v", err)
 		}
 	})
 
@@ -137,10 +165,15 @@ func TestMasqueradeNetwork(t *testing.T) {
 			if body, err := rawhttp.Get(ns.podIP + ":80"); err != nil || !strings.Contains(body, "virtpod guest "+name) {
 				return fmt.Errorf("the other pod cannot reach the guest at the pod IP: %q, %v", body, err)
 			}
-			c, err := net.DialTimeout("tcp", guestnet.MasqueradeGuestIP.String()+":80", 3*time.Second)
-			if err == nil {
-				c.Close()
-				return fmt.Errorf("the other pod connected to %s:80 directly, around the DNAT", guestnet.MasqueradeGuestIP)
+			if body, err := rawhttp.Get("[" + ns.podIP6 + "]:80"); err != nil || !strings.Contains(body, "virtpod guest "+name) {
+				return fmt.Errorf("the other pod cannot reach the guest at the pod's IPv6 address: %q, %v", body, err)
+			}
+			for _, guest := range []net.IP{guestnet.MasqueradeGuestIP, guestnet.MasqueradeGuestIP6} {
+				c, err := net.DialTimeout("tcp", net.JoinHostPort(guest.String(), "80"), 3*time.Second)
+				if err == nil {
+					c.Close()
+					return fmt.Errorf("the other pod connected to %s:80 directly, around the DNAT", guest)
+				}
 			}
 			return nil
 		})

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -94,4 +96,38 @@ func inetConf(b []byte) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// SetForwarding6 turns IPv6 forwarding on in the current network namespace and keeps router
+// advertisements accepted on the pod interface podIf. Unlike IPv4's, the kernel forwards IPv6
+// only when the namespace-wide flag (all) is on, and rtnetlink cannot set it: it is written
+// through /proc/sys, which shows the namespace of the thread that opens it. A container sees
+// /proc/sys read-only; the node agent, which alone calls this, makes it writable in its own
+// mount namespace the first time (it holds CAP_SYS_ADMIN to join pods' namespaces already).
+func SetForwarding6(podIf string) error {
+	if err := writeSysctl("/proc/sys/net/ipv6/conf/all/forwarding", "1"); err != nil {
+		return fmt.Errorf("IPv6 forwarding for the masquerade network: %w", err)
+	}
+	// A forwarding namespace ignores router advertisements unless told (2) to take them: the
+	// pod network may route the pod by them.
+	if err := writeSysctl("/proc/sys/net/ipv6/conf/"+podIf+"/accept_ra", "2"); err != nil {
+		return fmt.Errorf("router advertisements on %s: %w", podIf, err)
+	}
+	return nil
+}
+
+var procSysWritable sync.Once
+
+func writeSysctl(path, value string) error {
+	err := os.WriteFile(path, []byte(value), 0o644)
+	if errors.Is(err, unix.EROFS) {
+		procSysWritable.Do(func() {
+			_ = unix.Mount("", "/proc/sys", "", unix.MS_REMOUNT|unix.MS_BIND, "")
+		})
+		err = os.WriteFile(path, []byte(value), 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w (the node agent needs CAP_SYS_ADMIN to make /proc/sys writable in its own mount namespace)", path, err)
+	}
+	return nil
 }

@@ -17,6 +17,11 @@ var (
 	MasqueradeNet       = &net.IPNet{IP: net.IPv4(10, 0, 2, 0).To4(), Mask: net.CIDRMask(24, 32)}
 	MasqueradeGuestIP   = net.IPv4(10, 0, 2, 2).To4()
 	MasqueradeGatewayIP = net.IPv4(10, 0, 2, 1).To4()
+	// In a dual-stack pod, beside them (KubeVirt's IPv6 masquerade range too): a unique local
+	// /120 with the same roles, NATed to the pod's IPv6 address.
+	MasqueradeNet6       = &net.IPNet{IP: net.ParseIP("fd10:0:2::"), Mask: net.CIDRMask(120, 128)}
+	MasqueradeGuestIP6   = net.ParseIP("fd10:0:2::2")
+	MasqueradeGatewayIP6 = net.ParseIP("fd10:0:2::1")
 )
 
 // MasqueradeMACs are the guest's and the bridge's MACs in masquerade mode: unicast, locally
@@ -40,13 +45,18 @@ func nameMAC(role, name string) net.HardwareAddr {
 }
 
 // MasqueradeGuest is the guest's addressing in masquerade mode: the fixed address and gateway,
-// with the pod's DNS, search domains and MTU.
+// with the pod's DNS, search domains and MTU; in a dual-stack pod the fixed IPv6 ones too.
 func MasqueradeGuest(p PodInterface, guestMAC net.HardwareAddr) PodInterface {
-	return PodInterface{
+	g := PodInterface{
 		Name: "eth0", MAC: guestMAC, MTU: p.MTU,
 		Addr:    &net.IPNet{IP: MasqueradeGuestIP, Mask: MasqueradeNet.Mask},
 		Gateway: MasqueradeGatewayIP, DNS: p.DNS, Search: p.Search,
 	}
+	if p.Addr6 != nil {
+		g.Addr6 = &net.IPNet{IP: MasqueradeGuestIP6, Mask: MasqueradeNet6.Mask}
+		g.Gateway6, g.DNS6 = MasqueradeGatewayIP6, p.DNS6
+	}
+	return g
 }
 
 // PlumbMasquerade wires the guest behind NAT, leaving the pod interface as the CNI plugin made it:
@@ -83,10 +93,20 @@ func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, owner T
 	if err := netlink.LinkAdd(br); err != nil {
 		return nil, fmt.Errorf("create bridge %s: %w (the node agent needs CAP_NET_ADMIN)", bridgeName, err)
 	}
-	_ = netlink.LinkSetIP6AddrGenMode(br, 1) // IN6_ADDR_GEN_MODE_NONE: IPv4 only, as the NAT
-	gw := &netlink.Addr{IPNet: &net.IPNet{IP: MasqueradeGatewayIP, Mask: MasqueradeNet.Mask}}
-	if err := netlink.AddrAdd(br, gw); err != nil {
-		return nil, fmt.Errorf("gateway address %s on %s: %w", gw.IPNet, bridgeName, err)
+	// No link-local address of the kernel's making: in a dual-stack pod the bridge gets the
+	// one its MAC forms, which is the same in every pod of the VM (a migrated guest keeps its
+	// router), beside the IPv6 gateway.
+	_ = netlink.LinkSetIP6AddrGenMode(br, 1) // IN6_ADDR_GEN_MODE_NONE
+	gws := []*net.IPNet{{IP: MasqueradeGatewayIP, Mask: MasqueradeNet.Mask}}
+	if p.Addr6 != nil {
+		pl.Router6 = &Router6{IP: EUI64LinkLocal(bridgeMAC), MAC: bridgeMAC}
+		gws = append(gws, &net.IPNet{IP: pl.Router6.IP, Mask: net.CIDRMask(64, 128)}, &net.IPNet{IP: MasqueradeGatewayIP6, Mask: MasqueradeNet6.Mask})
+	}
+	for _, gw := range gws {
+		// Duplicate address detection would hold an IPv6 address back for a second.
+		if err := netlink.AddrAdd(br, &netlink.Addr{IPNet: gw, Flags: unix.IFA_F_NODAD}); err != nil {
+			return nil, fmt.Errorf("gateway address %s on %s: %w", gw, bridgeName, err)
+		}
 	}
 	tapLink, err := pl.addTap(p.MTU, owner, br)
 	if err != nil {
@@ -108,6 +128,15 @@ func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, owner T
 			return nil, err
 		}
 	}
+	if p.Addr6 != nil {
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET6,
+			State: netlink.NUD_PERMANENT, IP: MasqueradeGuestIP6, HardwareAddr: guestMAC}); err != nil {
+			return nil, fmt.Errorf("neighbour entry for the guest at %s: %w", MasqueradeGuestIP6, err)
+		}
+		if err := SetForwarding6(link.Attrs().Name); err != nil {
+			return nil, err
+		}
+	}
 	return pl, nil
 }
 
@@ -126,6 +155,17 @@ func MasqueradeOverlap(p PodInterface) error {
 	}
 	if p.Addr.Contains(MasqueradeGuestIP) {
 		return fmt.Errorf("the pod's subnet %s contains the masquerade network %s that the guest lives on: use network mode Pod for this VM", p.Addr, MasqueradeNet)
+	}
+	if p.Addr6 == nil {
+		return nil
+	}
+	for _, ip := range append([]net.IP{p.Addr6.IP, p.Gateway6}, p.DNS6...) {
+		if ip != nil && MasqueradeNet6.Contains(ip) {
+			return fmt.Errorf("the pod network uses %s, inside the masquerade network %s that the guest lives on: use network mode Pod for this VM", ip, MasqueradeNet6)
+		}
+	}
+	if p.Addr6.Contains(MasqueradeGuestIP6) {
+		return fmt.Errorf("the pod's IPv6 subnet %s contains the masquerade network %s that the guest lives on: use network mode Pod for this VM", p.Addr6, MasqueradeNet6)
 	}
 	return nil
 }

@@ -66,6 +66,16 @@ func TestMasqueradeGuestAndKernelArg(t *testing.T) {
 		"wide subnet":      func(p *PodInterface) { p.Addr = &net.IPNet{IP: net.IPv4(10, 1, 0, 9).To4(), Mask: net.CIDRMask(8, 32)} },
 		"gateway inside":   func(p *PodInterface) { p.Gateway = net.IPv4(10, 0, 2, 1) },
 		"DNS server in it": func(p *PodInterface) { p.DNS = []net.IP{net.IPv4(10, 0, 2, 3)} },
+		"IPv6 pod IP inside": func(p *PodInterface) {
+			p.Addr6 = &net.IPNet{IP: net.ParseIP("fd10:0:2::9"), Mask: net.CIDRMask(128, 128)}
+		},
+		"wide IPv6 subnet": func(p *PodInterface) {
+			p.Addr6 = &net.IPNet{IP: net.ParseIP("fd10::9"), Mask: net.CIDRMask(16, 128)}
+		},
+		"IPv6 DNS in it": func(p *PodInterface) {
+			p.Addr6 = &net.IPNet{IP: net.ParseIP("fd00::9"), Mask: net.CIDRMask(64, 128)}
+			p.DNS6 = []net.IP{net.ParseIP("fd10:0:2::3")}
+		},
 	} {
 		p := pod
 		mod(&p)

@@ -1,7 +1,9 @@
 package podnat
 
 import (
+	"errors"
 	"fmt"
+	"net"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -28,10 +30,32 @@ func Install(c Config) error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	if err := nftable.Delete(conn, nftables.TableFamilyIPv4, Table); err != nil {
-		return err
+	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
+		if err := nftable.Delete(conn, fam, Table); err != nil {
+			return err
+		}
 	}
-	t := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: Table})
+	var four, six []Rule
+	for _, r := range rules {
+		if r.IPv6 {
+			six = append(six, r)
+		} else {
+			four = append(four, r)
+		}
+	}
+	addTable(conn, nftables.TableFamilyIPv4, four)
+	if len(six) > 0 {
+		addTable(conn, nftables.TableFamilyIPv6, six)
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("install the guest's NAT (nftables table %s): %w (the kernel needs nf_tables with NAT and conntrack)", Table, err)
+	}
+	return nil
+}
+
+// addTable adds the table of one family with its chains and rules to conn's batch.
+func addTable(conn *nftables.Conn, family nftables.TableFamily, rules []Rule) {
+	t := conn.AddTable(&nftables.Table{Family: family, Name: Table})
 	accept, drop := nftables.ChainPolicyAccept, nftables.ChainPolicyDrop
 	chains := map[Chain]*nftables.Chain{
 		Prerouting: {Name: string(Prerouting), Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting,
@@ -50,14 +74,12 @@ func Install(c Config) error {
 	for _, r := range rules {
 		conn.AddRule(&nftables.Rule{Table: t, Chain: chains[r.Chain], Exprs: exprs(r)})
 	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("install the guest's NAT (nftables table ip %s): %w (the kernel needs nf_tables with NAT and conntrack)", Table, err)
-	}
-	return nil
 }
 
-// Remove deletes the table; it is gone with the pod's namespace anyway.
-func Remove() error { return nftable.Remove(nftables.TableFamilyIPv4, Table) }
+// Remove deletes the tables; they are gone with the pod's namespace anyway.
+func Remove() error {
+	return errors.Join(nftable.Remove(nftables.TableFamilyIPv4, Table), nftable.Remove(nftables.TableFamilyIPv6, Table))
+}
 
 func exprs(r Rule) []expr.Any {
 	var out []expr.Any
@@ -68,19 +90,27 @@ func exprs(r Rule) []expr.Any {
 	if r.OIf != "" {
 		out = append(out, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, cmp(ifname(r.OIf)))
 	}
+	// Addresses as the family's header holds them (RFC 791, RFC 8200).
+	addr, saddrAt, daddrAt, natFamily := func(ip net.IP) []byte { return ip.To4() }, uint32(12), uint32(16), uint32(unix.NFPROTO_IPV4)
+	if r.IPv6 {
+		addr, saddrAt, daddrAt, natFamily = func(ip net.IP) []byte { return ip.To16() }, 8, 24, unix.NFPROTO_IPV6
+	}
 	if r.SAddr != nil {
-		out = append(out, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}, cmp(r.SAddr.To4()))
+		a := addr(r.SAddr)
+		out = append(out, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: saddrAt, Len: uint32(len(a))}, cmp(a))
 	}
 	if r.DAddr != nil {
-		out = append(out, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}, cmp(r.DAddr.To4()))
+		a := addr(r.DAddr)
+		out = append(out, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: daddrAt, Len: uint32(len(a))}, cmp(a))
 	}
 	if r.Proto != "" {
 		proto := byte(unix.IPPROTO_TCP)
 		if r.Proto == "udp" {
 			proto = unix.IPPROTO_UDP
 		}
+		// The transport protocol past any IPv6 extension headers.
 		out = append(out,
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 9, Len: 1}, cmp([]byte{proto}),
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, cmp([]byte{proto}),
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}, cmp(binaryutil.BigEndian.PutUint16(r.DPort)))
 	}
 	ctBits := func(key expr.CtKey, mask uint32) []expr.Any {
@@ -103,8 +133,8 @@ func exprs(r Rule) []expr.Any {
 	case Drop:
 		out = append(out, &expr.Verdict{Kind: expr.VerdictDrop})
 	case DNAT:
-		out = append(out, &expr.Immediate{Register: 1, Data: r.To.To4()},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1})
+		out = append(out, &expr.Immediate{Register: 1, Data: addr(r.To)},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: natFamily, RegAddrMin: 1})
 	case Masquerade:
 		out = append(out, &expr.Masq{})
 	}

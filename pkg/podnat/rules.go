@@ -1,7 +1,8 @@
 // Package podnat forwards a pod's traffic to a guest behind NAT in the pod's network namespace
 // (the runner's masquerade network mode): the pod IP's declared ports are DNATed to the guest's
 // fixed address, the guest's own traffic leaving through the pod interface is masqueraded to the
-// pod IP, and nothing else is forwarded between the pod network and the guest.
+// pod IP, and nothing else is forwarded between the pod network and the guest. In a dual-stack
+// pod the same holds for IPv6 (NAT66), in a table of the ip6 family.
 //
 // The rules are data (Rules) so they can be read and golden-tested without a kernel; Install
 // turns them into one nftables table through netlink (github.com/google/nftables), never an
@@ -15,7 +16,8 @@ import (
 	"strings"
 )
 
-// Table is the nftables table (ip family) that holds the NAT in the pod's namespace.
+// Table is the nftables table (ip family, and ip6 in a dual-stack pod) that holds the NAT in the
+// pod's namespace.
 const Table = "virtpod-nat"
 
 // Chain names a base chain of the table; each has a fixed type, hook and priority (Install).
@@ -54,7 +56,9 @@ type Config struct {
 	PodIP        net.IP
 	Bridge       string // the runner's bridge, where the guest is
 	GuestIP      net.IP
-	Ports        []Port
+	// PodIP6 and GuestIP6: the pod's and the guest's IPv6 addresses in a dual-stack pod (else nil).
+	PodIP6, GuestIP6 net.IP
+	Ports            []Port
 }
 
 // Rule matches when every set field holds.
@@ -70,6 +74,7 @@ type Rule struct {
 	CtDNAT        bool
 	Action        Action
 	To            net.IP // DNAT's new destination
+	IPv6          bool   // the rule is the ip6 table's
 }
 
 // Rules are the table's rules for c, chain by chain in order.
@@ -77,13 +82,25 @@ func Rules(c Config) ([]Rule, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	pod, guest := c.PodIP.To4(), c.GuestIP.To4()
+	rules := c.familyRules(c.PodIP.To4(), c.GuestIP.To4())
+	if c.PodIP6 != nil {
+		six := c.familyRules(c.PodIP6.To16(), c.GuestIP6.To16())
+		for i := range six {
+			six[i].IPv6 = true
+		}
+		rules = append(rules, six...)
+	}
+	return rules, nil
+}
+
+// familyRules are one table's rules: the pod's and guest's addresses of one family.
+func (c Config) familyRules(pod, guest net.IP) []Rule {
 	var rules []Rule
 	for _, p := range c.Ports {
 		rules = append(rules, Rule{Chain: Prerouting, IIf: c.PodInterface, DAddr: pod, Proto: strings.ToLower(p.Protocol), DPort: p.Port,
 			Action: DNAT, To: guest})
 	}
-	rules = append(rules,
+	return append(rules,
 		// Replies, both ways: to the guest's outgoing connections and from its forwarded ports.
 		Rule{Chain: Forward, CtEstablished: true, Action: Accept},
 		// The guest's new connections out to the pod network and beyond.
@@ -94,7 +111,6 @@ func Rules(c Config) ([]Rule, error) {
 		Rule{Chain: Forward, Action: Drop},
 		Rule{Chain: Postrouting, OIf: c.PodInterface, SAddr: guest, Action: Masquerade},
 	)
-	return rules, nil
 }
 
 func (c Config) validate() error {
@@ -109,6 +125,14 @@ func (c Config) validate() error {
 	}
 	if c.GuestIP.To4() == nil || c.GuestIP.IsUnspecified() {
 		errs = append(errs, fmt.Errorf("guest IP %q is not a usable IPv4 address", c.GuestIP))
+	}
+	if (c.PodIP6 == nil) != (c.GuestIP6 == nil) {
+		errs = append(errs, fmt.Errorf("pod IPv6 %q and guest IPv6 %q: give both or neither", c.PodIP6, c.GuestIP6))
+	}
+	for what, ip := range map[string]net.IP{"pod IPv6": c.PodIP6, "guest IPv6": c.GuestIP6} {
+		if ip != nil && (ip.To4() != nil || !ip.IsGlobalUnicast()) {
+			errs = append(errs, fmt.Errorf("%s %q is not a global IPv6 address", what, ip))
+		}
 	}
 	for _, p := range c.Ports {
 		if p.Port == 0 || (p.Protocol != "TCP" && p.Protocol != "UDP") {
@@ -127,11 +151,15 @@ func (r Rule) String() string {
 	if r.OIf != "" {
 		parts = append(parts, fmt.Sprintf("oifname %q", r.OIf))
 	}
+	ip := "ip"
+	if r.IPv6 {
+		ip = "ip6"
+	}
 	if r.SAddr != nil {
-		parts = append(parts, "ip saddr "+r.SAddr.String())
+		parts = append(parts, ip+" saddr "+r.SAddr.String())
 	}
 	if r.DAddr != nil {
-		parts = append(parts, "ip daddr "+r.DAddr.String())
+		parts = append(parts, ip+" daddr "+r.DAddr.String())
 	}
 	if r.Proto != "" {
 		parts = append(parts, fmt.Sprintf("%s dport %d", r.Proto, r.DPort))

@@ -108,6 +108,9 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 			return nil, err
 		}
 		nat := podnat.Config{PodInterface: pod.Name, PodIP: pod.Addr.IP, Bridge: pl.Bridge, GuestIP: pl.Guest.Addr.IP}
+		if pod.Addr6 != nil {
+			nat.PodIP6, nat.GuestIP6 = pod.Addr6.IP, pl.Guest.Addr6.IP
+		}
 		for _, p := range r.Ports {
 			nat.Ports = append(nat.Ports, podnat.Port{Protocol: p.Protocol, Port: uint16(p.Port)})
 		}
