@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/virtpod/virtpod/tests/loopback"
+	"github.com/virtpod/virtpod/tests/rawhttp"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
@@ -168,14 +169,36 @@ func TestGuestIgnoringPowerButtonIsStoppedAfterGrace(t *testing.T) {
 // exit code and the termination message. Before that, the same boot checks a readiness probe on a
 // port the guest does not open: the guest runs, yet the runner is not ready, and the exec probe
 // prints why (the line the kubelet puts in the pod's Unhealthy event).
+//
+// The pod is IPv6-only: the guest takes the pod's address from the runner's DHCPv6 (no ip=, no
+// DHCP), the node reaches it there, and the port relay and the probe reach it from the bridge's
+// link-local relay address (the probe's refusal comes back that way too).
 func TestQEMUKilledIsReported(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 6)
+	ns.ipv6Only(t, 6)
 	r := startRunner(t, ns.name, append(baseArgs(t, guest, "vm-kill"), "--network=pod", "--resolv-conf="+ns.resolvConf,
-		"--readiness-probe=tcp:81")...)
+		"--readiness-probe=tcp:81", "--port=http:80/TCP")...)
 	r.waitMarker(t, bootTimeout)
-	if _, err := httpGet(context.Background(), "http://"+ns.podIP+"/"); err != nil {
+	want6 := "VIRTPOD-GUEST-IPV6 " + ns.podIP6 + " dns=" + ns.gwIP6
+	for deadline := time.Now().Add(90 * time.Second); !strings.Contains(r.stdout.String(), want6); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest did not take the pod's IPv6 address (%q missing):\n%s", want6, tail(r.stdout.String(), 10))
+		}
+	}
+	if _, err := httpGet(context.Background(), "http://["+ns.podIP6+"]/"); err != nil {
 		t.Fatalf("the guest's network is not up: %v", err)
+	}
+	err := inNetns(ns.name, func() error {
+		body, err := rawhttp.Get("127.0.0.1:80")
+		// No ip= names the host in an IPv6-only pod: the fixture's page says "(none)".
+		if err == nil && !strings.Contains(body, "virtpod guest ") {
+			err = fmt.Errorf("answered %q", body)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("guest HTTP through the relay on the pod's loopback: %v", err)
 	}
 	want := "guest readiness probe tcp :81: connection refused"
 	out, err := waitProbe(ns.name, runnerBinary(t), r.stateDir, func(out string, err error) bool { return strings.TrimSpace(out) == want })

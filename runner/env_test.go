@@ -178,6 +178,18 @@ func (p *podNetns) dualStack(t *testing.T, n int) {
 	}
 }
 
+// ipv6Only makes the pod IPv6-only: dualStack's address and route, and no IPv4 address, route
+// or nameserver left.
+func (p *podNetns) ipv6Only(t *testing.T, n int) {
+	t.Helper()
+	p.dualStack(t, n)
+	run(t, "ip", "-n", p.name, "addr", "del", p.podIP+"/24", "dev", "eth0")
+	p.podIP = ""
+	if err := os.WriteFile(p.resolvConf, []byte("nameserver "+p.gwIP6+"\nsearch default.svc.cluster.local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // onNodeBridge moves the node end of the pod's veth onto a bridge that holds the gateway
 // address, as the bridge CNI plugin lays out a node; hairpin as the plugin's hairpinMode, which
 // sends the pod's broadcasts back to it. It returns the bridge's name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -82,12 +83,16 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 		n.stops = append(n.stops, func() { link.Close() }) // Serve's, once it runs; here if it never does
 	}
 	pl.WithResolver(dns, search)
-	src := guestnet.RelayIP // the runner's own address towards the guest
+	// The runner's own address towards the guest, and the guest's it reaches from there.
+	src, guestIP := &net.TCPAddr{IP: guestnet.RelayIP}, pl.Guest.Addr
+	if guestIP == nil { // IPv6-only: the link-local relay address, on the bridge
+		src, guestIP = &net.TCPAddr{IP: guestnet.RelayIP6, Zone: pl.Bridge}, pl.Guest.Addr6
+	}
 	if cfg.Network == runnerconfig.NetworkMasquerade {
 		if err := guestnet.MasqueradeOverlap(pl.Pod); err != nil {
 			return nil, err
 		}
-		src = guestnet.MasqueradeGatewayIP
+		src = &net.TCPAddr{IP: guestnet.MasqueradeGatewayIP}
 	}
 	// cloud-hypervisor opens the tap by name; QEMU is handed an open queue.
 	if cfg.Provider == runnerconfig.ProviderQEMU {
@@ -98,22 +103,23 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 		n.stops = append(n.stops, func() { tap.Close() })
 	}
 	n.plumbing = pl
-	guestIP := pl.Guest.Addr.IP
-	n.stops = append(n.stops, startRelay(cfg.Ports, guestIP, src, log).Close)
+	n.stops = append(n.stops, startRelay(cfg.Ports, guestIP.IP, src, log).Close)
 	if cfg.ReadinessProbe.IsSet() {
-		probe := newGuestProbe(cfg.ReadinessProbe, guestIP, src, log)
+		probe := newGuestProbe(cfg.ReadinessProbe, guestIP.IP, src, log)
 		probeCtx, stopProbe := context.WithCancel(ctx)
 		n.stops = append(n.stops, stopProbe)
 		go probe.run(probeCtx)
 		board.setProbe(probe)
 	}
-	dhcpCtx, stopDHCP := context.WithCancel(ctx)
-	n.stops = append(n.stops, stopDHCP)
-	if err := startDHCP(dhcpCtx, pl, src, cfg.Name, log); err != nil {
-		if cfg.Kernel == "" { // a disk's own OS configures its network by DHCP
-			return nil, err
+	if pl.Guest.Addr != nil {
+		dhcpCtx, stopDHCP := context.WithCancel(ctx)
+		n.stops = append(n.stops, stopDHCP)
+		if err := startDHCP(dhcpCtx, pl, src.IP, cfg.Name, log); err != nil {
+			if cfg.Kernel == "" { // a disk's own OS configures its network by DHCP
+				return nil, err
+			}
+			log.Warn("no DHCP server; the guest has its address from ip=", zap.Error(err))
 		}
-		log.Warn("no DHCP server; the guest has its address from ip=", zap.Error(err))
 	}
 	if pl.Link6 != nil {
 		if err := startIPv6(ctx, pl, n, log); err != nil {
@@ -121,8 +127,8 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 		}
 	}
 	n.ipArg = pl.Guest.KernelIPArg(cfg.Name)
-	log.Info("guest network", zap.String("mode", cfg.Network), zap.String("ip", pl.Guest.Addr.String()), zap.Stringer("gateway", pl.Guest.Gateway),
-		zap.Stringer("podIP", pl.Pod.Addr.IP), zap.Stringer("guestMAC", pl.GuestMAC), zap.Stringer("podMAC", pl.PodMAC), zap.String("tap", pl.Tap))
+	log.Info("guest network", zap.String("mode", cfg.Network), zap.Stringer("ip", pl.Guest.Addr), zap.Stringer("ip6", pl.Guest.Addr6), zap.Stringer("gateway", pl.Guest.Gateway),
+		zap.Stringer("podIP", pl.Pod.Addr), zap.Stringer("podIP6", pl.Pod.Addr6), zap.Stringer("guestMAC", pl.GuestMAC), zap.Stringer("podMAC", pl.PodMAC), zap.String("tap", pl.Tap))
 	return n, nil
 }
 
@@ -173,7 +179,7 @@ func waitPlumbing(ctx context.Context, socket string, board *statusBoard, n *gue
 	if err != nil {
 		return nil, err
 	}
-	if pl.Guest.Addr == nil || len(pl.GuestMAC) != 6 || pl.Tap == "" || pl.Bridge == "" {
+	if pl.Guest.Addr == nil && pl.Guest.Addr6 == nil || len(pl.GuestMAC) != 6 || pl.Tap == "" || pl.Bridge == "" {
 		return nil, fmt.Errorf("the node agent's plumbing is incomplete: %+v", pl)
 	}
 	board.set(StatePreparing, "")

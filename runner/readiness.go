@@ -43,14 +43,14 @@ type ProbeStatus struct {
 type guestProbe struct {
 	probe  runnerconfig.Probe
 	target net.IP
-	src    net.IP // the runner's address towards the guest (guestnet.RelayIP, or 10.0.2.1 in masquerade mode); nil: any
+	src    *net.TCPAddr // the runner's address towards the guest (guestnet.RelayIP or RelayIP6, or 10.0.2.1 in masquerade mode); nil: any
 	log    *zap.Logger
 
 	mu sync.Mutex
 	st ProbeStatus
 }
 
-func newGuestProbe(p runnerconfig.Probe, target, src net.IP, log *zap.Logger) *guestProbe {
+func newGuestProbe(p runnerconfig.Probe, target net.IP, src *net.TCPAddr, log *zap.Logger) *guestProbe {
 	return &guestProbe{probe: p, target: target, src: src, log: log,
 		st: ProbeStatus{Probe: p.String(), Message: "no check has run yet"}}
 }
@@ -107,7 +107,7 @@ func (g *guestProbe) check(ctx context.Context) error {
 	defer cancel()
 	d := net.Dialer{}
 	if g.src != nil {
-		d.LocalAddr = &net.TCPAddr{IP: g.src}
+		d.LocalAddr = g.src
 	}
 	addr := net.JoinHostPort(g.target.String(), strconv.Itoa(int(g.probe.Port)))
 	if g.probe.Kind == runnerconfig.ProbeTCP {

@@ -23,7 +23,7 @@ const relayDialTimeout = 10 * time.Second
 // 10.0.2.1 in masquerade mode). In pod mode the pod IP itself stays the guest's alone.
 type portRelay struct {
 	guest     net.IP
-	src       net.IP
+	src       *net.TCPAddr // with the bridge as zone for the IPv6 link-local relay address
 	log       *zap.Logger
 	listeners []net.Listener
 	wg        sync.WaitGroup
@@ -31,7 +31,7 @@ type portRelay struct {
 
 // startRelay listens for every TCP port in ports. A port it cannot listen on is logged and
 // skipped: the guest still serves it at the pod IP.
-func startRelay(ports []runnerconfig.Port, guest, src net.IP, log *zap.Logger) *portRelay {
+func startRelay(ports []runnerconfig.Port, guest net.IP, src *net.TCPAddr, log *zap.Logger) *portRelay {
 	r := &portRelay{guest: guest, src: src, log: log}
 	for _, p := range ports {
 		if p.Protocol != "TCP" {
@@ -66,7 +66,7 @@ func (r *portRelay) accept(l net.Listener, port int) {
 
 func (r *portRelay) join(client *net.TCPConn, port int) {
 	defer client.Close()
-	d := net.Dialer{Timeout: relayDialTimeout, LocalAddr: &net.TCPAddr{IP: r.src}}
+	d := net.Dialer{Timeout: relayDialTimeout, LocalAddr: r.src}
 	up, err := d.Dial("tcp", net.JoinHostPort(r.guest.String(), strconv.Itoa(port)))
 	if err != nil {
 		r.log.Info("port relay: guest port not reachable", zap.Int("port", port), zap.Error(err))

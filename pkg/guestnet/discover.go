@@ -22,7 +22,7 @@ type PodInterface struct {
 	Index   int
 	MAC     net.HardwareAddr
 	MTU     int
-	Addr    *net.IPNet // IPv4 address and prefix
+	Addr    *net.IPNet // IPv4 address and prefix; nil in an IPv6-only pod
 	Gateway net.IP     // IPv4 default gateway; nil when there is no default route
 	DNS     []net.IP   // IPv4 nameservers from resolv.conf, in order
 	Search  []string
@@ -59,11 +59,10 @@ func Discover(ifName, resolvConf string) (PodInterface, error) {
 			break
 		}
 	}
-	if p.Addr == nil {
-		return p, fmt.Errorf("pod interface %s has no IPv4 address: IPv6-only pods are not supported yet", ifName)
-	}
-	if p.Gateway, err = defaultGateway(netlink.FAMILY_V4); err != nil {
-		return p, err
+	if p.Addr != nil {
+		if p.Gateway, err = defaultGateway(netlink.FAMILY_V4); err != nil {
+			return p, err
+		}
 	}
 	addrs6, err := netlink.AddrList(link, netlink.FAMILY_V6)
 	if err != nil {
@@ -74,6 +73,9 @@ func Discover(ifName, resolvConf string) (PodInterface, error) {
 			p.Addr6 = ad.IPNet
 			break
 		}
+	}
+	if p.Addr == nil && p.Addr6 == nil {
+		return p, fmt.Errorf("pod interface %s has no global IPv4 or IPv6 address", ifName)
 	}
 	if p.Addr6 != nil {
 		if p.Gateway6, err = defaultGateway(netlink.FAMILY_V6); err != nil {
@@ -163,6 +165,9 @@ func ReadResolvConf(path string) ([]net.IP, []string, error) {
 // place in it. hostname is dropped when it is not a valid host name, since ':' or spaces would
 // change the argument's meaning.
 func (p PodInterface) KernelIPArg(hostname string) string {
+	if p.Addr == nil {
+		return "" // ip= is IPv4's; an IPv6-only guest takes its address from DHCPv6
+	}
 	gw := ""
 	if p.Gateway != nil {
 		gw = p.Gateway.String()

@@ -144,7 +144,7 @@ func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, owner T
 // traffic there would go to the bridge instead.
 func MasqueradeOverlap(p PodInterface) error {
 	if p.Addr == nil {
-		return fmt.Errorf("pod interface %s has no IPv4 address", p.Name)
+		return fmt.Errorf("pod interface %s has no IPv4 address: the masquerade network needs one (an IPv6-only pod takes network mode Pod)", p.Name)
 	}
 	inside := []net.IP{p.Addr.IP, p.Gateway}
 	inside = append(inside, p.DNS...)

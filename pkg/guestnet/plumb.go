@@ -70,7 +70,7 @@ const aliasPrefix = "virtpod:"
 
 type savedPod struct {
 	MAC         string `json:"mac"`
-	Addr        string `json:"addr"`
+	Addr        string `json:"addr,omitempty"`
 	Gateway     string `json:"gw,omitempty"`
 	Addr6       string `json:"addr6,omitempty"`
 	Gateway6    string `json:"gw6,omitempty"`
@@ -96,11 +96,14 @@ func Resume(p PodInterface, bridgeName string) (PodInterface, bool, error) {
 	if err != nil {
 		return p, false, fmt.Errorf("bridge %s: saved MAC: %w", bridgeName, err)
 	}
-	ip, ipnet, err := net.ParseCIDR(s.Addr)
-	if err != nil {
-		return p, false, fmt.Errorf("bridge %s: saved address: %w", bridgeName, err)
+	p.MAC = mac
+	if s.Addr != "" {
+		ip, ipnet, err := net.ParseCIDR(s.Addr)
+		if err != nil {
+			return p, false, fmt.Errorf("bridge %s: saved address: %w", bridgeName, err)
+		}
+		p.Addr, p.Gateway = &net.IPNet{IP: ip.To4(), Mask: ipnet.Mask}, net.ParseIP(s.Gateway).To4()
 	}
-	p.MAC, p.Addr, p.Gateway = mac, &net.IPNet{IP: ip.To4(), Mask: ipnet.Mask}, net.ParseIP(s.Gateway).To4()
 	if s.Addr6 == "" {
 		return p, true, nil
 	}
@@ -118,7 +121,10 @@ func Resume(p PodInterface, bridgeName string) (PodInterface, bool, error) {
 }
 
 func saveAlias(br netlink.Link, p PodInterface) error {
-	s := savedPod{MAC: p.MAC.String(), Addr: p.Addr.String()}
+	s := savedPod{MAC: p.MAC.String()}
+	if p.Addr != nil {
+		s.Addr = p.Addr.String()
+	}
 	if p.Gateway != nil {
 		s.Gateway = p.Gateway.String()
 	}

@@ -15,6 +15,10 @@ import (
 // (node-local DNS caches), 169.254.169.254 and neighbours (cloud metadata), 169.254.170.2 (ECS).
 var RelayIP = net.IPv4(169, 254, 75, 1).To4()
 
+// RelayIP6 is RelayIP's counterpart in an IPv6-only pod: a link-local address on the bridge
+// (the same digits), which the guest reaches on its own link with no route and no relay rule.
+var RelayIP6 = net.ParseIP("fe80::a9fe:4b01")
+
 // AddRelay gives the pod's namespace a path to the guest without taking anything from it:
 //
 //   - RelayIP/32 on the bridge (no subnet route);
@@ -37,18 +41,22 @@ func (pl *Plumbing) AddRelay() error {
 	if err != nil {
 		return fmt.Errorf("tap %s: %w", pl.Tap, err)
 	}
-	host := net.CIDRMask(32, 32)
-	podIP := pl.Pod.Addr.IP.To4()
-	if err := netlink.AddrReplace(br, &netlink.Addr{IPNet: &net.IPNet{IP: RelayIP, Mask: host}, Scope: unix.RT_SCOPE_LINK}); err != nil {
-		return fmt.Errorf("relay address %s on %s: %w", RelayIP, pl.Bridge, err)
+	relay, podIP, family, bits := RelayIP, pl.Pod.Addr, unix.AF_INET, 32
+	if podIP == nil { // IPv6-only
+		relay, podIP, family, bits = RelayIP6, pl.Pod.Addr6, unix.AF_INET6, 128
 	}
-	if err := netlink.RouteReplace(&netlink.Route{LinkIndex: br.Attrs().Index, Dst: &net.IPNet{IP: podIP, Mask: host},
-		Src: RelayIP, Scope: netlink.SCOPE_LINK}); err != nil {
-		return fmt.Errorf("route to the guest at %s: %w", podIP, err)
+	host := net.CIDRMask(bits, bits)
+	// No duplicate address detection: the address must be usable at once (and it is ours).
+	if err := netlink.AddrReplace(br, &netlink.Addr{IPNet: &net.IPNet{IP: relay, Mask: host}, Scope: unix.RT_SCOPE_LINK, Flags: unix.IFA_F_NODAD}); err != nil {
+		return fmt.Errorf("relay address %s on %s: %w", relay, pl.Bridge, err)
 	}
-	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET,
-		State: netlink.NUD_PERMANENT, IP: podIP, HardwareAddr: pl.GuestMAC}); err != nil {
-		return fmt.Errorf("neighbour entry for the guest at %s: %w", podIP, err)
+	if err := netlink.RouteReplace(&netlink.Route{LinkIndex: br.Attrs().Index, Dst: &net.IPNet{IP: podIP.IP, Mask: host},
+		Src: relay, Scope: netlink.SCOPE_LINK}); err != nil {
+		return fmt.Errorf("route to the guest at %s: %w", podIP.IP, err)
+	}
+	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: family,
+		State: netlink.NUD_PERMANENT, IP: podIP.IP, HardwareAddr: pl.GuestMAC}); err != nil {
+		return fmt.Errorf("neighbour entry for the guest at %s: %w", podIP.IP, err)
 	}
 	// NUD_NOARP is the bridge's "static": never ages out (NUD_PERMANENT would mean the bridge's
 	// own address); NTF_STICKY: learning never moves it to another port.

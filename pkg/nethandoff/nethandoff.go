@@ -156,9 +156,9 @@ func (s *Server) handoff(c *net.UnixConn) (*guestnet.Plumbing, error) {
 		closeFile(link6)
 		return nil, &agentError{"it answered with no plumbing"}
 	}
-	if (link6 != nil) != (r.Plumbing.Pod.Addr6 != nil) {
+	if (link6 != nil) != (r.Plumbing.Guest.Addr6 != nil) {
 		closeFile(link6)
-		return nil, &agentError{fmt.Sprintf("it sent %d descriptors for a pod with IPv6 address %v: want the IPv6 link exactly when the pod has one", len(fds), r.Plumbing.Pod.Addr6)}
+		return nil, &agentError{fmt.Sprintf("it sent %d descriptors for a guest with IPv6 address %v: want the IPv6 link exactly when the guest has one", len(fds), r.Plumbing.Guest.Addr6)}
 	}
 	r.Plumbing.Link6 = link6
 	s.mu.Lock()

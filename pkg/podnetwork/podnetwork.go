@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,8 +96,8 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.PodIP != nil && !r.PodIP.Equal(pod.Addr.IP) && (pod.Addr6 == nil || !r.PodIP.Equal(pod.Addr6.IP)) {
-		return nil, fmt.Errorf("the network namespace handed over holds %s, not the pod's IP %s: not this pod's; refused", pod.Addr.IP, r.PodIP)
+	if r.PodIP != nil && !slices.ContainsFunc([]*net.IPNet{pod.Addr, pod.Addr6}, func(a *net.IPNet) bool { return a != nil && a.IP.Equal(r.PodIP) }) {
+		return nil, fmt.Errorf("the network namespace handed over holds %v and %v, not the pod's IP %s: not this pod's; refused", pod.Addr, pod.Addr6, r.PodIP)
 	}
 	var (
 		pl    *guestnet.Plumbing
@@ -126,12 +127,17 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 			return nil, err
 		}
 		// The guest's packets to the relay address are turned to the bridge before the guard
-		// judges them.
-		relay = &spoofguard.Relay{IP: guestnet.RelayIP, BridgeMAC: pl.BridgeMAC}
+		// judges them (IPv4: an IPv6-only guest reaches the link-local relay on its own link).
+		if pod.Addr != nil {
+			relay = &spoofguard.Relay{IP: guestnet.RelayIP, BridgeMAC: pl.BridgeMAC}
+		}
 	default:
 		return nil, fmt.Errorf("network mode %q: want %s or %s", r.Mode, runnerconfig.NetworkPod, runnerconfig.NetworkMasquerade)
 	}
-	var ip6 net.IP
+	var ip, ip6 net.IP
+	if pl.Guest.Addr != nil {
+		ip = pl.Guest.Addr.IP
+	}
 	if pl.Guest.Addr6 != nil {
 		ip6 = pl.Guest.Addr6.IP
 		// The runner's link to the guest for its IPv6 configuration: only the agent may open it.
@@ -143,7 +149,7 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 		}
 	}
 	// The guest may speak only as itself (docs/security.md).
-	if err := spoofguard.Install(pl.Tap, pl.GuestMAC, pl.Guest.Addr.IP, ip6, pl.BridgeMAC, relay); err != nil {
+	if err := spoofguard.Install(pl.Tap, pl.GuestMAC, ip, ip6, pl.BridgeMAC, relay); err != nil {
 		if pl.Link6 != nil {
 			pl.Link6.Close()
 		}

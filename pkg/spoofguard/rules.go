@@ -160,23 +160,35 @@ func Rules(mac net.HardwareAddr, ip, ip6 net.IP, bridge net.HardwareAddr) ([]Rul
 	if len(bridge) != 6 {
 		return nil, fmt.Errorf("bridge MAC %q is not a 48-bit Ethernet address", bridge)
 	}
-	ip4 := ip.To4()
-	if ip4 == nil || ip4.Equal(net.IPv4zero) {
-		return nil, fmt.Errorf("guest address %q is not a usable IPv4 address", ip)
+	if ip == nil && ip6 == nil {
+		return nil, fmt.Errorf("the guest has no address: want an IPv4 address, an IPv6 one or both")
 	}
-	var v6 []Rule
+	rules := []Rule{{Matches: []Match{{EtherSaddr, false, []byte(mac)}}, Counter: CounterMAC, Verdict: Drop}}
+	if ip != nil {
+		ip4 := ip.To4()
+		if ip4 == nil || ip4.Equal(net.IPv4zero) {
+			return nil, fmt.Errorf("guest address %q is not a usable IPv4 address", ip)
+		}
+		rules = append(rules, rules4(mac, ip4, bridge)...)
+	}
 	if ip6 != nil {
 		if ip6.To4() != nil || !ip6.IsGlobalUnicast() {
 			return nil, fmt.Errorf("guest address %q is not a global IPv6 address", ip6)
 		}
-		v6 = rules6(mac, ip6.To16())
+		rules = append(rules, rules6(mac, ip6.To16())...)
 	}
+	// In an IPv6-only pod, ARP and IPv4 have nowhere to go: they are "other".
+	return append(rules, Rule{Matches: []Match{{EtherType, true, etherTypeIPv6}}, Counter: CounterIP6, Verdict: Drop},
+		Rule{Counter: CounterOther, Verdict: Drop}), nil
+}
+
+// rules4 are the ARP and IPv4 rules for a guest with this MAC and IPv4 address (4 bytes).
+func rules4(mac net.HardwareAddr, ip4 net.IP, bridge net.HardwareAddr) []Rule {
 	m, a := []byte(mac), []byte(ip4)
 	toBridge := &Set{Field: EtherDaddr, Value: []byte(bridge)}
 	isARP := Match{EtherType, true, etherTypeARP}
 	isIPv4 := Match{EtherType, true, etherTypeIPv4}
-	return append(append([]Rule{
-		{Matches: []Match{{EtherSaddr, false, m}}, Counter: CounterMAC, Verdict: Drop},
+	return []Rule{
 		{Matches: []Match{isARP, {ARPSha, false, m}}, Counter: CounterARP, Verdict: Drop},
 		{Matches: []Match{isARP, {ARPSpa, true, a}}, Verdict: Accept},
 		// An ARP probe (RFC 5227) asks about an address before using it, from 0.0.0.0.
@@ -190,8 +202,7 @@ func Rules(mac net.HardwareAddr, ip, ip6 net.IP, bridge net.HardwareAddr) ([]Rul
 		{Matches: []Match{isIPv4, {IPSaddr, true, a}, {IPProto, true, protoUDP}, {UDPDport, true, portDHCP}}, Set: toBridge, Verdict: Accept},
 		{Matches: []Match{isIPv4, {IPSaddr, true, a}}, Verdict: Accept},
 		{Matches: []Match{isIPv4}, Counter: CounterIP, Verdict: Drop},
-	}, v6...), Rule{Matches: []Match{{EtherType, true, etherTypeIPv6}}, Counter: CounterIP6, Verdict: Drop},
-		Rule{Counter: CounterOther, Verdict: Drop}), nil
+	}
 }
 
 // ICMPv6 types the IPv6 rules name.

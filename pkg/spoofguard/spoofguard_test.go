@@ -44,6 +44,10 @@ func TestRulesGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGolden(t, "rules-dual-stack.golden", rules)
+	if rules, err = Rules(guestMAC, nil, podIP6, relay.BridgeMAC); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "rules-ipv6-only.golden", rules)
 }
 
 // TestRelayRulesGolden: the relay's rule, as Install puts it before the guard's.
@@ -93,7 +97,7 @@ func TestRulesRefuseBadInput(t *testing.T) {
 	}{
 		{nil, podIP, nil, "MAC"},
 		{net.HardwareAddr{1, 2, 3, 4, 5, 6, 7, 8}, podIP, nil, "MAC"},
-		{guestMAC, nil, nil, "IPv4"},
+		{guestMAC, nil, nil, "no address"},
 		{guestMAC, net.IPv4zero, nil, "IPv4"},
 		{guestMAC, net.ParseIP("fd00::2"), nil, "IPv4"},
 		{guestMAC, podIP, podIP, "IPv6"},

@@ -237,11 +237,13 @@ func TestManagedByKamaji(t *testing.T) {
 		t.Fatalf("endpoint %v, provisioned %v before Kamaji set anything", v.Spec.ControlPlaneEndpoint, v.Status.Initialization.Provisioned)
 	}
 	// Kamaji's DynamicInfrastructureClusterPatch: a merge patch of only this field.
-	patch := []byte(`{"spec":{"controlPlaneEndpoint":{"host":"10.0.0.50","port":6443}}}`)
+	patch := []byte(`{"spec":{"controlPlaneEndpoint":{"host":"192.0.2.50","port":6443}}}`)
 	if err := env.Client.Patch(ctx, v, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
-	kamaji := clusterv1.APIEndpoint{Host: "10.0.0.50", Port: 6443}
+	// Outside the test API server's Service range: a Service given the same address by chance
+	// would look like the endpoint's source.
+	kamaji := clusterv1.APIEndpoint{Host: "192.0.2.50", Port: 6443}
 	eventually(t, "provisioned after Kamaji's patch", func() error {
 		v := get(t, vc)
 		if v.Status.Initialization.Provisioned == nil || !*v.Status.Initialization.Provisioned {

@@ -262,7 +262,9 @@ func lastPoll(log string) int {
 // node while a pod on the first fetches its page through a Service; its heartbeat goes on
 // without restarting (no reboot), the VM's status names the new node, the root overlay and the
 // node-local claim were copied (into a claim made on the second node, which the VM names now,
-// holding what the guest wrote) and the shared claim was not (the target attached it). Then each failure a migration can meet — deleted mid-way, no node for the target —
+// holding what the guest wrote) and the shared claim was not (the target attached it); in the
+// dual-stack cluster the guest keeps fd10:0:2::2 and answers through the Service's IPv6 address
+// from its new node. Then each failure a migration can meet — deleted mid-way, no node for the target —
 // ends the migration Failed with its reason and exactly one guest running; `kubectl drain` moves
 // the VM instead of killing it; then the target's QEMU killed and the source's QEMU killed end
 // Failed with their reasons; deleting the VM mid-way ends the migration Failed with nothing left.
@@ -308,9 +310,14 @@ func TestLiveMigration(t *testing.T) {
 	})
 	eventually(t, "guest heartbeat", 2*time.Minute, func() error { return contains(podLogs(ns, m.vm().Status.PodName), "VIRTPOD-HB ") })
 	eventually(t, "the first boot counted on the root claim", time.Minute, func() error { return contains(podLogs(ns, m.vm().Status.PodName), "VIRTPOD-GUEST-BOOTS 1") })
+	// The cluster is dual-stack: the guest takes fd10:0:2::2 too, NATed to its pod's IPv6 address.
+	eventually(t, "the guest's IPv6 address", 2*time.Minute, func() error {
+		return contains(podLogs(ns, m.vm().Status.PodName), "VIRTPOD-GUEST-IPV6 fd10:0:2::2 dns="+clusterDNS6)
+	})
+	dual := corev1.IPFamilyPolicyRequireDualStack
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mover"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "mover"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "mover"}, IPFamilyPolicy: &dual,
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
 	}
 	if err := kube.Create(ctx, svc); err != nil {
@@ -348,16 +355,22 @@ func TestLiveMigration(t *testing.T) {
 		t.Errorf("the target's console shows the guest's boot marker: it booted again")
 	}
 	// The guest's agent answers in the target pod too. In the Masquerade mode the guest holds
-	// its own address, 10.0.2.2, and the VM's address is the pod IP.
+	// its own addresses, 10.0.2.2 and fd10:0:2::2, and the VM's address is the pod IP.
 	eventually(t, "the moved guest's agent in status.guest", time.Minute, func() error {
 		v := m.vm()
 		c, g := meta.FindStatusCondition(v.Status.Conditions, vmv1.ConditionAgentConnected), v.Status.Guest
 		if c == nil || c.Status != metav1.ConditionTrue || g == nil || g.Hostname != "mover" || v.Status.PodIP == "" || v.Status.PodName != mig.Status.TargetPod ||
-			!slices.ContainsFunc(g.Interfaces, func(i vmv1.GuestInterface) bool { return slices.Contains(i.IPs, "10.0.2.2/24") }) {
+			!slices.ContainsFunc(g.Interfaces, func(i vmv1.GuestInterface) bool {
+				return slices.Contains(i.IPs, "10.0.2.2/24") && slices.ContainsFunc(i.IPs, func(ip string) bool { return strings.HasPrefix(ip, "fd10:0:2::2/") })
+			}) {
 			return fmt.Errorf("AgentConnected %+v, guest %+v, pod IP %s", c, g, v.Status.PodIP)
 		}
 		return nil
 	})
+	// And it answers in IPv6 from its new node, through the Service's IPv6 address.
+	if err := contains(fetchPathFrom(t, ns, "mover-client6", svc.Spec.ClusterIPs[1], 80, "/"), "virtpod guest mover"); err != nil {
+		t.Errorf("the moved guest through the Service's IPv6 address %s: %v", svc.Spec.ClusterIPs[1], err)
+	}
 	eventually(t, "poller fetching from the moved guest", time.Minute, func() error {
 		if _, oks := pollFailures(podLogs(ns, poller), from); oks < 5 {
 			return fmt.Errorf("%d fetches since the move began", oks)
