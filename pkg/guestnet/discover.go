@@ -32,8 +32,9 @@ type PodInterface struct {
 	Addr6    *net.IPNet `json:",omitempty"`
 	Gateway6 net.IP     `json:",omitempty"`
 	DNS6     []net.IP   `json:",omitempty"`
-	// Gateway6MAC is the IPv6 gateway's MAC, resolved while the pod still had its address:
-	// afterwards the pod's namespace has none to ask from.
+	// Gateway6MAC is the IPv6 gateway's MAC, which Plumb resolves while the pod still has its
+	// address (afterwards the pod's namespace has none to ask from); the masquerade network
+	// needs none.
 	Gateway6MAC net.HardwareAddr `json:",omitempty"`
 }
 
@@ -80,11 +81,6 @@ func Discover(ifName, resolvConf string) (PodInterface, error) {
 	if p.Addr6 != nil {
 		if p.Gateway6, err = defaultGateway(netlink.FAMILY_V6); err != nil {
 			return p, err
-		}
-		if p.Gateway6 != nil {
-			if p.Gateway6MAC, err = resolveNeighbour(link, p.Gateway6); err != nil {
-				return p, err
-			}
 		}
 	}
 	if resolvConf == "" {

@@ -200,9 +200,11 @@ func TestPlumbInNetns(t *testing.T) {
 	if r.pod.Addr.String() != "10.213.200.2/24" || !r.pod.Gateway.Equal(net.IPv4(10, 213, 200, 1)) || len(r.pod.DNS) != 1 {
 		t.Fatalf("Discover = %+v", r.pod)
 	}
-	if r.pod.Addr6.String() != "fd00:213:200::2/64" || !r.pod.Gateway6.Equal(net.ParseIP("fd00:213:200::1")) || len(r.pod.DNS6) != 1 ||
-		r.pod.Gateway6MAC.String() != hostMAC.HardwareAddr.String() {
-		t.Fatalf("Discover (IPv6) = %+v, want the gateway at %s", r.pod, hostMAC.HardwareAddr)
+	if r.pod.Addr6.String() != "fd00:213:200::2/64" || !r.pod.Gateway6.Equal(net.ParseIP("fd00:213:200::1")) || len(r.pod.DNS6) != 1 {
+		t.Fatalf("Discover (IPv6) = %+v", r.pod)
+	}
+	if got := r.pl.Pod.Gateway6MAC; got.String() != hostMAC.HardwareAddr.String() {
+		t.Fatalf("Plumb resolved the IPv6 gateway to %q, want %s", got, hostMAC.HardwareAddr)
 	}
 	// The guest's router: the gateway's MAC, at the link-local address it forms (the gateway's
 	// own address is global), after a resumed plumbing too.

@@ -161,6 +161,11 @@ func Plumb(p PodInterface, bridgeName, tapName string, owner TapOwner) (*Plumbin
 	if err != nil {
 		return nil, fmt.Errorf("pod interface %s: %w", p.Name, err)
 	}
+	if p.Gateway6 != nil && p.Gateway6MAC == nil { // not Resume's, which saved it
+		if p.Gateway6MAC, err = resolveNeighbour(link, p.Gateway6); err != nil {
+			return nil, err
+		}
+	}
 	var br netlink.Link
 	if old, err := netlink.LinkByName(bridgeName); err == nil {
 		br = old // Resume's: its alias already holds p

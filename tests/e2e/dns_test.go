@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/virtpod/virtpod/pkg/podspec"
 )
 
 // TestPodResolvesService: the cluster has DNS (CoreDNS at the kubelet's clusterDNS, started by
@@ -51,7 +53,8 @@ func TestPodResolvesService(t *testing.T) {
 
 // guestResolvesService shows that a guest resolves a Service by name: the runner hands the pod's
 // nameserver (the cluster DNS) to the guest (the fixture takes it from ip=, a DHCP guest from its
-// lease), and nslookup typed into the serial console (vmctl console) gets the Service's address.
+// lease), and nslookup typed into the serial console (vmctl console) gets the Service's address;
+// then a dual-stack Service's IPv6 address from the cluster DNS asked over IPv6.
 // It needs a booted VM; the upgrade test lends one rather than booting another.
 func guestResolvesService(t *testing.T, ns, vm string) {
 	t.Helper()
@@ -69,15 +72,36 @@ func guestResolvesService(t *testing.T, ns, vm string) {
 		t.Fatal(err)
 	}
 	// The answer, not the command typed, carries "Address: <ip>".
-	want := "Address: " + svc.Spec.ClusterIP
+	lookup(t, c, "nslookup "+svc.Name+"."+ns+".svc.cluster.local", "Address: "+svc.Spec.ClusterIP)
+
+	// Over IPv6: the cluster DNS's IPv6 address (the guest's DHCPv6 lease names it) answers a
+	// dual-stack Service's name with both addresses.
+	eventually(t, "the guest's IPv6 address", 2*time.Minute, func() error {
+		return contains(podLogs(ns, podspec.PodName(vm)), "VIRTPOD-GUEST-IPV6 ")
+	})
+	dual := corev1.IPFamilyPolicyRequireDualStack
+	svc6 := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "resolved-over-ipv6"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"}, IPFamilyPolicy: &dual,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if err := kube.Create(ctx, svc6); err != nil {
+		t.Fatal(err)
+	}
+	lookup(t, c, "nslookup "+svc6.Name+"."+ns+".svc.cluster.local "+clusterDNS6, "Address: "+svc6.Spec.ClusterIPs[1])
+}
+
+// lookup types cmd into the guest's shell until the console shows want.
+func lookup(t *testing.T, c *ptyProc, cmd, want string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		c.write(t, "cat /etc/resolv.conf; nslookup "+svc.Name+"."+ns+".svc.cluster.local\r")
+		c.write(t, "cat /etc/resolv.conf; "+cmd+"\r")
 		if c.waitFor(5*time.Second, want) == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the guest did not resolve %s.%s to %s:\n%s", svc.Name, ns, svc.Spec.ClusterIP, c.screen())
+			t.Fatalf("the guest's %q did not print %q:\n%s", cmd, want, c.screen())
 		}
 	}
 }
