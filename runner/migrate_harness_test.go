@@ -137,8 +137,8 @@ func (mt *migrationTest) targetWith(t testing.TB, qemu string) *migrationRunner 
 	return m
 }
 
-// start starts a runner; with the masquerade network, in a pod-like network namespace of its own
-// (10.213.40+n.2).
+// start starts a runner; with the masquerade network, in an IPv6-only pod-like network namespace
+// of its own (fd00:213:40+n::2).
 func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 	t.Helper()
 	args = append([]string(nil), args...)
@@ -157,8 +157,9 @@ func (mt *migrationTest) start(t testing.TB, args []string) *migrationRunner {
 	}
 	mt.pods++
 	ns := newPodNetns(tt, 40+mt.pods)
+	ns.ipv6Only(tt, 40+mt.pods)
 	m := startMigrationRunner(t, ns.name, append(args, "--resolv-conf="+ns.resolvConf))
-	m.podIP = ns.podIP
+	m.podIP = ns.podIP6
 	return m
 }
 
@@ -198,7 +199,7 @@ func guestDisk(serial string) string {
 
 // migrationRunner is a runner whose console's heartbeats are counted.
 type migrationRunner struct {
-	podIP string // its network namespace's pod IP, with the masquerade network
+	podIP string // its network namespace's (IPv6) pod IP, with the masquerade network
 	r     *runnerProc
 	mu    sync.Mutex
 	hb    []int

@@ -93,6 +93,9 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 			return nil, err
 		}
 		src = &net.TCPAddr{IP: guestnet.MasqueradeGatewayIP}
+		if pl.Guest.Addr == nil {
+			src = &net.TCPAddr{IP: guestnet.MasqueradeGatewayIP6}
+		}
 	}
 	// cloud-hypervisor opens the tap by name; QEMU is handed an open queue.
 	if cfg.Provider == runnerconfig.ProviderQEMU {

@@ -45,12 +45,12 @@ func nameMAC(role, name string) net.HardwareAddr {
 }
 
 // MasqueradeGuest is the guest's addressing in masquerade mode: the fixed address and gateway,
-// with the pod's DNS, search domains and MTU; in a dual-stack pod the fixed IPv6 ones too.
+// with the pod's DNS, search domains and MTU, of each family the pod has (an IPv6-only pod's
+// guest has no IPv4 it could go out with).
 func MasqueradeGuest(p PodInterface, guestMAC net.HardwareAddr) PodInterface {
-	g := PodInterface{
-		Name: "eth0", MAC: guestMAC, MTU: p.MTU,
-		Addr:    &net.IPNet{IP: MasqueradeGuestIP, Mask: MasqueradeNet.Mask},
-		Gateway: MasqueradeGatewayIP, DNS: p.DNS, Search: p.Search,
+	g := PodInterface{Name: "eth0", MAC: guestMAC, MTU: p.MTU, DNS: p.DNS, Search: p.Search}
+	if p.Addr != nil {
+		g.Addr, g.Gateway = &net.IPNet{IP: MasqueradeGuestIP, Mask: MasqueradeNet.Mask}, MasqueradeGatewayIP
 	}
 	if p.Addr6 != nil {
 		g.Addr6 = &net.IPNet{IP: MasqueradeGuestIP6, Mask: MasqueradeNet6.Mask}
@@ -97,7 +97,10 @@ func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, owner T
 	// one its MAC forms, which is the same in every pod of the VM (a migrated guest keeps its
 	// router), beside the IPv6 gateway.
 	_ = netlink.LinkSetIP6AddrGenMode(br, 1) // IN6_ADDR_GEN_MODE_NONE
-	gws := []*net.IPNet{{IP: MasqueradeGatewayIP, Mask: MasqueradeNet.Mask}}
+	var gws []*net.IPNet
+	if p.Addr != nil {
+		gws = append(gws, &net.IPNet{IP: MasqueradeGatewayIP, Mask: MasqueradeNet.Mask})
+	}
 	if p.Addr6 != nil {
 		pl.Router6 = &Router6{IP: EUI64LinkLocal(bridgeMAC), MAC: bridgeMAC}
 		gws = append(gws, &net.IPNet{IP: pl.Router6.IP, Mask: net.CIDRMask(64, 128)}, &net.IPNet{IP: MasqueradeGatewayIP6, Mask: MasqueradeNet6.Mask})
@@ -117,15 +120,17 @@ func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, owner T
 			return nil, fmt.Errorf("set %s up: %w", l.Attrs().Name, err)
 		}
 	}
-	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET,
-		State: netlink.NUD_PERMANENT, IP: MasqueradeGuestIP, HardwareAddr: guestMAC}); err != nil {
-		return nil, fmt.Errorf("neighbour entry for the guest at %s: %w", MasqueradeGuestIP, err)
-	}
-	// Forwarding is judged on the interface a packet comes in on: the pod interface for traffic
-	// to the guest's ports, the bridge for the guest's own.
-	for _, l := range []netlink.Link{link, br} {
-		if err := SetForwarding(l, true); err != nil {
-			return nil, err
+	if p.Addr != nil {
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET,
+			State: netlink.NUD_PERMANENT, IP: MasqueradeGuestIP, HardwareAddr: guestMAC}); err != nil {
+			return nil, fmt.Errorf("neighbour entry for the guest at %s: %w", MasqueradeGuestIP, err)
+		}
+		// Forwarding is judged on the interface a packet comes in on: the pod interface for
+		// traffic to the guest's ports, the bridge for the guest's own.
+		for _, l := range []netlink.Link{link, br} {
+			if err := SetForwarding(l, true); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if p.Addr6 != nil {
@@ -143,18 +148,20 @@ func PlumbMasquerade(p PodInterface, vmName, bridgeName, tapName string, owner T
 // MasqueradeOverlap refuses a pod whose own network reaches into the masquerade network: its
 // traffic there would go to the bridge instead.
 func MasqueradeOverlap(p PodInterface) error {
-	if p.Addr == nil {
-		return fmt.Errorf("pod interface %s has no IPv4 address: the masquerade network needs one (an IPv6-only pod takes network mode Pod)", p.Name)
+	if p.Addr == nil && p.Addr6 == nil {
+		return fmt.Errorf("pod interface %s has no address", p.Name)
 	}
-	inside := []net.IP{p.Addr.IP, p.Gateway}
-	inside = append(inside, p.DNS...)
-	for _, ip := range inside {
-		if ip != nil && MasqueradeNet.Contains(ip) {
-			return fmt.Errorf("the pod network uses %s, inside the masquerade network %s that the guest lives on: use network mode Pod for this VM", ip, MasqueradeNet)
+	if p.Addr != nil {
+		inside := []net.IP{p.Addr.IP, p.Gateway}
+		inside = append(inside, p.DNS...)
+		for _, ip := range inside {
+			if ip != nil && MasqueradeNet.Contains(ip) {
+				return fmt.Errorf("the pod network uses %s, inside the masquerade network %s that the guest lives on: use network mode Pod for this VM", ip, MasqueradeNet)
+			}
 		}
-	}
-	if p.Addr.Contains(MasqueradeGuestIP) {
-		return fmt.Errorf("the pod's subnet %s contains the masquerade network %s that the guest lives on: use network mode Pod for this VM", p.Addr, MasqueradeNet)
+		if p.Addr.Contains(MasqueradeGuestIP) {
+			return fmt.Errorf("the pod's subnet %s contains the masquerade network %s that the guest lives on: use network mode Pod for this VM", p.Addr, MasqueradeNet)
+		}
 	}
 	if p.Addr6 == nil {
 		return nil

@@ -43,7 +43,9 @@ func Install(c Config) error {
 			four = append(four, r)
 		}
 	}
-	addTable(conn, nftables.TableFamilyIPv4, four)
+	if len(four) > 0 {
+		addTable(conn, nftables.TableFamilyIPv4, four)
+	}
 	if len(six) > 0 {
 		addTable(conn, nftables.TableFamilyIPv6, six)
 	}

@@ -55,7 +55,7 @@ func render(rules []Rule) string {
 // masqueraded out of the pod interface, and nothing else forwarded.
 func TestRulesGolden(t *testing.T) {
 	for name, c := range map[string]Config{"rules.golden": cfg, "noports.golden": {PodInterface: "eth0", PodIP: cfg.PodIP, Bridge: "vp-br0", GuestIP: cfg.GuestIP},
-		"dual-stack.golden": dual} {
+		"dual-stack.golden": dual, "ipv6-only.golden": {PodInterface: "eth0", Bridge: "vp-br0", PodIP6: dual.PodIP6, GuestIP6: dual.GuestIP6, Ports: cfg.Ports}} {
 		rules, err := Rules(c)
 		if err != nil {
 			t.Fatal(err)

@@ -82,7 +82,10 @@ func Rules(c Config) ([]Rule, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	rules := c.familyRules(c.PodIP.To4(), c.GuestIP.To4())
+	var rules []Rule
+	if c.PodIP != nil {
+		rules = c.familyRules(c.PodIP.To4(), c.GuestIP.To4())
+	}
 	if c.PodIP6 != nil {
 		six := c.familyRules(c.PodIP6.To16(), c.GuestIP6.To16())
 		for i := range six {
@@ -120,11 +123,14 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s name %q must have 1-15 characters", what, name))
 		}
 	}
-	if c.PodIP.To4() == nil || c.PodIP.IsUnspecified() {
-		errs = append(errs, fmt.Errorf("pod IP %q is not a usable IPv4 address", c.PodIP))
-	}
-	if c.GuestIP.To4() == nil || c.GuestIP.IsUnspecified() {
-		errs = append(errs, fmt.Errorf("guest IP %q is not a usable IPv4 address", c.GuestIP))
+	// An IPv6-only pod has no IPv4 addresses to join; otherwise both are needed.
+	if c.PodIP != nil || c.GuestIP != nil || c.PodIP6 == nil {
+		if c.PodIP.To4() == nil || c.PodIP.IsUnspecified() {
+			errs = append(errs, fmt.Errorf("pod IP %q is not a usable IPv4 address", c.PodIP))
+		}
+		if c.GuestIP.To4() == nil || c.GuestIP.IsUnspecified() {
+			errs = append(errs, fmt.Errorf("guest IP %q is not a usable IPv4 address", c.GuestIP))
+		}
 	}
 	if (c.PodIP6 == nil) != (c.GuestIP6 == nil) {
 		errs = append(errs, fmt.Errorf("pod IPv6 %q and guest IPv6 %q: give both or neither", c.PodIP6, c.GuestIP6))

@@ -108,7 +108,10 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 		if pl, err = guestnet.PlumbMasquerade(pod, r.VMName, guestnet.DefaultBridge, guestnet.DefaultTap, r.Owner); err != nil {
 			return nil, err
 		}
-		nat := podnat.Config{PodInterface: pod.Name, PodIP: pod.Addr.IP, Bridge: pl.Bridge, GuestIP: pl.Guest.Addr.IP}
+		nat := podnat.Config{PodInterface: pod.Name, Bridge: pl.Bridge}
+		if pod.Addr != nil {
+			nat.PodIP, nat.GuestIP = pod.Addr.IP, pl.Guest.Addr.IP
+		}
 		if pod.Addr6 != nil {
 			nat.PodIP6, nat.GuestIP6 = pod.Addr6.IP, pl.Guest.Addr6.IP
 		}
