@@ -59,6 +59,25 @@ func TestMasqueradeGuestAndKernelArg(t *testing.T) {
 	if err := MasqueradeOverlap(pod); err != nil {
 		t.Errorf("pod %s refused: %v", pod.Addr, err)
 	}
+	// Dual-stack: the fixed IPv6 address beside; IPv6-only: that alone, and no ip=.
+	pod6 := PodInterface{Name: "eth0", MTU: 1450, Addr6: &net.IPNet{IP: net.ParseIP("fd00:218::7"), Mask: net.CIDRMask(64, 128)},
+		Gateway6: net.ParseIP("fd00:218::1"), DNS6: []net.IP{net.ParseIP("fd00:219::a")}}
+	dual := pod
+	dual.Addr6, dual.Gateway6, dual.DNS6 = pod6.Addr6, pod6.Gateway6, pod6.DNS6
+	for name, tc := range map[string]struct {
+		pod      PodInterface
+		v4, v6   bool
+		kernelIP bool
+	}{"dual-stack": {dual, true, true, true}, "IPv6-only": {pod6, false, true, false}} {
+		g := MasqueradeGuest(tc.pod, g)
+		if (g.Addr != nil) != tc.v4 || (g.Addr6 != nil) != tc.v6 || (g.KernelIPArg("vm-1") != "") != tc.kernelIP ||
+			tc.v6 && (g.Addr6.String() != "fd10:0:2::2/120" || !g.Gateway6.Equal(MasqueradeGatewayIP6) || len(g.DNS6) != 1) {
+			t.Errorf("%s: MasqueradeGuest = %+v", name, g)
+		}
+		if err := MasqueradeOverlap(tc.pod); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+		}
+	}
 	for name, mod := range map[string]func(*PodInterface){
 		"pod IP inside": func(p *PodInterface) {
 			p.Addr = &net.IPNet{IP: net.IPv4(10, 0, 2, 9).To4(), Mask: net.CIDRMask(32, 32)}
