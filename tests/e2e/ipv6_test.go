@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,9 +40,6 @@ func reachedOverIPv6(t *testing.T, ns, vm string) {
 	eventually(t, "the guest's IPv6 address in its console", 2*time.Minute, func() error {
 		return contains(podLogs(ns, pod), "VIRTPOD-GUEST-IPV6 "+ip6+" dns="+clusterDNS6)
 	})
-	if err := contains(fetchPathFrom(t, ns, "client6", ip6, 80, "/"), "virtpod guest "+vm); err != nil {
-		t.Errorf("over IPv6 at the pod's address %s: %v", ip6, err)
-	}
 	dual := corev1.IPFamilyPolicyRequireDualStack
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vm + "-dual"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": vm}, IPFamilyPolicy: &dual,
@@ -51,7 +50,13 @@ func reachedOverIPv6(t *testing.T, ns, vm string) {
 	if len(svc.Spec.ClusterIPs) != 2 {
 		t.Fatalf("dual-stack Service %s has addresses %v", svc.Name, svc.Spec.ClusterIPs)
 	}
-	if err := contains(fetchPathFrom(t, ns, "client6svc", svc.Spec.ClusterIPs[1], 80, "/"), "virtpod guest "+vm); err != nil {
-		t.Errorf("through the dual-stack Service's IPv6 address %s: %v", svc.Spec.ClusterIPs[1], err)
+	// One client pod asks both: the pod's address, then the Service's.
+	got := runPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client6"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
+			Command: []string{"sh", "-c", fmt.Sprintf(`for to in "%s" "%s"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $to 80; done`, ip6, svc.Spec.ClusterIPs[1])}}}},
+	})
+	if n := strings.Count(got, "virtpod guest "+vm); n != 2 {
+		t.Errorf("over IPv6 at the pod's address %s and the Service's %s: %d answers, want 2:\n%s", ip6, svc.Spec.ClusterIPs[1], n, got)
 	}
 }
