@@ -137,10 +137,9 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 
 // startIPv6 serves the guest's IPv6 configuration in a dual-stack pod on the link the agent
 // handed over (pkg/ipv6serve) until the run ends, and logs every answer.
+// On error the link is left to the stop setupNetwork registered for it.
 func startIPv6(ctx context.Context, pl *guestnet.Plumbing, n *guestNetwork, log *zap.Logger) error {
-	link := pl.Link6
 	if pl.Router6 == nil {
-		link.Close()
 		return fmt.Errorf("the node agent handed over an IPv6 link but no IPv6 router for %s", pl.Guest.Addr6)
 	}
 	c := ipv6serve.Config{
@@ -148,13 +147,12 @@ func startIPv6(ctx context.Context, pl *guestnet.Plumbing, n *guestNetwork, log 
 		DNS: pl.Guest.DNS6, Search: pl.Guest.Search, MTU: pl.Guest.MTU,
 	}
 	if err := c.Validate(); err != nil {
-		link.Close()
 		return err
 	}
 	sctx, stop := context.WithCancel(ctx)
 	n.stops = append(n.stops, stop)
 	go func() {
-		if err := ipv6serve.Serve(sctx, link, c, func(what string) { log.Info("ipv6 answer", zap.String("answer", what)) }); err != nil {
+		if err := ipv6serve.Serve(sctx, pl.Link6, c, func(what string) { log.Info("ipv6 answer", zap.String("answer", what)) }); err != nil {
 			log.Error("ipv6 server stopped", zap.Error(err))
 		}
 	}()

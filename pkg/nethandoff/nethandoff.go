@@ -125,7 +125,7 @@ func (e *agentError) Error() string {
 
 // handoff sends the Hello and the namespace and reads the agent's Result, with the IPv6 link
 // (Plumbing.Link6) the agent sends beside it for a dual-stack pod.
-func (s *Server) handoff(c *net.UnixConn) (*guestnet.Plumbing, error) {
+func (s *Server) handoff(c *net.UnixConn) (_ *guestnet.Plumbing, err error) {
 	defer c.Close()
 	if err := s.hello(c, false); err != nil {
 		return nil, err
@@ -140,24 +140,25 @@ func (s *Server) handoff(c *net.UnixConn) (*guestnet.Plumbing, error) {
 	var link6 *os.File
 	if len(fds) == 1 {
 		link6 = os.NewFile(uintptr(fds[0]), "ipv6-link")
+		defer func() {
+			if err != nil {
+				link6.Close()
+			}
+		}()
 	} else {
 		closeAll(fds)
 	}
 	var r Result
 	if err := json.NewDecoder(io.MultiReader(bytes.NewReader(buf[:n]), bufio.NewReader(c))).Decode(&r); err != nil {
-		closeFile(link6)
 		return nil, fmt.Errorf("reading the agent's answer: %w", err)
 	}
 	if r.Error != "" {
-		closeFile(link6)
 		return nil, &agentError{r.Error}
 	}
 	if r.Plumbing == nil {
-		closeFile(link6)
 		return nil, &agentError{"it answered with no plumbing"}
 	}
 	if (link6 != nil) != (r.Plumbing.Guest.Addr6 != nil) {
-		closeFile(link6)
 		return nil, &agentError{fmt.Sprintf("it sent %d descriptors for a guest with IPv6 address %v: want the IPv6 link exactly when the guest has one", len(fds), r.Plumbing.Guest.Addr6)}
 	}
 	r.Plumbing.Link6 = link6
@@ -250,11 +251,5 @@ func unixRights(oob []byte) []int {
 func closeAll(fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd)
-	}
-}
-
-func closeFile(f *os.File) {
-	if f != nil {
-		f.Close()
 	}
 }
