@@ -3,13 +3,18 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/virtpod/virtpod/pkg/podnetwork"
 	"github.com/virtpod/virtpod/pkg/spoofguard"
@@ -109,20 +114,37 @@ func linkMAC(t *testing.T, netns, dev string) string {
 	return links[0].Address
 }
 
-func neighMAC(t *testing.T, netns, ip string) string {
+func neighMAC(t *testing.T, netnsName, ip string) string {
 	t.Helper()
-	args := []string{"-j", "neigh", "show", ip}
-	if netns != "" {
-		args = append([]string{"-n", netns}, args...)
+	h, err := netlink.NewHandle()
+	if netnsName != "" {
+		ns, nerr := netns.GetFromName(netnsName)
+		if nerr != nil {
+			t.Fatal(nerr)
+		}
+		defer ns.Close()
+		h, err = netlink.NewHandleAt(ns)
 	}
-	var entries []struct {
-		Lladdr string `json:"lladdr"`
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(run(t, "ip", args...)), &entries); err != nil {
-		t.Fatalf("ip neigh: %v", err)
-	}
-	if len(entries) == 0 {
+	defer h.Close()
+	want := net.ParseIP(ip)
+	// A dump the kernel interrupted (neighbours changing meanwhile, as they do on a busy node)
+	// may be inconsistent: ask again.
+	for attempt := 0; ; attempt++ {
+		neighs, err := h.NeighList(0, netlink.FAMILY_ALL)
+		if errors.Is(err, netlink.ErrDumpInterrupted) && attempt < 10 {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("neighbours: %v", err)
+		}
+		for _, n := range neighs {
+			if n.IP.Equal(want) && len(n.HardwareAddr) > 0 {
+				return n.HardwareAddr.String()
+			}
+		}
 		return ""
 	}
-	return entries[0].Lladdr
 }

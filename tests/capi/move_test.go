@@ -25,6 +25,7 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
 	"github.com/virtpod/virtpod/pkg/controlplaneservice"
+	"github.com/virtpod/virtpod/tests/capimanager"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
@@ -180,57 +181,14 @@ func clusterctlUntil(t *testing.T, bin, want string, args ...string) string {
 	return out.String()
 }
 
-const testControlPlaneGroup = "controlplane.test.virtpod.io"
+const testControlPlaneGroup = capimanager.TestControlPlaneGroup
 
-// initializedControlPlane creates a TestControlPlane that says what a control plane provider
-// says once its first control plane is up; externallyManaged adds what a hosted one (Kamaji's)
-// says: there are no control-plane Machines, so Cluster API may still drain and delete a
-// worker's Node.
+// initializedControlPlane: capimanager.InitializedControlPlane in ns of the tests' API server.
 func initializedControlPlane(t *testing.T, ns, name string, externallyManaged bool) {
 	t.Helper()
-	ctx := context.Background()
-	installControlPlaneKind(t, withCRDs(t, env))
-	cp := &unstructured.Unstructured{}
-	cp.SetAPIVersion(testControlPlaneGroup + "/v1alpha1")
-	cp.SetKind("TestControlPlane")
-	cp.SetNamespace(ns)
-	cp.SetName(name)
-	if err := env.Client.Create(ctx, cp); err != nil {
+	if err := capimanager.InitializedControlPlane(context.Background(), env.Client, ns, name, externallyManaged); err != nil {
 		t.Fatal(err)
 	}
-	_ = unstructured.SetNestedField(cp.Object, true, "status", "initialization", "controlPlaneInitialized")
-	if externallyManaged {
-		_ = unstructured.SetNestedField(cp.Object, true, "status", "externalManagedControlPlane")
-	}
-	if err := env.Client.Status().Update(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// installControlPlaneKind installs TestControlPlane, a control-plane kind of the Cluster API
-// contract with no controller: the test sets its status.
-func installControlPlaneKind(t *testing.T, c client.Client) {
-	t.Helper()
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "testcontrolplanes." + testControlPlaneGroup,
-			Labels: map[string]string{"cluster.x-k8s.io/v1beta2": "v1alpha1", "clusterctl.cluster.x-k8s.io": ""}},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: testControlPlaneGroup, Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "TestControlPlane", ListKind: "TestControlPlaneList",
-				Plural: "testcontrolplanes", Singular: "testcontrolplane"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1alpha1", Served: true, Storage: true,
-				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}}}}
-	if err := c.Create(context.Background(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	eventually(t, "TestControlPlane served", func() error {
-		l := &unstructured.UnstructuredList{}
-		l.SetAPIVersion(testControlPlaneGroup + "/v1alpha1")
-		l.SetKind("TestControlPlaneList")
-		return c.List(context.Background(), l)
-	})
 }
 
 // withCRDs is a client of e that also knows CustomResourceDefinitions.

@@ -1,5 +1,6 @@
 // Package capimanager runs the Cluster API core manager (and other controller binaries) as
-// processes against a test's API server, as the Cluster API tests and the end-to-end tests need.
+// processes against a test's API server, as the Cluster API tests and the end-to-end tests need,
+// and lays out what a control plane provider (a test kind, Kamaji's wiring) leaves for them.
 package capimanager
 
 import (

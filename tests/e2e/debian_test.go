@@ -34,76 +34,37 @@ const debianImage = "localhost/virtpod/debian:dev"
 // firmware, systemd, cloud-init's four stages (Python, emulated) and the user-data's service.
 const debianBoot = 10 * time.Minute
 
-// TestDebianCloudGuest boots a stock-style cloud image the way a user would: no kernelImage (its
-// own bootloader through OVMF), its network by the runner's DHCP, cloud-init user-data from a
-// Secret that adds a user with an SSH key and starts an HTTP service. The VM is Ready only once
-// its readiness probe (that service) passes; another pod fetches the service at the VM's IP and
-// logs in over SSH with the key; vmctl ssh logs in through the API server's port-forward; its
-// qemu-guest-agent puts the OS, hostname and addresses into the VM's status; and deleting the
-// VM powers the guest off through the agent and systemd. One boot for all of it.
-func TestDebianCloudGuest(t *testing.T) {
-	parallelSafe(t)
-	ns := namespace(t)
-	pub, priv := sshKey(t)
-	userData := fmt.Sprintf(`#cloud-config
-users:
-  - name: tester
-    shell: /bin/bash
-    lock_passwd: true
-    ssh_authorized_keys: [%q]
-write_files:
-  - path: /srv/www/index.html
-    content: "virtpod debian guest %s\n"
-  - path: /etc/systemd/system/virtpod-web.service
-    content: |
-      [Unit]
-      Description=virtpod e2e web service
-      [Service]
-      ExecStart=/usr/bin/python3 -m http.server 8080 --directory /srv/www
-      [Install]
-      WantedBy=multi-user.target
-runcmd:
-  - [systemctl, daemon-reload]
-  - [systemctl, enable, --now, virtpod-web.service]
-`, pub, ns)
-	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian-user-data"},
-		Data: map[string][]byte{"value": []byte(userData)}})
-	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ssh-key"},
-		Data: map[string][]byte{"id": priv}})
-
-	vm := debianVM(ns, "debian")
-	vm.Spec.Guest.CloudInit = &vmv1.CloudInit{SecretRef: vmv1.SecretReference{Name: "debian-user-data"}}
-	vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{HTTPGet: &vmv1.HTTPProbe{Port: 8080, Path: "/index.html"}}
-	mustCreate(t, vm)
-	pod := podspec.PodName(vm.Name)
-
-	// Running (the guest is up) comes before Ready (its service answers the probe); until then
-	// Ready says what it waits for.
-	vm = waitRunning(t, ns, vm.Name, 0)
-	if c := meta.FindStatusCondition(getVM(t, ns, vm.Name).Status.Conditions, vmv1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
-		t.Logf("Ready while booting: %s: %s", c.Reason, c.Message)
-	}
+// cloudGuestChecks checks on a running VM what a user of a stock-style cloud image sees of it:
+// booted through its own bootloader and firmware (no kernelImage), its network leased by the
+// runner's DHCP, cloud-init's user-data (here Cluster API's kubeadm bootstrap, with a user whose
+// SSH key is in Secret keySecret and an HTTP service on port 8080 that serves want) run to its end
+// and the VM Ready once its readiness probe (that service) passes; another pod fetches the
+// service at the VM's IP and logs in over SSH with the key; vmctl ssh logs in through the API
+// server's port-forward; and qemu-guest-agent puts the OS, hostname and addresses into the VM's
+// status. The node image is the Debian cloud guest plus Kubernetes' node programs, so its
+// workers carry these checks and no guest boots for them alone.
+func cloudGuestChecks(t *testing.T, ns, name, keySecret string, priv []byte, want string) {
+	t.Helper()
 	eventually(t, "the VM Ready: its readiness probe passes", debianBoot, func() error {
-		got := getVM(t, ns, vm.Name)
-		c := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionReady)
+		c := meta.FindStatusCondition(getVM(t, ns, name).Status.Conditions, vmv1.ConditionReady)
 		if c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("Ready: %+v", c)
 		}
 		return nil
 	})
-	logs := podLogs(ns, pod)
+	vm := getVM(t, ns, name)
 	// The runner leased the pod IP to the guest by DHCP, and cloud-init ran to its end.
-	if err := contains(logs, `"msg":"dhcp answer"`, `"type":"ACK"`, `"ip":"`+vm.Status.PodIP+`"`, "Cloud-init v.", "finished at"); err != nil {
+	if err := contains(podLogs(ns, podspec.PodName(name)), `"msg":"dhcp answer"`, `"type":"ACK"`, `"ip":"`+vm.Status.PodIP+`"`, "Cloud-init v.", "finished at"); err != nil {
 		t.Fatal(err)
 	}
 
 	// Another pod reaches the user-data's service at the VM's IP.
-	if err := contains(fetchFrom(t, ns, vm.Status.PodIP, 8080), "virtpod debian guest "+ns); err != nil {
+	if err := contains(fetchFrom(t, ns, vm.Status.PodIP, 8080), want); err != nil {
 		t.Fatal(err)
 	}
 	// Another pod logs in over SSH with the key cloud-init installed and runs a command.
-	out := sshFrom(t, ns, "ssh-key", vm.Status.PodIP, "tester", "echo user=$(id -un) host=$(hostname)")
-	if err := contains(out, "user=tester host=debian"); err != nil {
+	out := sshFrom(t, ns, keySecret, vm.Status.PodIP, "tester", "echo user=$(id -un) host=$(hostname)")
+	if err := contains(out, "user=tester host="+name); err != nil {
 		t.Fatalf("ssh from a pod: %v", err)
 	}
 	// vmctl ssh: the host's OpenSSH client through the API server's port-forward.
@@ -113,10 +74,10 @@ runcmd:
 		if err := os.WriteFile(key, priv, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(vmctl, "-n", ns, "ssh", vm.Name, "--user", "tester", "--",
+		cmd := exec.Command(vmctl, "-n", ns, "ssh", name, "--user", "tester", "--",
 			"-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "uname -n")
 		b, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(b), "debian") {
+		if err != nil || !strings.Contains(string(b), name) {
 			t.Fatalf("vmctl ssh: %v\n%s", err, b)
 		}
 	})
@@ -124,23 +85,25 @@ runcmd:
 	// qemu-guest-agent (started by udev on its channel) says what runs inside: the VM's status
 	// shows Debian 12, the hostname and the pod IP the guest leased.
 	eventually(t, "AgentConnected, and the guest's facts in status.guest", 2*time.Minute, func() error {
-		got := getVM(t, ns, vm.Name)
+		got := getVM(t, ns, name)
 		c, g := meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionAgentConnected), got.Status.Guest
 		if c == nil || c.Status != metav1.ConditionTrue || g == nil || g.OS == nil {
 			return fmt.Errorf("AgentConnected %+v, guest %+v", c, g)
 		}
-		if g.OS.ID != "debian" || g.OS.VersionID != "12" || g.OS.KernelRelease == "" || g.Hostname != "debian" ||
+		if g.OS.ID != "debian" || g.OS.VersionID != "12" || g.OS.KernelRelease == "" || g.Hostname != name ||
 			!slices.ContainsFunc(g.Interfaces, func(i vmv1.GuestInterface) bool {
 				return slices.ContainsFunc(i.IPs, func(ip string) bool { return strings.HasPrefix(ip, got.Status.PodIP+"/") })
 			}) {
-			return fmt.Errorf("guest %+v, os %+v; want debian 12, hostname debian and the pod IP %s", g, g.OS, got.Status.PodIP)
+			return fmt.Errorf("guest %+v, os %+v; want debian 12, hostname %s and the pod IP %s", g, g.OS, name, got.Status.PodIP)
 		}
 		return nil
 	})
+}
 
-	// Deleting the VM asks the guest agent to power the guest off (systemd does) within its
-	// grace period.
-	console := deleteAndFollow(t, vm, 3*time.Minute)
+// poweredOffByAgent checks a deleted VM's console: the runner asked the guest agent to power the
+// guest off, systemd did, within the grace period.
+func poweredOffByAgent(t *testing.T, console string) {
+	t.Helper()
 	if err := contains(console, "asked the guest agent to power the guest off", "Power Off", "reboot: Power down"); err != nil {
 		t.Fatalf("the guest did not power off through its agent and systemd: %v", err)
 	}

@@ -115,7 +115,11 @@ func goImage(l imageLayout, prebuilt []string, system func() (*ociimage.Layer, e
 		}
 		layers = append(layers, sys)
 	}
-	return ociimage.Image(v1.Config{Entrypoint: []string{l.entrypoint}, User: l.user}, append(layers, programs...)...)
+	cfg := v1.Config{User: l.user}
+	if l.entrypoint != "" { // none: each container names its command
+		cfg.Entrypoint = []string{l.entrypoint}
+	}
+	return ociimage.Image(cfg, append(layers, programs...)...)
 }
 
 func newToolboxCommand() *cobra.Command {

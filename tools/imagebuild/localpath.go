@@ -1,7 +1,8 @@
 package main
 
 import (
-	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -25,12 +26,20 @@ func newLocalPathCommand() *cobra.Command {
 		Short: "The local cluster's storage provisioner image: rancher's local-path-provisioner (--binary, built by make local-path-provisioner)",
 		Args:  cobra.NoArgs,
 	}
-	goImageCommand(cmd, localPathLayout, "localhost/virtpod/local-path-provisioner:v0.0.30")
+	return prebuiltImageCommand(cmd, localPathLayout, "localhost/virtpod/local-path-provisioner:v0.0.30", "make local-path-provisioner")
+}
+
+// prebuiltImageCommand is goImageCommand for programs that are not packages of this module, so
+// imagebuild cannot build them itself: every program's flag is required, and its error says
+// which make target builds the binary.
+func prebuiltImageCommand(cmd *cobra.Command, l imageLayout, defaultTag, makeTarget string) *cobra.Command {
+	goImageCommand(cmd, l, defaultTag)
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
-		// It is not a package of this module, so imagebuild cannot build it itself.
-		if b, _ := c.Flags().GetString("binary"); b == "" {
-			return errors.New("--binary is required: the local-path-provisioner binary (make local-path-provisioner builds it into $VIRTPOD_CACHE)")
+		for _, p := range l.programs {
+			if b, _ := c.Flags().GetString(strings.TrimPrefix(p.flag, "--")); b == "" {
+				return fmt.Errorf("%s is required: the %s binary (%s builds it into $VIRTPOD_CACHE)", p.flag, p.what, makeTarget)
+			}
 		}
 		return run(c, args)
 	}

@@ -31,7 +31,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunnerCommand(), newControllerCommand(), newPauseCommand(), newToolboxCommand(), newVMCommand(), newLocalPathCommand(), newCoreDNSCommand(), newPushCommand())
+	root.AddCommand(newRunnerCommand(), newControllerCommand(), newPauseCommand(), newToolboxCommand(), newVMCommand(), newLocalPathCommand(), newCoreDNSCommand(), newTenantControlPlaneCommand(), newPushCommand())
 	return root
 }
 

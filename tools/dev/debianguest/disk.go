@@ -17,7 +17,7 @@ import (
 const (
 	sector  = 512
 	mib     = 1 << 20
-	diskMiB = 1536 // sparse: the file takes the space of what it holds
+	diskMiB = 1536 // the Debian guest's; sparse: the file takes the space of what it holds
 	espMiB  = 64   // the kernel and initramfs with room for one more of each
 	biosMiB = 1    // GRUB's core image
 )
@@ -34,17 +34,18 @@ const (
 type layout struct {
 	espStart, biosStart, rootStart, rootEnd int64
 	rootPartUUID                            string
+	sizeMiB                                 int64
 }
 
-func newLayout() layout {
-	l := layout{espStart: mib / sector, rootPartUUID: newUUID()}
+func newLayout(sizeMiB int64) layout {
+	l := layout{espStart: mib / sector, rootPartUUID: newUUID(), sizeMiB: sizeMiB}
 	l.biosStart = l.espStart + espMiB*mib/sector
 	l.rootStart = l.biosStart + biosMiB*mib/sector
-	l.rootEnd = (diskMiB-1)*mib/sector - 1
+	l.rootEnd = (sizeMiB-1)*mib/sector - 1
 	return l
 }
 
-func (l layout) diskBytes() int64 { return diskMiB * mib }
+func (l layout) diskBytes() int64 { return l.sizeMiB * mib }
 
 func (l layout) rootBytes() int64 { return (l.rootEnd - l.rootStart + 1) * sector }
 

@@ -12,7 +12,7 @@ import (
 // TestLayout: the partitions are in order, 1 MiB aligned, do not overlap, and leave the disk's
 // last MiB (the backup GPT) alone.
 func TestLayout(t *testing.T) {
-	l := newLayout()
+	l := newLayout(diskMiB)
 	const mibSectors = mib / sector
 	if l.espStart != mibSectors || l.biosStart <= l.espStart || l.rootStart <= l.biosStart || l.rootEnd <= l.rootStart {
 		t.Fatalf("layout %+v", l)
@@ -28,7 +28,7 @@ func TestLayout(t *testing.T) {
 	if !strings.Contains(l.cmdline(), "root=PARTUUID="+l.rootPartUUID) || !strings.Contains(l.cmdline(), "console=ttyS0") {
 		t.Errorf("cmdline %q", l.cmdline())
 	}
-	if newLayout().rootPartUUID == l.rootPartUUID {
+	if newLayout(diskMiB).rootPartUUID == l.rootPartUUID {
 		t.Error("two images share a root PARTUUID")
 	}
 }

@@ -39,7 +39,8 @@ capi: $(CAPI_DIR)/cluster-api-manager $(CAPI_DIR)/kubeadm-bootstrap-manager $(CA
 
 CAPI_ENV := TEST_ASSET_CAPI_MANAGER=$(CAPI_DIR)/cluster-api-manager TEST_ASSET_CAPI_CRDS=$(CAPI_DIR)/crd \
 	TEST_ASSET_CAPI_KUBEADM_CRDS=$(CAPI_DIR)/crd-kubeadm TEST_ASSET_CAPI_KUBEADM_BOOTSTRAP=$(CAPI_DIR)/kubeadm-bootstrap-manager \
-	TEST_ASSET_CLUSTERCTL=$(CAPI_DIR)/clusterctl TEST_ASSET_KUBE_CONTROLLER_MANAGER=$(K8S_BIN)/kube-controller-manager
+	TEST_ASSET_CLUSTERCTL=$(CAPI_DIR)/clusterctl TEST_ASSET_KUBE_CONTROLLER_MANAGER=$(K8S_BIN)/kube-controller-manager \
+	TEST_ASSET_KUBEADM=$(K8S_BIN)/kubeadm
 
 .PHONY: test-capi
 test-capi: control-plane $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kubectl capi ## The Cluster API provider against a real API server and the real Cluster API core manager.

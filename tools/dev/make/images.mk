@@ -59,9 +59,9 @@ DEBIAN_IMAGE ?= localhost/virtpod/debian:dev
 # containerDisk layout, converted again only when the raw disk is newer.
 DEBIAN_QCOW2 := $(VIRTPOD_CACHE)/debian-qcow2/debian-12.qcow2
 
-.PHONY: test-images image-debian-guest image-test-vms
+.PHONY: test-images image-debian-guest image-test-vms node-image image-tenant-control-plane
 
-test-images: image-debian-guest image-test-vms ## Build the tests' VM images: the Debian cloud guest (qcow2, containerDisk layout), nobootloader, twodisks.
+test-images: image-debian-guest image-test-vms node-image image-tenant-control-plane ## Build the tests' images: the Debian cloud guest (qcow2, containerDisk layout), nobootloader, twodisks, the Kubernetes node, a tenant's control plane.
 
 image-debian-guest: imagebuild debian-guest ## The Debian cloud guest as a VM image, $(DEBIAN_IMAGE), disk at /disk/debian-12.qcow2.
 	@mkdir -p $(dir $(DEBIAN_QCOW2))
@@ -74,3 +74,34 @@ image-debian-guest: imagebuild debian-guest ## The Debian cloud guest as a VM im
 
 image-test-vms: ## VM images that must fail: localhost/virtpod/nobootloader:dev and localhost/virtpod/twodisks:dev (tools/dev/testvmimages).
 	go run ./tools/dev/testvmimages -out $(IMAGES_DIR)
+
+# The Kubernetes node image (docs/capi.md): the Debian guest plus containerd, runc, the CNI
+# plugins, kubelet and kubeadm at the versions this Makefile pins, what Cluster API's
+# image-builder makes for other providers. Its archive is rebuilt only when its disk changed.
+NODE_IMAGE_DIR := $(VIRTPOD_CACHE)/node-image
+NODE_IMAGE     ?= localhost/virtpod/node:$(K8S_VERSION)
+NODE_QCOW2     := $(VIRTPOD_CACHE)/node-qcow2/node.qcow2
+
+node-image: imagebuild runner-deps $(K8S_BIN)/kubelet $(K8S_BIN)/kubeadm $(CONTAINERD_BIN)/containerd ## The Kubernetes node image for Cluster API workers, $(NODE_IMAGE), disk at /disk/node.qcow2.
+	go run ./tools/dev/debianguest -node -out $(NODE_IMAGE_DIR) -kubernetes-version=$(K8S_VERSION) \
+		-kubelet=$(K8S_BIN)/kubelet -kubeadm=$(K8S_BIN)/kubeadm -containerd-bin=$(CONTAINERD_BIN)
+	@mkdir -p $(dir $(NODE_QCOW2))
+	@if [ ! $(NODE_QCOW2) -nt $(NODE_IMAGE_DIR)/disk/root.img ]; then \
+		echo "qemu-img convert -O qcow2 $(NODE_IMAGE_DIR)/disk/root.img $(NODE_QCOW2)"; \
+		qemu-img convert -O qcow2 $(NODE_IMAGE_DIR)/disk/root.img $(NODE_QCOW2).tmp && mv $(NODE_QCOW2).tmp $(NODE_QCOW2); \
+	fi
+	@if [ ! $(IMAGES_DIR)/node.tar -nt $(NODE_QCOW2) ]; then \
+		echo "imagebuild vm --tag=$(NODE_IMAGE)"; \
+		$(IMAGEBUILD_BIN) vm $(IMAGEBUILD_FLAGS) --tag=$(NODE_IMAGE) --out=$(IMAGES_DIR)/node.tar --disk=$(NODE_QCOW2) --disk-name=node.qcow2; \
+	fi
+
+# A tenant's control plane as Kamaji hosts one, for the tests of Cluster API workers (docs/kamaji.md):
+# one image for its four containers, from the binaries this Makefile pins.
+TENANT_CP_IMAGE ?= localhost/virtpod/tenant-control-plane:$(K8S_VERSION)
+TENANT_CP_BINS  := $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kube-scheduler $(ETCD_BIN)/etcd
+
+image-tenant-control-plane: $(IMAGES_DIR)/tenant-control-plane.tar ## A tenant's control plane (etcd, kube-apiserver, controller-manager, scheduler), $(TENANT_CP_IMAGE).
+$(IMAGES_DIR)/tenant-control-plane.tar: $(TENANT_CP_BINS) | imagebuild
+	$(IMAGEBUILD_BIN) tenant-control-plane $(IMAGEBUILD_FLAGS) --tag=$(TENANT_CP_IMAGE) --out=$@ \
+		--apiserver-binary=$(K8S_BIN)/kube-apiserver --controller-manager-binary=$(K8S_BIN)/kube-controller-manager \
+		--scheduler-binary=$(K8S_BIN)/kube-scheduler --etcd-binary=$(ETCD_BIN)/etcd

@@ -21,7 +21,7 @@ $(K8S_BIN)/kube-apiserver:
 	@mkdir -p $(K8S_BIN)
 	$(K8S_BUILD) -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver && mv $@.tmp $@
 
-K8S_CMDS := kube-controller-manager kube-scheduler kubelet kubectl kube-proxy
+K8S_CMDS := kube-controller-manager kube-scheduler kubelet kubectl kube-proxy kubeadm
 $(addprefix $(K8S_BIN)/,$(K8S_CMDS)): $(K8S_BIN)/%:
 	@mkdir -p $(K8S_BIN)
 	$(K8S_BUILD) -o $@.tmp k8s.io/kubernetes/cmd/$* && mv $@.tmp $@
