@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -221,6 +222,7 @@ type node struct {
 
 func newNode(t *testing.T, name string) *node {
 	t.Helper()
+	agentNamespaceExists(t)
 	n := &node{name: name, controlDir: shortDir(t)}
 	n.kubelet, n.kubeletSock = podcontroltest.Start(t, nil)
 	return n
@@ -268,11 +270,19 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
+// agentNamespaceExists makes the agents' namespace before any agent starts: an agent's first
+// step is its Secret there (CI once saw the first test's agent start before the namespace).
+func agentNamespaceExists(t *testing.T) {
+	t.Helper()
+	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
 func namespace(t *testing.T) string {
 	t.Helper()
-	for _, ns := range []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}} {
-		_ = env.Client.Create(context.Background(), ns)
-	}
+	agentNamespaceExists(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "migrate-"}}
 	if err := env.Client.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
