@@ -28,6 +28,7 @@ const (
 //   - A readiness probe on a port the guest never opens: Running, but Ready stays False and says
 //     which probe it waits for.
 func TestGuestBootFailures(t *testing.T) {
+	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	strategies := []vmv1.RunStrategy{vmv1.RunAlways, vmv1.RunRerunOnFailure, vmv1.RunOnce, vmv1.RunManual}

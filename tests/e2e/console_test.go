@@ -34,6 +34,7 @@ import (
 //   - `vmctl ssh` runs the ssh client against a forwarded port and passes its exit code on (a
 //     stand-in ssh here: the guest fixture has no ssh server).
 func TestConsolePortForwardLogs(t *testing.T) {
+	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	const name = "day2"
@@ -182,9 +183,15 @@ func TestConsolePortForwardLogs(t *testing.T) {
 	})
 }
 
+// installMu serializes installVmctl: two tests may install at once, into the build's shared
+// folders.
+var installMu sync.Mutex
+
 // installVmctl runs `make install` into a temporary prefix and returns its bin directory.
 func installVmctl(t *testing.T) string {
 	t.Helper()
+	installMu.Lock()
+	defer installMu.Unlock()
 	prefix := t.TempDir()
 	cmd := exec.Command("make", "--no-print-directory", "install", "PREFIX="+prefix)
 	cmd.Dir = kubeapi.Root()

@@ -17,6 +17,7 @@ import (
 // localcluster): a pod resolves a Service by its short name, through the search domains the
 // kubelet wrote into its resolv.conf, and by its full name, and gets the Service's address.
 func TestPodResolvesService(t *testing.T) {
+	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	svc := &corev1.Service{

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -41,6 +42,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if err := flag.Set("test.parallel", parallelTests); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
 	if err := setup(); err != nil {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, "FAIL: end-to-end prerequisites:", err)
@@ -142,11 +148,29 @@ func restrict(p *corev1.Pod) {
 	}
 }
 
+// The parallel phase: after the sequential tests, the long test (the tenant's workers, minutes
+// of emulated boots) runs from the phase's start, and the other parallel-safe tests run one at
+// a time beside it. Go's own -parallel gate cannot say which test goes first (its wake-up order
+// is the runtime's), so TestMain opens it wide and these decide.
+var (
+	shortSlot = make(chan struct{}, 1)
+	// parallelTests is how many tests may pass Go's gate at once: all of this package's.
+	parallelTests = "64"
+)
+
 // parallelSafe marks a test that only makes VMs and objects in its own namespace and changes
-// nothing cluster-wide (no agent restart, node, image map, upgrade or cordon): it runs after the
-// sequential tests, beside the other such tests (two at a time, -parallel's default on two
-// cores). Its guest mostly waits on one emulated vCPU, so the second core is used meanwhile.
-func parallelSafe(t *testing.T) { t.Parallel() }
+// nothing cluster-wide (no agent restart, node, image map, upgrade, cordon or count of the
+// node's room): it runs after the sequential tests, one such test at a time beside the long
+// one. Its guest mostly waits on one emulated vCPU, so the second core is used meanwhile.
+func parallelSafe(t *testing.T) {
+	t.Parallel()
+	shortSlot <- struct{}{}
+	t.Cleanup(func() { <-shortSlot })
+}
+
+// parallelLong marks the parallel-safe test that outlasts the others together: it starts with
+// the parallel phase, beside them.
+func parallelLong(t *testing.T) { t.Parallel() }
 
 func namespace(t testing.TB) string {
 	t.Helper()

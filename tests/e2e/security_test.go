@@ -17,6 +17,7 @@ import (
 // image its ProviderClass does not list is refused with the list, and a privileged pod in a VM
 // namespace (Pod Security restricted, which the runner pods pass) is refused.
 func TestSecurityAdmission(t *testing.T) {
+	parallelSafe(t)
 	ns := namespace(t)
 	// The policy reads its ProviderClasses through an informer: give a fresh install a moment.
 	eventually(t, "a VM naming an unlisted runner image refused with the allowed list", time.Minute, func() error {

@@ -18,6 +18,7 @@ import (
 // gets the default (local-path, WaitForFirstConsumer), stays Pending until a pod uses it, then
 // binds; what one pod writes, the next pod reads.
 func TestDefaultStorageClass(t *testing.T) {
+	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	var classes storagev1.StorageClassList

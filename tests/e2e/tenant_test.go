@@ -63,7 +63,7 @@ func TestTenantWorkersJoin(t *testing.T) {
 	// beside the other parallel tests, in a namespace of their own.
 	installClusterAPI(t)
 	installKubeadmBootstrap(t)
-	parallelSafe(t)
+	parallelLong(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	const name = "tenant"

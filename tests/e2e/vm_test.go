@@ -78,6 +78,7 @@ func waitRunning(t *testing.T, ns, name string, restarts int32) *vmv1.VirtualMac
 // and through a dual-stack Service → the runner's hypervisor is killed and runStrategy Always
 // brings it back → deleting the VM shuts the guest down cleanly and removes the pod.
 func TestVMLifecycle(t *testing.T) {
+	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	if err := kube.Create(ctx, newVM(ns, "web")); err != nil {
@@ -124,6 +125,7 @@ func TestVMLifecycle(t *testing.T) {
 
 // TestProviderBinaryMissing: a runner image without QEMU fails the VM with the runner's words.
 func TestProviderBinaryMissing(t *testing.T) {
+	parallelSafe(t)
 	ns := namespace(t)
 	vm := newVM(ns, "nohv")
 	vm.Spec.RunnerImage = "localhost/virtpod/runner-nohypervisor:dev"
