@@ -111,11 +111,13 @@ t0=$(date +%s%N)
 echo "==> go test ./..."
 # -json, turned back into go test's plain output by testlog, which also keeps each test's time
 # for the report's slowest tests. tests/e2e, the longest package by far, is named first so it
-# starts first, beside the others (two at a time, go test's default -p on two cores), instead of
-# after most of them alphabetically: the run no longer waits for e2e alone at its end. go test
-# prints packages in the order named, so the rest shows once e2e is done.
+# starts first, instead of after most of them alphabetically: the run no longer waits for e2e
+# alone at its end. -p 3: e2e holds one slot for its whole run, and with go test's default (2 on
+# two cores) every other package ran one at a time in the other, as long as e2e itself; most of
+# them wait on their API servers and guests rather than compute. go test prints packages in the
+# order named, so the rest shows once e2e is done.
 go build -o "$VIRTPOD_CI_DIR/testlog" ./tools/dev/ci/testlog || finish 1
-env $(m -s print-TEST_ENV) go test -json -count=1 -timeout 45m ./tests/e2e/ $(go list ./... | grep -vx 'github.com/virtpod/virtpod/tests/e2e') 2>&1 |
+env $(m -s print-TEST_ENV) go test -json -count=1 -p 3 -timeout 45m ./tests/e2e/ $(go list ./... | grep -vx 'github.com/virtpod/virtpod/tests/e2e') 2>&1 |
 	"$VIRTPOD_CI_DIR/testlog" -times "$VIRTPOD_CI_DIR/test-times.tsv" | tee "$VIRTPOD_CI_DIR/go-test.log"
 rc=${PIPESTATUS[0]}
 record go-test - "$t0" "$rc"
