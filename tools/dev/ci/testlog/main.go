@@ -11,8 +11,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 )
+
+// queuedMarker starts a test's log line that says how long the test waited for its turn after
+// it began (tests/e2e's parallel phase queues its short tests itself): that wait is not the
+// test's own time, so it is taken off the time recorded. tests/e2e writes the same words.
+const queuedMarker = "ci: queued "
 
 // event is one line of `go test -json` (cmd/test2json).
 type event struct {
@@ -48,7 +54,8 @@ func main() {
 // printed only if it failed; a package's own output (its ok or FAIL line, a panic, a build
 // error) is printed at once. A line that is not an event is passed on as it is.
 func filter(in io.Reader, out *bufio.Writer, tsv io.Writer) error {
-	held := map[string][]string{} // package + test → its output so far
+	held := map[string][]string{}  // package + test → its output so far
+	queued := map[string]float64{} // package + test → seconds it said it waited for its turn
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -69,6 +76,11 @@ func filter(in io.Reader, out *bufio.Writer, tsv io.Writer) error {
 			}
 		case e.Action == "output":
 			held[key] = append(held[key], e.Output)
+			if _, after, ok := strings.Cut(e.Output, queuedMarker); ok {
+				if secs, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(after), "s"), 64); err == nil {
+					queued[key] += secs
+				}
+			}
 		case e.Test != "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
 			if e.Action == "fail" {
 				for _, o := range held[key] {
@@ -78,7 +90,8 @@ func filter(in io.Reader, out *bufio.Writer, tsv io.Writer) error {
 				}
 			}
 			delete(held, key)
-			fmt.Fprintf(tsv, "%s\t%s\t%.2f\t%s\n", e.Package, e.Test, e.Elapsed, e.Action)
+			fmt.Fprintf(tsv, "%s\t%s\t%.2f\t%s\n", e.Package, e.Test, max(e.Elapsed-queued[key], 0), e.Action)
+			delete(queued, key)
 		}
 		if e.Test == "" && (e.Action == "pass" || e.Action == "fail") {
 			out.Flush()

@@ -7,7 +7,8 @@ import (
 )
 
 // TestFilter: a passing test's output is dropped, a failing one's kept with its --- FAIL line,
-// package results and build errors pass through, and every finished test gets its time.
+// package results and build errors pass through, and every finished test gets its time, less
+// what it said it waited for its turn.
 func TestFilter(t *testing.T) {
 	in := strings.Join([]string{
 		`{"Action":"start","Package":"a"}`,
@@ -16,6 +17,8 @@ func TestFilter(t *testing.T) {
 		`{"Action":"output","Package":"a","Test":"TestOK","Output":"    ok_test.go:3: chatter\n"}`,
 		`{"Action":"output","Package":"a","Test":"TestOK","Output":"--- PASS: TestOK (1.50s)\n"}`,
 		`{"Action":"pass","Package":"a","Test":"TestOK","Elapsed":1.5}`,
+		`{"Action":"output","Package":"a","Test":"TestQueued","Output":"    main_test.go:170: ci: queued 120.25s\n"}`,
+		`{"Action":"pass","Package":"a","Test":"TestQueued","Elapsed":130.5}`,
 		`{"Action":"output","Package":"a","Test":"TestBad","Output":"=== RUN   TestBad\n"}`,
 		`{"Action":"output","Package":"a","Test":"TestBad","Output":"    bad_test.go:9: want 2\n"}`,
 		`{"Action":"output","Package":"a","Test":"TestBad","Output":"--- FAIL: TestBad (0.25s)\n"}`,
@@ -39,7 +42,7 @@ func TestFilter(t *testing.T) {
 	if out.String() != want {
 		t.Errorf("output\n%q\nwant\n%q", out.String(), want)
 	}
-	if wantT := "a\tTestOK\t1.50\tpass\na\tTestBad\t0.25\tfail\n"; times.String() != wantT {
+	if wantT := "a\tTestOK\t1.50\tpass\na\tTestQueued\t10.25\tpass\na\tTestBad\t0.25\tfail\n"; times.String() != wantT {
 		t.Errorf("times %q, want %q", times.String(), wantT)
 	}
 }
