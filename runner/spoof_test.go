@@ -125,15 +125,15 @@ func linkMAC(t *testing.T, netns, dev string) string {
 
 func neighMAC(t *testing.T, netnsName, ip string) string {
 	t.Helper()
-	h, err := netlink.NewHandle()
+	ns := netns.None() // the test's own namespace
 	if netnsName != "" {
-		ns, nerr := netns.GetFromName(netnsName)
-		if nerr != nil {
-			t.Fatal(nerr)
+		var err error
+		if ns, err = netns.GetFromName(netnsName); err != nil {
+			t.Fatal(err)
 		}
 		defer ns.Close()
-		h, err = netlink.NewHandleAt(ns)
 	}
+	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -270,8 +270,9 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
-// agentNamespaceExists makes the agents' namespace before any agent starts: an agent's first
-// step is its Secret there (CI once saw the first test's agent start before the namespace).
+// agentNamespaceExists makes the agents' namespace before any agent starts (newNode): an
+// agent's first step is its Secret there (CI once saw the first test's agent start before the
+// namespace, which namespace(t) used to make).
 func agentNamespaceExists(t *testing.T) {
 	t.Helper()
 	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}})
@@ -282,7 +283,6 @@ func agentNamespaceExists(t *testing.T) {
 
 func namespace(t *testing.T) string {
 	t.Helper()
-	agentNamespaceExists(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "migrate-"}}
 	if err := env.Client.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)

@@ -152,11 +152,10 @@ func restrict(p *corev1.Pod) {
 // of emulated boots) runs from the phase's start, and the other parallel-safe tests run one at
 // a time beside it. Go's own -parallel gate cannot say which test goes first (its wake-up order
 // is the runtime's), so TestMain opens it wide and these decide.
-var (
-	shortSlot = make(chan struct{}, 1)
-	// parallelTests is how many tests may pass Go's gate at once: all of this package's.
-	parallelTests = "64"
-)
+var shortSlot = make(chan struct{}, 1)
+
+// parallelTests is how many tests may pass Go's gate at once: all of this package's.
+const parallelTests = "64"
 
 // parallelSafe marks a test that only makes VMs and objects in its own namespace and changes
 // nothing cluster-wide (no agent restart, node, image map, upgrade, cordon or count of the
