@@ -58,6 +58,10 @@ const (
 // the controller tells from it whether the guest has an agent channel.
 const GuestAgentFlag = "--guest-agent"
 
+// CloudInitUserDataFlag names the seed's user-data file: a guest with a seed runs cloud-init,
+// whose end the node agent watches for.
+const CloudInitUserDataFlag = "--cloud-init-user-data"
+
 // Port is a guest port published at the pod IP.
 type Port struct {
 	Name     string
@@ -373,7 +377,7 @@ func (c Config) Args() []string {
 		args = append(args, "--instance-id="+c.InstanceID)
 	}
 	if c.CloudInitUserData != "" {
-		args = append(args, "--cloud-init-user-data="+c.CloudInitUserData)
+		args = append(args, CloudInitUserDataFlag+"="+c.CloudInitUserData)
 	}
 	if c.CloudInitNetworkData != "" {
 		args = append(args, "--cloud-init-network-data="+c.CloudInitNetworkData)

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,9 +39,9 @@ type Executor struct {
 	// kubelet's pod-resources socket.
 	ControlDir   string
 	PodResources string
-	// AskWaiting and AskConnected are how often a pod's runner is asked while no agent answers
-	// (a guest booting) and once one does (the facts change when the guest's addresses or
-	// hostname do); defaults 5 s and 30 s.
+	// AskWaiting and AskConnected are how often a pod's runner is asked while the guest boots
+	// (no agent answers yet, or its cloud-init has not ended) and once it has booted (the facts
+	// change when the guest's addresses or hostname do); defaults 5 s and 30 s.
 	AskWaiting, AskConnected time.Duration
 	Log                      *zap.Logger
 
@@ -100,10 +101,27 @@ func (e *Executor) ask(ctx context.Context, pod *corev1.Pod) (time.Duration, err
 	if err := e.write(ctx, pod, g); err != nil {
 		return 0, err
 	}
-	if g.Connected {
-		return e.AskConnected, nil
+	if booting(pod, g, time.Now()) {
+		return e.AskWaiting, nil
 	}
-	return e.AskWaiting, nil
+	return e.AskConnected, nil
+}
+
+// bootWindow bounds how long a guest with a cloud-init seed counts as booting while its
+// cloud-init has not ended: a guest image without cloud-init never ends it.
+const bootWindow = 15 * time.Minute
+
+// booting says the guest's facts are still expected to change soon: no agent answers yet, or
+// the guest has a cloud-init seed whose run has not ended (its end is the bootstrap's result,
+// which Cluster API waits for), within bootWindow of the pod's start.
+func booting(pod *corev1.Pod, g controlapi.Guest, now time.Time) bool {
+	if !g.Connected {
+		return true
+	}
+	if g.Bootstrap != nil && g.Bootstrap.CloudInitDone || !hasArgPrefix(pod, runnerconfig.CloudInitUserDataFlag+"=") {
+		return false
+	}
+	return pod.Status.StartTime == nil || now.Sub(pod.Status.StartTime.Time) < bootWindow
 }
 
 // authorize asks once per pod whether a VM's status names it: the answer does not change for
@@ -150,10 +168,18 @@ func (e *Executor) write(ctx context.Context, pod *corev1.Pod, g controlapi.Gues
 // hasAgentChannel says whether the pod's runner gives its guest an agent channel: a pod
 // without one is never asked.
 func hasAgentChannel(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(runnerArgs(pod), func(a string) bool { return a == runnerconfig.GuestAgentFlag })
+}
+
+func hasArgPrefix(pod *corev1.Pod, prefix string) bool {
+	return slices.ContainsFunc(runnerArgs(pod), func(a string) bool { return strings.HasPrefix(a, prefix) })
+}
+
+func runnerArgs(pod *corev1.Pod) []string {
 	for _, c := range pod.Spec.Containers {
-		if c.Name == vmv1.RunnerContainer && slices.Contains(c.Args, runnerconfig.GuestAgentFlag) {
-			return true
+		if c.Name == vmv1.RunnerContainer {
+			return c.Args
 		}
 	}
-	return false
+	return nil
 }

@@ -53,11 +53,12 @@ func workerVM(ns string) vmv1.VirtualMachineSpec {
 // image, whose `kubeadm join` registers a real kubelet with the providerID virtpod set, so the
 // Machine runs with its nodeRef and addresses; scaled to two, a second Node; scaled to one, Cluster
 // API drains the oldest worker's Node and its VM goes; a MachineHealthCheck replaces the worker
-// whose guest stopped, and the replacement, whose join token is broken, says so on its
-// VirtPodMachine; deleting the Cluster removes every VM and object virtpod made. At most two
-// worker guests run at a time, each booted once. The first worker also carries the checks of a
-// stock-style cloud guest (cloudGuestChecks), run while the second boots, and its deletion is
-// seen to power the guest off through its agent.
+// whose guest stopped, and scaled to zero, the replacement goes; a worker of a second
+// MachineDeployment, whose join token is broken, says so on its VirtPodMachine; deleting the
+// Cluster removes every VM and object virtpod made. At most two worker guests run at a time,
+// each booted once. The first worker also carries the checks of a stock-style cloud guest
+// (cloudGuestChecks), run while the second boots, and its deletion is seen to power the guest
+// off through its agent.
 func TestTenantWorkersJoin(t *testing.T) {
 	// Cluster API is installed cluster-wide among the sequential tests; the workers then run
 	// beside the other parallel tests, in a namespace of their own.
@@ -67,7 +68,9 @@ func TestTenantWorkersJoin(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	const name = "tenant"
+	began := time.Now()
 	cp := hostControlPlane(t, ns, name)
+	t.Logf("the tenant's control plane hosted: %s", time.Since(began).Round(time.Second))
 	// After a failure too, the Cluster goes while Cluster API's managers still run (they stop
 	// after this): its finalizers would otherwise hold the namespace.
 	t.Cleanup(func() {
@@ -91,43 +94,15 @@ func TestTenantWorkersJoin(t *testing.T) {
 	mustCreate(t, &infrav1.VirtPodMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-md-0"},
 		Spec: infrav1.VirtPodMachineTemplateSpec{Template: infrav1.VirtPodMachineTemplateResource{
 			Spec: infrav1.VirtPodMachineSpec{VirtualMachine: infrav1.VirtualMachineTemplate{Spec: workerVM(ns)}}}}})
-	// The join as the shipped templates have it, and what a user adds for a cloud guest: a user
-	// with an SSH key and a web service (the VM's readiness probe), set up before the join.
+	// The join as the shipped templates have it.
 	pub, priv := sshKey(t)
 	mustCreate(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ssh-key"}, Data: map[string][]byte{"id": priv}})
 	page := "virtpod tenant worker " + ns
-	kct := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
-		"joinConfiguration": map[string]any{"nodeRegistration": map[string]any{"kubeletExtraArgs": []any{map[string]any{
-			"name": "provider-id", "value": "virtpod://" + ns + "/{{ ds.meta_data.local_hostname }}"}}}},
-		"users": []any{map[string]any{"name": "tester", "shell": "/bin/bash", "lockPassword": true, "sshAuthorizedKeys": []any{pub}}},
-		"files": []any{
-			map[string]any{"path": "/srv/www/index.html", "content": page + "\n"},
-			map[string]any{"path": "/etc/systemd/system/virtpod-web.service", "content": "[Unit]\nDescription=virtpod e2e web service\n" +
-				"[Service]\nExecStart=/usr/bin/python3 -m http.server 8080 --directory /srv/www\n[Install]\nWantedBy=multi-user.target\n"}},
-		"preKubeadmCommands": []any{"systemctl daemon-reload", "systemctl enable --now virtpod-web.service"},
-	}}}}}
-	kct.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
-	kct.SetKind("KubeadmConfigTemplate")
-	kct.SetNamespace(ns)
-	kct.SetName(name + "-md-0")
-	mustCreate(t, kct)
-	sel := map[string]string{clusterv1.ClusterNameLabel: name, clusterv1.MachineDeploymentNameLabel: name + "-md-0"}
-	md := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-md-0"},
-		Spec: clusterv1.MachineDeploymentSpec{ClusterName: name, Replicas: ptr.To[int32](1),
-			Selector: metav1.LabelSelector{MatchLabels: sel},
-			Deletion: clusterv1.MachineDeploymentDeletionSpec{Order: clusterv1.OldestMachineSetDeletionOrder},
-			// What Cluster API's webhook (not installed here) defaults.
-			Rollout: clusterv1.MachineDeploymentRolloutSpec{Strategy: clusterv1.MachineDeploymentRolloutStrategy{
-				Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
-				RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{
-					MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}}},
-			Template: clusterv1.MachineTemplateSpec{ObjectMeta: clusterv1.ObjectMeta{Labels: sel},
-				Spec: clusterv1.MachineSpec{ClusterName: name, Version: "v1.37.2",
-					Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
-						APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfigTemplate", Name: name + "-md-0"}},
-					InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-						APIGroup: infrav1.GroupVersion.Group, Kind: "VirtPodMachineTemplate", Name: name + "-md-0"}}}}}
-	mustCreate(t, md)
+	join := map[string]any{"nodeRegistration": map[string]any{"kubeletExtraArgs": []any{map[string]any{
+		"name": "provider-id", "value": "virtpod://" + ns + "/{{ ds.meta_data.local_hostname }}"}}}}
+	kubeadmConfigTemplate(t, ns, name+"-md-0", join, pub, page)
+	md := machineDeployment(t, ns, name, name+"-md-0", 1)
+	sel := md.Spec.Selector.MatchLabels
 	// A guest that stops leaves its Node's Ready Unknown once the tenant's controller manager
 	// stops hearing from it (20 s here); 10 s more and the Machine is remediated. A Node just
 	// joined is Ready=False for a while (its CNI and runtime starting): that must not count.
@@ -172,16 +147,23 @@ func TestTenantWorkersJoin(t *testing.T) {
 	}
 
 	// Scaled to one: the oldest worker's Node is cordoned and drained by Cluster API, then its
-	// Machine, VM, pod and Node go.
-	// From now on the template's join names a bootstrap token the tenant does not have (a
-	// broken token, with a short discovery timeout): the next worker cannot join. Scaling down
-	// makes no worker.
-	if err := kube.Patch(ctx, kct, client.RawPatch("application/merge-patch+json", []byte(
-		`{"spec":{"template":{"spec":{"joinConfiguration":{"discovery":{"bootstrapToken":{"token":"abcdef.0123456789abcdef"}},"timeouts":{"discoverySeconds":10}}}}}}`))); err != nil {
-		t.Fatal(err)
-	}
+	// Machine, VM, pod and Node go. Cluster API chooses it at once; the other worker's guest
+	// then stops (vmctl stop, or a guest that powered off), which its Node shows only after the
+	// tenant's grace period: its Node goes Unknown and the MachineHealthCheck has Cluster API
+	// replace its Machine with a new VM.
 	console := followLogs(t, ns, podspec.PodName(old.Name))
 	scale(1)
+	vm := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: second.Name}}
+	if err := kube.Patch(ctx, vm, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"runStrategy":"Halted"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	// With that guest stopped, a worker of a second MachineDeployment boots (still two guests at
+	// most): its join names a bootstrap token the tenant does not have (with a short discovery
+	// timeout), so it cannot join.
+	broken := map[string]any{"discovery": map[string]any{"bootstrapToken": map[string]any{"token": "abcdef.0123456789abcdef"}},
+		"timeouts": map[string]any{"discoverySeconds": 10}}
+	kubeadmConfigTemplate(t, ns, name+"-md-1", broken, pub, page)
+	bad := tenantWorkers{t: t, ns: ns, tenant: cp.tenant, sel: machineDeployment(t, ns, name, name+"-md-1", 1).Spec.Selector.MatchLabels}
 	eventually(t, "the oldest worker's tenant Node cordoned", 2*time.Minute, func() error {
 		n := &corev1.Node{}
 		if err := cp.tenant.Get(ctx, client.ObjectKey{Name: old.Status.NodeRef.Name}, n); err != nil {
@@ -192,40 +174,51 @@ func TestTenantWorkersJoin(t *testing.T) {
 		}
 		return nil
 	})
-
-	// Cluster API has chosen the worker to remove: the other worker's guest now stops (vmctl
-	// stop, or a guest that powered off) while the first drains. Its Node goes Unknown and the
-	// MachineHealthCheck has Cluster API replace its Machine with a new VM.
-	vm := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: second.Name}}
-	if err := kube.Patch(ctx, vm, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"runStrategy":"Halted"}}`))); err != nil {
-		t.Fatal(err)
-	}
 	w.gone("the drained worker's Machine, VM, pod and Node", old, 4*time.Minute)
 	poweredOffByAgent(t, <-console)
 	step("scaled down to one")
 	w.gone("the stopped worker remediated: its Machine, VM, pod and Node", second, 4*time.Minute)
 	step("the stopped worker remediated")
-	var replacement string
+	var replacement clusterv1.Machine
 	eventually(t, "a replacement Machine with its VM", 2*time.Minute, func() error {
 		ms := w.machines()
 		if len(ms) != 1 || ms[0].Name == second.Name || ms[0].Name == old.Name {
 			return fmt.Errorf("Machines %v", names(ms))
 		}
-		replacement = ms[0].Name
-		return kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: replacement}, &vmv1.VirtualMachine{})
+		replacement = ms[0]
+		return kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: replacement.Name}, &vmv1.VirtualMachine{})
+	})
+	step("the replacement's VM made")
+	// Scaled to zero: the replacement goes before its guest has done much.
+	scale(0)
+	eventually(t, "the replacement's Machine and VM gone at zero replicas", 2*time.Minute, func() error {
+		if ms := w.machines(); len(ms) > 0 {
+			return fmt.Errorf("Machines %v", names(ms))
+		}
+		if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: replacement.Name}, &vmv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("VM %s still there (err %v)", replacement.Name, err)
+		}
+		return nil
 	})
 
-	// Its join fails, and the VirtPodMachine says why, read through the guest's agent (no SSH).
-	eventually(t, "the broken join reported on the replacement's VirtPodMachine", 6*time.Minute, func() error {
-		c := bootstrapOf(ns, replacement)
+	// The broken worker's join fails, and its VirtPodMachine says why, read through the
+	// guest's agent (no SSH).
+	var failed string
+	eventually(t, "the broken join reported on its VirtPodMachine", 6*time.Minute, func() error {
+		ms := bad.machines()
+		if len(ms) != 1 {
+			return fmt.Errorf("Machines %v", names(ms))
+		}
+		failed = ms[0].Name
+		c := bootstrapOf(ns, failed)
 		if c == nil || c.Reason != infrav1.ReasonBootstrapFailed {
 			return fmt.Errorf("BootstrapSucceeded %+v", c)
 		}
 		// kubeadm join is the bootstrap's runcmd; its output is on the console the message names.
-		if !strings.Contains(c.Message, "runcmd") || !strings.Contains(c.Message, "vmctl console "+replacement) {
+		if !strings.Contains(c.Message, "runcmd") || !strings.Contains(c.Message, "vmctl console "+failed) {
 			t.Fatalf("BootstrapFailed without the failed runcmd and where to read kubeadm's output: %s", c.Message)
 		}
-		t.Logf("VirtPodMachine %s: %s: %s", replacement, c.Reason, c.Message)
+		t.Logf("VirtPodMachine %s: %s: %s", failed, c.Reason, c.Message)
 		return nil
 	})
 	step("the broken join reported")
@@ -398,4 +391,50 @@ func names(ms []clusterv1.Machine) []string {
 		out = append(out, m.Name)
 	}
 	return out
+}
+
+// kubeadmConfigTemplate creates the workers' bootstrap template: join as the join
+// configuration (the shipped templates' providerID, or a broken one), and what a user adds for a
+// cloud guest: a user with an SSH key and a web service (the VM's readiness probe) serving
+// page, set up before the join.
+func kubeadmConfigTemplate(t *testing.T, ns, name string, join map[string]any, pub, page string) {
+	t.Helper()
+	kct := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+		"joinConfiguration": join,
+		"users":             []any{map[string]any{"name": "tester", "shell": "/bin/bash", "lockPassword": true, "sshAuthorizedKeys": []any{pub}}},
+		"files": []any{
+			map[string]any{"path": "/srv/www/index.html", "content": page + "\n"},
+			map[string]any{"path": "/etc/systemd/system/virtpod-web.service", "content": "[Unit]\nDescription=virtpod e2e web service\n" +
+				"[Service]\nExecStart=/usr/bin/python3 -m http.server 8080 --directory /srv/www\n[Install]\nWantedBy=multi-user.target\n"}},
+		"preKubeadmCommands": []any{"systemctl daemon-reload", "systemctl enable --now virtpod-web.service"},
+	}}}}}
+	kct.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
+	kct.SetKind("KubeadmConfigTemplate")
+	kct.SetNamespace(ns)
+	kct.SetName(name)
+	mustCreate(t, kct)
+}
+
+// machineDeployment creates a MachineDeployment of cluster's workers, named name, of the
+// VirtPodMachineTemplate <cluster>-md-0 and the KubeadmConfigTemplate of its own name.
+func machineDeployment(t *testing.T, ns, cluster, name string, replicas int32) *clusterv1.MachineDeployment {
+	t.Helper()
+	sel := map[string]string{clusterv1.ClusterNameLabel: cluster, clusterv1.MachineDeploymentNameLabel: name}
+	md := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: clusterv1.MachineDeploymentSpec{ClusterName: cluster, Replicas: ptr.To(replicas),
+			Selector: metav1.LabelSelector{MatchLabels: sel},
+			Deletion: clusterv1.MachineDeploymentDeletionSpec{Order: clusterv1.OldestMachineSetDeletionOrder},
+			// What Cluster API's webhook (not installed here) defaults.
+			Rollout: clusterv1.MachineDeploymentRolloutSpec{Strategy: clusterv1.MachineDeploymentRolloutStrategy{
+				Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
+				RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{
+					MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}}},
+			Template: clusterv1.MachineTemplateSpec{ObjectMeta: clusterv1.ObjectMeta{Labels: sel},
+				Spec: clusterv1.MachineSpec{ClusterName: cluster, Version: "v1.37.2",
+					Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfigTemplate", Name: name}},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: infrav1.GroupVersion.Group, Kind: "VirtPodMachineTemplate", Name: cluster + "-md-0"}}}}}
+	mustCreate(t, md)
+	return md
 }
