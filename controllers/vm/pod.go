@@ -72,6 +72,18 @@ func (r *Reconciler) nameTaken(ctx context.Context, vm *vmv1.VirtualMachine, tak
 	return r.fail("pod-name-taken", taken)
 }
 
+// current says whether the VM read is the one the server holds. A restart's pod is made only
+// from that: a cache behind the restart the server counted would skip its back-off and label
+// the pod with an earlier run. When it is behind, the newer VM's event brings us back.
+func (r *Reconciler) current(ctx context.Context, vm *vmv1.VirtualMachine) (bool, error) {
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(vmv1.GroupVersion.WithKind("VirtualMachine"))
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(vm), live); err != nil {
+		return false, r.fail("get-vm", client.IgnoreNotFound(err))
+	}
+	return live.ResourceVersion == vm.ResourceVersion, nil
+}
+
 // podGone asks the server whether the pod recorded in status still exists.
 func (r *Reconciler) podGone(ctx context.Context, vm *vmv1.VirtualMachine) (bool, error) {
 	live := &corev1.Pod{}
@@ -90,6 +102,11 @@ func (r *Reconciler) startPod(ctx context.Context, vm, next *vmv1.VirtualMachine
 	if wait := restartWait(vm, r.now()); wait > 0 {
 		next.Status.Phase = vmv1.PhasePending
 		return reconcile.Result{RequeueAfter: wait}, nil, nil
+	}
+	if vm.Status.RestartCount > 0 {
+		if current, err := r.current(ctx, vm); err != nil || !current {
+			return reconcile.Result{}, nil, err
+		}
 	}
 	pod := podspec.Build(vm, opts)
 	// The run this pod is for, so that its end is counted even if the status write that names
