@@ -396,7 +396,8 @@ func names(ms []clusterv1.Machine) []string {
 // kubeadmConfigTemplate creates the workers' bootstrap template: join as the join
 // configuration (the shipped templates' providerID, or a broken one), and what a user adds for a
 // cloud guest: a user with an SSH key and a web service (the VM's readiness probe) serving
-// page, set up before the join.
+// page, set up before the join. The web server is the image's busybox: Python's http.server
+// takes seconds of the one emulated vCPU to start, in the middle of the join.
 func kubeadmConfigTemplate(t *testing.T, ns, name string, join map[string]any, pub, page string) {
 	t.Helper()
 	kct := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
@@ -405,7 +406,7 @@ func kubeadmConfigTemplate(t *testing.T, ns, name string, join map[string]any, p
 		"files": []any{
 			map[string]any{"path": "/srv/www/index.html", "content": page + "\n"},
 			map[string]any{"path": "/etc/systemd/system/virtpod-web.service", "content": "[Unit]\nDescription=virtpod e2e web service\n" +
-				"[Service]\nExecStart=/usr/bin/python3 -m http.server 8080 --directory /srv/www\n[Install]\nWantedBy=multi-user.target\n"}},
+				"[Service]\nExecStart=/bin/busybox httpd -f -p 8080 -h /srv/www\n[Install]\nWantedBy=multi-user.target\n"}},
 		"preKubeadmCommands": []any{"systemctl daemon-reload", "systemctl enable --now virtpod-web.service"},
 	}}}}}
 	kct.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
