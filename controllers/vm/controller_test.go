@@ -27,7 +27,6 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
-	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
@@ -630,20 +629,5 @@ func TestDeletedPodUnderOnceFails(t *testing.T) {
 	}
 	if _, err := runnerPod(vm); !apierrors.IsNotFound(err) {
 		t.Fatalf("a pod was started under runStrategy Once: %v", err)
-	}
-}
-
-// TestCurrentReadsTheServer: a restart's pod is made only from the VM the server holds; a VM
-// read before a newer write (a cache behind) is not current.
-func TestCurrentReadsTheServer(t *testing.T) {
-	ns := namespace(t)
-	vm := create(t, kubeapi.SampleVM(ns, "current"))
-	read := getVM(t, vm)
-	if ok, err := vmctrl.Current(context.Background(), env.Client, read); err != nil || !ok {
-		t.Fatalf("the VM just read: current %v, %v", ok, err)
-	}
-	reconciled(t, vm, func(v *vmv1.VirtualMachine) { v.Annotations = map[string]string{"test/poke": "1"} })
-	if ok, err := vmctrl.Current(context.Background(), env.Client, read); err != nil || ok {
-		t.Fatalf("a VM read before a newer write: current %v, %v", ok, err)
 	}
 }

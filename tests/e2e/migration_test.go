@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -128,31 +127,6 @@ func (m *mover) phase(mig *vmv1.VirtualMachineMigration, phase vmv1.MigrationPha
 		return nil
 	})
 	return got
-}
-
-// podsMade counts the VM's runner pods, ended and deleting ones too.
-func (m *mover) podsMade() int {
-	m.t.Helper()
-	pods := &corev1.PodList{}
-	if err := kube.List(m.ctx, pods, client.InNamespace(m.ns), client.MatchingLabels{"app": m.name}); err != nil {
-		m.t.Fatal(err)
-	}
-	return len(pods.Items)
-}
-
-// runnerPods are the VM's runner pods that are not being deleted.
-func (m *mover) runnerPods() []corev1.Pod {
-	pods := &corev1.PodList{}
-	if err := kube.List(m.ctx, pods, client.InNamespace(m.ns), client.MatchingLabels{"app": m.name}); err != nil {
-		m.t.Fatal(err)
-	}
-	var live []corev1.Pod
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			live = append(live, p)
-		}
-	}
-	return live
 }
 
 // oneGuest waits until exactly one runner pod of the VM is left, the one the VM's status names,
@@ -368,36 +342,7 @@ func TestLiveMigration(t *testing.T) {
 		}
 		return nil
 	})
-	// And it answers in IPv6 from its new node, through the Service's IPv6 address, once the
-	// Service sends there: its IPv6 endpoint is the target pod's, ready (before that a client
-	// meets kube-proxy's reject, "No route to host"). Under load the first tries right after
-	// the move can still meet "No route to host" (seen in a CI run and beside the tenant test's
-	// boots; where it comes from is not pinned down yet): the client tries once a second for a
-	// minute and the test logs which try worked.
-	eventually(t, "the Service's IPv6 endpoint the target pod, ready", time.Minute, func() error {
-		var slices6 discoveryv1.EndpointSliceList
-		if err := kube.List(m.ctx, &slices6, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
-			return err
-		}
-		for _, es := range slices6.Items {
-			for _, e := range es.Endpoints {
-				if es.AddressType == discoveryv1.AddressTypeIPv6 && e.TargetRef != nil && e.TargetRef.Name == mig.Status.TargetPod &&
-					e.Conditions.Ready != nil && *e.Conditions.Ready {
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("no ready IPv6 endpoint of pod %s in %d EndpointSlices", mig.Status.TargetPod, len(slices6.Items))
-	})
-	ip6 := svc.Spec.ClusterIPs[1]
-	out := runPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mover-client6"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
-			Command: []string{"sh", "-c", fmt.Sprintf(`i=0; while [ $i -lt 60 ]; do i=$((i+1)); `+
-				`if out=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s 80) && [ -n "$out" ]; then echo "attempt $i"; echo "$out"; exit 0; fi; sleep 1; done; exit 1`, ip6)}}}}})
-	t.Logf("the moved guest through the Service's IPv6 address: %s", strings.SplitN(out, "\n", 2)[0])
-	if err := contains(out, "virtpod guest mover"); err != nil {
-		t.Errorf("the moved guest through the Service's IPv6 address %s: %v", ip6, err)
-	}
+	m.answersIPv6(svc, mig)
 	eventually(t, "poller fetching from the moved guest", time.Minute, func() error {
 		if _, oks := pollFailures(podLogs(ns, poller), from); oks < 5 {
 			return fmt.Errorf("%d fetches since the move began", oks)
