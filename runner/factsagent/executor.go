@@ -168,7 +168,7 @@ func (e *Executor) write(ctx context.Context, pod *corev1.Pod, g controlapi.Gues
 // hasAgentChannel says whether the pod's runner gives its guest an agent channel: a pod
 // without one is never asked.
 func hasAgentChannel(pod *corev1.Pod) bool {
-	return slices.ContainsFunc(runnerArgs(pod), func(a string) bool { return a == runnerconfig.GuestAgentFlag })
+	return slices.Contains(runnerArgs(pod), runnerconfig.GuestAgentFlag)
 }
 
 func hasArgPrefix(pod *corev1.Pod, prefix string) bool {
