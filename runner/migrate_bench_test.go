@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,8 @@ func BenchmarkMigrate(b *testing.B) {
 }
 
 func benchMigrate(b *testing.B, guest string, mib int) {
+	// VIRTPOD_BENCH_MIGRATE_MIBPS names the migration's bandwidth (0, the default: none named).
+	bw, _ := strconv.ParseInt(os.Getenv("VIRTPOD_BENCH_MIGRATE_MIBPS"), 10, 64)
 	mt := newMigrationTest(b, guest, "vm-bench-migrate", "none", mib)
 	cur := mt.boot(b)
 	fillGuestMemory(b, cur.r, mib/2)
@@ -48,7 +51,7 @@ func benchMigrate(b *testing.B, guest string, mib int) {
 		}
 		ctl := migrationClient(cur.r.control)
 		start := time.Now()
-		ctl.put(b, MigrationRequestBody(0, 0), http.StatusAccepted)
+		ctl.put(b, MigrationRequestBody(bw, 0), http.StatusAccepted)
 		s := waitMigration(b, ctl, func(s runner.MigrationStatus) bool { return s.Terminal() })
 		if s.State != controlapi.MigrationCompleted {
 			b.Fatalf("hop %d: %+v", hop, s)

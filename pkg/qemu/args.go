@@ -117,6 +117,8 @@ func Args(s Spec) ([]string, error) {
 	}
 	if s.sharedMemory() {
 		machine += ",memory-backend=" + RAMBackend
+	} else if s.IncomingSocket != "" {
+		machine += ",memory-backend=" + incomingRAM
 	}
 	args := []string{
 		"-name", "guest=" + optValue(s.Name),
@@ -134,6 +136,7 @@ func Args(s Spec) ([]string, error) {
 	}
 	args = append(args, s.sizeArgs()...)
 	args = append(args, s.ramBackendArgs()...)
+	args = append(args, s.incomingRAMArgs()...)
 	args = append(args,
 		"-nodefaults",
 		"-no-user-config",

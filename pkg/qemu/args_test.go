@@ -311,8 +311,9 @@ func TestControlOnlyOnUnixSockets(t *testing.T) {
 }
 
 // TestIncomingIsOneUnixSocket: a migration target's argv differs from the same guest's boot only
-// by -incoming defer, before -S (it stays paused once the guest arrived): it listens when
-// told, on "unix:" and the path verbatim, a hostile path staying the path.
+// by -incoming defer, before -S (it stays paused once the guest arrived), and by its boot RAM
+// made up front under the name -m gives it: it listens when told, on "unix:" and the path
+// verbatim, a hostile path staying the path.
 func TestIncomingIsOneUnixSocket(t *testing.T) {
 	boot := baseSpec()
 	bootArgs, err := Args(boot)
@@ -326,7 +327,17 @@ func TestIncomingIsOneUnixSocket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := append(slices.Clone(bootArgs[:len(bootArgs)-1]), "-incoming", "defer", "-S")
+		var want []string
+		for i, a := range bootArgs[:len(bootArgs)-1] {
+			if i > 0 && bootArgs[i-1] == "-machine" {
+				a += ",memory-backend=pc.ram"
+			}
+			want = append(want, a)
+			if i > 0 && bootArgs[i-1] == "-m" {
+				want = append(want, "-object", "memory-backend-ram,id=pc.ram,size=1024M,prealloc=on,prealloc-threads=2,x-use-canonical-path-for-ramblock-id=off")
+			}
+		}
+		want = append(want, "-incoming", "defer", "-S")
 		if !slices.Equal(args, want) {
 			t.Errorf("incoming %q:\n got %q\nwant %q", path, args, want)
 		}

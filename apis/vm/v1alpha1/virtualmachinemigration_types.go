@@ -40,7 +40,8 @@ type VirtualMachineMigrationSpec struct {
 	// +optional
 	Claims []ClaimTarget `json:"claims,omitempty"`
 
-	// bandwidthMiBps limits the transfer (MiB/s); 0 or empty means the runner's default.
+	// bandwidthMiBps limits the transfer (MiB/s); 0 or empty means the runner's default
+	// (256 MiB/s), except for an emulated guest's memory, copied paused and so unbounded.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	// +optional

@@ -81,7 +81,7 @@ func (q *VM) SendGuest(req controlapi.MigrationRequest, sock, nbdSock string, di
 	}
 	q.log.Info("migrating the guest", zap.String("to", sock), zap.Int64("bandwidthMiBps", bw),
 		zap.Int64("downtimeLimitMs", req.DowntimeLimitMs), zap.Bool("autoConverge", req.AutoConverge), zap.Strings("mirroring", drives))
-	s := &send{disks: disks, events: make(chan string, 16), stop: make(chan struct{}), done: make(chan struct{}), mirroring: len(disks) > 0}
+	s := &send{disks: disks, capped: req.BandwidthMiBps > 0, events: make(chan string, 16), stop: make(chan struct{}), done: make(chan struct{}), mirroring: len(disks) > 0}
 	q.sendMu.Lock()
 	q.cur = s
 	q.sendMu.Unlock()

@@ -34,6 +34,7 @@ const (
 // send is one migration from this QEMU: its mirrors and where it stands.
 type send struct {
 	disks  []hypervisor.MirrorDisk
+	capped bool          // the request named its bandwidth: a paused copy keeps to it too
 	events chan string   // QEMU's MIGRATION statuses
 	stop   chan struct{} // closed by CancelMigration
 	done   chan struct{} // closed when the send and its mirrors are over
@@ -221,6 +222,16 @@ func (q *VM) drive(s *send, uri string) {
 			if err := q.qmpRun("cont", nil, nil); err != nil {
 				q.log.Error("resuming the guest after its migration ended without moving it", zap.Error(err))
 			}
+		}
+	}
+	// Paused, every millisecond of the copy is downtime: unless the migration named its
+	// bandwidth, the copy runs as fast as the stream takes it, not at the live copy's default.
+	if paused && !s.capped {
+		if err := q.qmpRun("migrate-set-parameters", map[string]any{"max-bandwidth": pausedBandwidth}, nil); err != nil {
+			s.fail(fmt.Errorf("lifting the bandwidth bound for the paused copy: %w", err))
+			q.abortMirrors(s)
+			resume()
+			return
 		}
 	}
 	if err := q.qmpRun("migrate", map[string]any{"uri": uri}, nil); err != nil {

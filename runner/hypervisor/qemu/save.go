@@ -6,6 +6,11 @@ import "fmt"
 // it (QEMU's default limit, 128 MiB/s, is for a live copy over a network).
 const saveBandwidth = 4 << 30
 
+// pausedBandwidth bounds an emulated guest's paused migration copy when the migration named no
+// bandwidth: the guest runs again only once the copy is over, so the copy goes as fast as the
+// stream takes it.
+const pausedBandwidth = saveBandwidth
+
 // SaveGuest pauses the guest and streams its state (memory and devices) to the unix socket at
 // sock, where the runner writes it to a file; it returns once QEMU took the request, and
 // QueryMigrate follows it. Paused first, the state is one pass and nothing changes after it:
