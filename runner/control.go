@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,9 +44,10 @@ type controlServer struct {
 	log                   *zap.Logger
 	mu                    sync.Mutex // held for a whole resize
 	pending               atomic.Bool
-	mig                   *migration  // /v1/migration; nil serves none
-	agent                 *guestAgent // /v1/guest; nil serves none
-	sus                   *suspender  // /v1/suspend; nil serves none
+	mig                   *migration   // /v1/migration; nil serves none
+	agent                 *guestAgent  // /v1/guest; nil serves none
+	sus                   *suspender   // /v1/suspend; nil serves none
+	board                 *statusBoard // /v1/started; nil serves none
 }
 
 func newControlServer(cfg runnerconfig.Config, hv hypervisor.Resizer, timeout time.Duration, log *zap.Logger) *controlServer {
@@ -97,7 +99,28 @@ func (c *controlServer) handler() http.Handler {
 	if c.sus != nil {
 		c.sus.routes(mux)
 	}
+	if c.board != nil {
+		mux.HandleFunc("GET "+controlapi.StartedPath, c.started)
+	}
 	return mux
+}
+
+// started answers once the guest runs or can no longer start, or after ?waitSeconds= (0 at
+// once, at most controlapi.MaxStartedWaitSeconds): the node agent's one question per start.
+func (c *controlServer) started(w http.ResponseWriter, r *http.Request) {
+	wait := 0
+	if v := r.URL.Query().Get("waitSeconds"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("waitSeconds=%q: want a whole number of seconds, 0 to %d", v, controlapi.MaxStartedWaitSeconds)})
+			return
+		}
+		wait = min(n, controlapi.MaxStartedWaitSeconds)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(wait)*time.Second)
+	defer cancel()
+	st, since := c.board.waitStarted(ctx)
+	writeJSON(w, http.StatusOK, controlapi.Started{Started: !since.IsZero(), State: st, Since: since})
 }
 
 func (c *controlServer) size(ctx context.Context) (Size, error) {

@@ -222,7 +222,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	}
 	if cfg.ControlSocket != "" {
 		ctl := newControlServer(cfg, hv.(hypervisor.Resizer), o.ResizeTimeout, log)
-		ctl.mig, ctl.agent, ctl.sus = mig, agent, sus
+		ctl.mig, ctl.agent, ctl.sus, ctl.board = mig, agent, sus, board
 		if stop, err := ctl.serve(cfg.ControlSocket); err != nil && cfg.Incoming {
 			return failf(ExitError, "--incoming: no control socket, so no stream can arrive: %v", err)
 		} else if err != nil {

@@ -41,7 +41,8 @@ type Status struct {
 type statusBoard struct {
 	mu      sync.Mutex
 	s       Status
-	running time.Time // when the guest last started running
+	running time.Time     // when the guest last started running
+	changed chan struct{} // closed (and replaced) at each change of state
 	// probe is the guest readiness probe; nil without one.
 	probe *guestProbe
 }
@@ -53,6 +54,33 @@ func (b *statusBoard) set(state, reason string) {
 		b.running = time.Now()
 	}
 	b.s.State, b.s.Reason = state, reason
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
+}
+
+// waitStarted returns once the guest has run (since then: the time it last started), can no
+// longer start (the runner stops or failed: a zero time), or ctx ends; with the state then.
+func (b *statusBoard) waitStarted(ctx context.Context) (string, time.Time) {
+	for {
+		b.mu.Lock()
+		st, since := b.s.State, b.running
+		if !since.IsZero() || st == StateStopping || st == StateStopped || st == StateFailed {
+			b.mu.Unlock()
+			return st, since
+		}
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		ch := b.changed
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return st, time.Time{}
+		}
+	}
 }
 
 func (b *statusBoard) setVersion(v string) {

@@ -75,6 +75,11 @@ func guestUp(p *corev1.Pod) {
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Started: ptr.To(true),
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 }
+
+// agentSawStart is the node agent's guest-started annotation (runner/startagent).
+func agentSawStart(p *corev1.Pod) {
+	p.Annotations = map[string]string{vmv1.AnnotationGuestStarted: "2026-12-05T05:30:00.123Z"}
+}
 func pullBackOff(p *corev1.Pod) {
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, State: corev1.ContainerState{
 		Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "r:1"`}}}}
@@ -146,6 +151,16 @@ func TestScheduledAndReady(t *testing.T) {
 		{name: "started without a guest probe: Ready before the pod's readiness probe runs", f: facts{pod: pod(onNode, startupOnly, guestUp)}, phase: vmv1.PhaseRunning,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running"}},
+		{name: "the node agent saw the guest start, before the kubelet's probe did", f: facts{pod: pod(onNode, startupOnly, runnerUp, agentSawStart)}, phase: vmv1.PhaseRunning,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"True", vmv1.ReasonGuestRunning, "the guest is running"}},
+		{name: "the node agent saw the guest start, before the kubelet's status sync", f: facts{pod: pod(onNode, probed, agentSawStart)}, phase: vmv1.PhaseRunning,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready: want{"False", vmv1.ReasonGuestNotReady, "the guest is running but has not passed its readiness probe (HTTP GET of /healthz on port 8080); " +
+				"the runner pod's Unhealthy events give each failure: kubectl describe pod web-runner"}},
+		{name: "a started guest stopping", f: facts{pod: pod(onNode, startupOnly, guestUp, agentSawStart, deleting)}, phase: vmv1.PhaseStopping,
+			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
+			ready:     want{"False", vmv1.ReasonStopping, "the guest is shutting down"}},
 		{name: "started without a startup probe says nothing of the guest", f: facts{pod: pod(onNode, guestUp)}, phase: vmv1.PhaseStarting,
 			scheduled: want{"True", vmv1.ReasonScheduled, "runner pod web-runner is on node node-a"},
 			ready:     want{"False", vmv1.ReasonGuestBooting, booting}},

@@ -127,10 +127,15 @@ func isReady(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodRunning && c != nil && c.Status == corev1.ConditionTrue
 }
 
-// guestStarted says the runner's startup probe passed: the guest runs, whether or not it passes
-// its readiness probe yet. A pod without a startup probe (made by an older controller) is
-// started as soon as its container runs, which says nothing of the guest: there, Ready decides.
+// guestStarted says the guest runs, whether or not it passes its readiness probe yet: the node
+// agent saw it start (its guest-started annotation, as the runner reports it), or the runner's
+// startup probe passed, up to a second later (the kubelet probes on ticks). A pod without a
+// startup probe (made by an older controller) is started as soon as its container runs, which
+// says nothing of the guest: there, Ready decides.
 func guestStarted(pod *corev1.Pod) bool {
+	if pod.Annotations[vmv1.AnnotationGuestStarted] != "" {
+		return true
+	}
 	if pod.Status.Phase != corev1.PodRunning {
 		return false
 	}

@@ -2,7 +2,11 @@
 // serves on its control socket and the node agent sends, in one place for both.
 package controlapi
 
-import vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+import (
+	"time"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+)
 
 // SizePath is the resource: GET reads the guest's size, PUT asks for a new one.
 const SizePath = "/v1/size"
@@ -122,4 +126,19 @@ type SuspendStatus struct {
 	State string `json:"state"`
 	Bytes int64  `json:"bytes,omitempty"`
 	Error string `json:"error,omitempty"`
+}
+
+// StartedPath is the guest's start (GET): the runner answers once the guest runs, once it can
+// no longer start, or after ?waitSeconds= (at most MaxStartedWaitSeconds) with where it stands.
+const StartedPath = "/v1/started"
+
+// MaxStartedWaitSeconds bounds how long one GET of StartedPath waits.
+const MaxStartedWaitSeconds = 60
+
+// Started is the answer on StartedPath: whether the guest runs, the runner's state (runner's
+// /status states: preparing, starting, incoming, running, ...) and, once it runs, since when.
+type Started struct {
+	Started bool      `json:"started"`
+	State   string    `json:"state"`
+	Since   time.Time `json:"since,omitzero"`
 }

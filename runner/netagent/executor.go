@@ -43,11 +43,8 @@ type Executor struct {
 	mu   sync.Mutex
 	pods map[types.UID]*podState
 
-	// The kubelet's pod-resources answer, shared by every starting pod and asked at most every
-	// devicesEvery: the kubelet rate-limits that API (100 requests a second, node-wide).
-	devMu   sync.Mutex
-	devAt   time.Time
-	devices podcontrol.PodDevices
+	devOnce sync.Once
+	devices *podcontrol.DeviceCache // the kubelet's pod-resources answer, shared by every starting pod
 }
 
 // podState is what the executor learnt of one pod: whether it may act for it, where its
@@ -197,19 +194,10 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 	return 0, nil
 }
 
-// device is the pod's control device from the kubelet's latest answer, asked again when that
-// is older than devicesEvery.
+// device is the pod's control device, from the kubelet's answer at most devicesEvery old.
 func (e *Executor) device(ctx context.Context, pod *corev1.Pod) (string, error) {
-	e.devMu.Lock()
-	defer e.devMu.Unlock()
-	if e.devices == nil || time.Since(e.devAt) >= devicesEvery {
-		devs, err := podcontrol.Devices(ctx, e.PodResources)
-		if err != nil {
-			return "", err
-		}
-		e.devices, e.devAt = devs, time.Now()
-	}
-	return e.devices.Of(pod.Namespace, pod.Name)
+	e.devOnce.Do(func() { e.devices = &podcontrol.DeviceCache{Socket: e.PodResources, Every: devicesEvery} })
+	return e.devices.Of(ctx, pod.Namespace, pod.Name)
 }
 
 // later is when to look for the runner's socket again, or 0 to wait for the pod's next event.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -79,6 +80,15 @@ func (c *Client) Guest(ctx context.Context) (controlapi.Guest, error) {
 	var g controlapi.Guest
 	err := c.call(ctx, http.MethodGet, controlapi.GuestPath, nil, &g, http.StatusOK)
 	return g, err
+}
+
+// Started asks the runner whether its guest runs, waiting up to wait (whole seconds, at most
+// controlapi.MaxStartedWaitSeconds) for it to start. A runner from before the question answers
+// 404, which is a RunnerRefusal.
+func (c *Client) Started(ctx context.Context, wait time.Duration) (controlapi.Started, error) {
+	var st controlapi.Started
+	err := c.call(ctx, http.MethodGet, controlapi.StartedPath+"?waitSeconds="+strconv.Itoa(int(wait/time.Second)), nil, &st, http.StatusOK)
+	return st, err
 }
 
 // Suspend asks the runner to save its guest's state (to its --suspend-to) and end; it returns

@@ -7,6 +7,7 @@ package podcontrol
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -86,4 +87,30 @@ func Lookup(ctx context.Context, podResources, controlDir, namespace, name strin
 		return Control{}, err
 	}
 	return Control{Root: controlDir, Device: id}, nil
+}
+
+// DeviceCache is the kubelet's pod-resources answer shared by the pods an agent's executor
+// follows, asked again only when older than Every: the kubelet rate-limits that API (100
+// requests a second, node-wide), and starting pods are looked up every few milliseconds.
+type DeviceCache struct {
+	Socket string // the kubelet's pod-resources socket
+	Every  time.Duration
+
+	mu   sync.Mutex
+	at   time.Time
+	devs PodDevices
+}
+
+// Of is pod namespace/name's control device from the latest answer, or why there is none.
+func (d *DeviceCache) Of(ctx context.Context, namespace, name string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.devs == nil || time.Since(d.at) >= d.Every {
+		devs, err := Devices(ctx, d.Socket)
+		if err != nil {
+			return "", err
+		}
+		d.devs, d.at = devs, time.Now()
+	}
+	return d.devs.Of(namespace, name)
 }

@@ -97,6 +97,12 @@ func TestAgentPolicy(t *testing.T) {
 	if err := patch(theirs, annotations(vmv1.AnnotationGuestFacts, `{"channel":true}`)); err == nil || !strings.Contains(err.Error(), "only pods on its own node") {
 		t.Errorf("the agent wrote guest facts on another node's pod: %v", err)
 	}
+	if err := patch(mine, annotations(vmv1.AnnotationGuestStarted, "2026-12-05T05:30:00.123Z")); err != nil {
+		t.Fatalf("the agent could not report its own node's guest's start: %v", err)
+	}
+	if err := patch(theirs, annotations(vmv1.AnnotationGuestStarted, "2026-12-05T05:30:00.123Z")); err == nil || !strings.Contains(err.Error(), "only pods on its own node") {
+		t.Errorf("the agent reported a start on another node's pod: %v", err)
+	}
 	if err := patch(mine, annotations(vmv1.AnnotationSuspendError, "--suspend-to: no space left on device")); err != nil {
 		t.Fatalf("the agent could not report a suspend's failure on its own node's pod: %v", err)
 	}

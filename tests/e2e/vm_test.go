@@ -92,6 +92,19 @@ func TestVMLifecycle(t *testing.T) {
 	if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready condition: %+v", c)
 	}
+	// The node agent reported the guest's start on the pod as the runner saw it (the VM is
+	// Running from it, before the kubelet's startup probe says so).
+	eventually(t, "the guest's start on the runner pod", 30*time.Second, func() error {
+		p := &corev1.Pod{}
+		if err := kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, p); err != nil {
+			return err
+		}
+		at, err := time.Parse(time.RFC3339Nano, p.Annotations[vmv1.AnnotationGuestStarted])
+		if err != nil || at.Before(p.CreationTimestamp.Add(-time.Second)) || at.After(time.Now()) {
+			return fmt.Errorf("%s %q (pod created %v): %v", vmv1.AnnotationGuestStarted, p.Annotations[vmv1.AnnotationGuestStarted], p.CreationTimestamp, err)
+		}
+		return nil
+	})
 
 	// Another pod reaches the guest's HTTP server at the VM's IP.
 	got := fetchFrom(t, ns, vm.Status.PodIP, 80)

@@ -4,8 +4,8 @@
 // /dev/kvm as its pod got it from devices.virtpod.io/kvm-probe. It builds each runner pod's
 // guest network in the pod's namespace, which the runner, holding no capability, cannot
 // (runner/netagent), carries out live resizes of the node's runner pods (runner/resizeagent)
-// and their suspends (runner/suspendagent), carries what their guests' agents say
-// (runner/factsagent) and their live migrations' streams to and from other nodes' agents
+// and their suspends (runner/suspendagent), reports their guests' starts (runner/startagent),
+// carries what their guests' agents say (runner/factsagent) and their live migrations' streams to and from other nodes' agents
 // (runner/migrationagent).
 // `virtpod-agent device-plugin` (its own DaemonSet) serves devices.virtpod.io/kvm-probe,
 // devices.virtpod.io/kvm and devices.virtpod.io/control to the kubelet (runner/deviceplugin),
@@ -47,6 +47,7 @@ import (
 	"github.com/virtpod/virtpod/runner/netagent"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/resizeagent"
+	"github.com/virtpod/virtpod/runner/startagent"
 	"github.com/virtpod/virtpod/runner/suspendagent"
 )
 
@@ -217,6 +218,14 @@ func run(o options) error {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		defer serveHTTP(o.pprofAddr, mux, "profiling endpoint", log)()
 	}
+	// Reports each guest's start as it happens; without it the VMs still reach Running, by the
+	// kubelet's startup probe, up to a second later.
+	st := &startagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("guest-start")}
+	go func() {
+		if err := st.Run(ctx); err != nil {
+			log.Error("guest start executor stopped", zap.Error(err))
+		}
+	}()
 	if o.guestFacts {
 		fx := &factsagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("guest-facts")}
 		go func() {
