@@ -84,6 +84,33 @@ func (r *Reconciler) current(ctx context.Context, vm *vmv1.VirtualMachine) (bool
 	return live.ResourceVersion == vm.ResourceVersion, nil
 }
 
+// madeFromStaleView says the live pod that earlierRun judged a cache behind the server is not:
+// the server holds this VM (restart counted) and this pod, live. Only a reconcile that read the
+// VM from before the count could have made it (a pod of an earlier run that ended or went was
+// counted, and it cannot come back); left alone it would never be named.
+func (r *Reconciler) madeFromStaleView(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) (bool, error) {
+	if current, err := r.current(ctx, vm); err != nil || !current {
+		return false, err
+	}
+	live := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil {
+		return false, r.fail("get-pod", client.IgnoreNotFound(err))
+	}
+	return live.UID == pod.UID && live.DeletionTimestamp == nil && !podEnded(live), nil
+}
+
+// relabelRun marks pod as the current run's (its restart-count annotation), so that its end is
+// counted as this run's.
+func (r *Reconciler) relabelRun(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) error {
+	patch := client.MergeFrom(pod.DeepCopy())
+	metav1.SetMetaDataAnnotation(&pod.ObjectMeta, AnnotationRestartCount, strconv.Itoa(int(vm.Status.RestartCount)))
+	if err := r.Client.Patch(ctx, pod, patch); err != nil {
+		return r.fail("relabel-pod", err)
+	}
+	r.Recorder.Eventf(vm, pod, corev1.EventTypeNormal, "AdoptedPod", "AdoptPod", "Runner pod %s, made from a view of the VM before restart %d was counted, is that run's", pod.Name, vm.Status.RestartCount)
+	return nil
+}
+
 // podGone asks the server whether the pod recorded in status still exists.
 func (r *Reconciler) podGone(ctx context.Context, vm *vmv1.VirtualMachine) (bool, error) {
 	live := &corev1.Pod{}

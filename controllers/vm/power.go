@@ -61,7 +61,16 @@ func (r *Reconciler) reconcilePower(ctx context.Context, s *scope) (done bool, e
 			s.pod = nil
 		}
 	case runBehind:
-		return true, nil // its ended or deleted event brings us back; nothing is written from this view
+		// Its ended or deleted event brings us back; nothing is written from this view. Unless
+		// the server agrees with it: then the pod was made for this run from a VM cache that had
+		// not yet seen the restart counted, and is this run's, labelled with the earlier one.
+		if stale, err := r.madeFromStaleView(ctx, s.vm, s.pod); err != nil || !stale {
+			return true, err
+		}
+		if err := r.relabelRun(ctx, s.vm, s.pod); err != nil {
+			return false, err
+		}
+		return false, r.keepRunning(ctx, s)
 	case runLive:
 		return false, r.keepRunning(ctx, s)
 	case runMissing:

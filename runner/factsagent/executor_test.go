@@ -50,30 +50,6 @@ func (r *runnerAnswers) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (r *runnerAnswers) set(g controlapi.Guest) { r.mu.Lock(); r.say = g; r.mu.Unlock() }
 func (r *runnerAnswers) count() int             { r.mu.Lock(); defer r.mu.Unlock(); return r.asked }
 
-// runnerPod creates a running runner pod on node with args, which a VM's status names unless
-// foreign.
-func runnerPod(t *testing.T, ns, name, node string, foreign bool, args ...string) *corev1.Pod {
-	t.Helper()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{vmv1.LabelManagedBy: vmv1.ManagedBy}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: vmv1.RunnerContainer, Image: "runner", Args: args}}}}
-	var vm *vmv1.VirtualMachine
-	if !foreign {
-		vm = podcontroltest.VM(t, env.Client, ns, name)
-		podcontroltest.Own(pod, vm)
-	}
-	if err := env.Client.Create(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning}
-	if err := env.Client.Status().Update(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	if vm != nil {
-		podcontroltest.Name(t, env.Client, vm, pod)
-	}
-	return pod
-}
-
 func facts(t *testing.T, pod *corev1.Pod) (string, string) {
 	t.Helper()
 	p := &corev1.Pod{}
@@ -97,10 +73,10 @@ func TestExecutorCarriesFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(controlDir) })
-	web := runnerPod(t, ns.Name, "web", "node-a", false, "--name=web", "--guest-agent")
-	old := runnerPod(t, ns.Name, "old", "node-a", false, "--name=old")
-	foreign := runnerPod(t, ns.Name, "foreign", "node-a", true, "--name=foreign", "--guest-agent")
-	far := runnerPod(t, ns.Name, "far", "node-b", false, "--name=far", "--guest-agent")
+	web := podcontroltest.RunnerPod(t, env.Client, ns.Name, "web", "node-a", false, "--name=web", "--guest-agent")
+	old := podcontroltest.RunnerPod(t, env.Client, ns.Name, "old", "node-a", false, "--name=old")
+	foreign := podcontroltest.RunnerPod(t, env.Client, ns.Name, "foreign", "node-a", true, "--name=foreign", "--guest-agent")
+	far := podcontroltest.RunnerPod(t, env.Client, ns.Name, "far", "node-b", false, "--name=far", "--guest-agent")
 	answers := map[string]*runnerAnswers{}
 	devices := map[string]string{}
 	for _, p := range []*corev1.Pod{web, old, foreign, far} {

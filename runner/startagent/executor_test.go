@@ -65,25 +65,6 @@ func (r *runnerStart) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 func (r *runnerStart) count() int { r.mu.Lock(); defer r.mu.Unlock(); return r.asked }
 
-// runnerPod creates a runner pod on node, which a VM's status names unless foreign.
-func runnerPod(t *testing.T, ns, name, node string, foreign bool) *corev1.Pod {
-	t.Helper()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{vmv1.LabelManagedBy: vmv1.ManagedBy}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: vmv1.RunnerContainer, Image: "runner"}}}}
-	var vm *vmv1.VirtualMachine
-	if !foreign {
-		vm = podcontroltest.VM(t, env.Client, ns, name)
-		podcontroltest.Own(pod, vm)
-	}
-	if err := env.Client.Create(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	if vm != nil {
-		podcontroltest.Name(t, env.Client, vm, pod)
-	}
-	return pod
-}
-
 func started(t *testing.T, pod *corev1.Pod) string {
 	t.Helper()
 	p := &corev1.Pod{}
@@ -122,7 +103,7 @@ func TestExecutorReportsTheStart(t *testing.T) {
 		if name == "far" {
 			node = "node-b"
 		}
-		pods[name] = runnerPod(t, ns.Name, name, node, name == "foreign")
+		pods[name] = podcontroltest.RunnerPod(t, env.Client, ns.Name, name, node, name == "foreign")
 		devices[ns.Name+"/"+name] = "ctl-" + name
 		if name != "web" { // web's runner serves its socket later, as a runner does once prepared
 			podcontroltest.ServeRunner(t, filepath.Join(controlDir, "ctl-"+name), r)

@@ -298,7 +298,8 @@ func running(vm *vmv1.VirtualMachine, pod *corev1.Pod, restarts int32) error {
 	case st.RestartCount != restarts:
 		return fmt.Errorf("VM %s: restartCount %d, want %d (last termination %+v)", vm.Name, st.RestartCount, restarts, st.LastTermination)
 	case st.PodUID != string(pod.UID):
-		return fmt.Errorf("VM %s: status names pod %s, the pod is %s", vm.Name, st.PodUID, pod.UID)
+		return fmt.Errorf("VM %s: status names pod %q, the pod is %s (made for restart %s, phase %s, deleting %v); VM phase %s, restartCount %d, Ready %+v",
+			vm.Name, st.PodUID, pod.UID, pod.Annotations["vm.virtpod.io/restart-count"], pod.Status.Phase, pod.DeletionTimestamp != nil, st.Phase, st.RestartCount, ready)
 	case st.Phase != vmv1.PhaseRunning || ready == nil || ready.Status != metav1.ConditionTrue || st.Node != pod.Spec.NodeName || st.PodIP == "":
 		return fmt.Errorf("VM %s: phase %s on %q, Ready %+v", vm.Name, st.Phase, st.Node, ready)
 	case st.ObservedGeneration != vm.Generation:

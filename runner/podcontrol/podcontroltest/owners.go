@@ -43,3 +43,27 @@ func Name(t testing.TB, c client.Client, vm *vmv1.VirtualMachine, pod *corev1.Po
 		t.Fatal(err)
 	}
 }
+
+// RunnerPod creates a running runner pod namespace/name on node with the runner's args, which a
+// VM (made for it) names unless foreign: the pods a node agent's executor follows.
+func RunnerPod(t testing.TB, c client.Client, namespace, name, node string, foreign bool, args ...string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{vmv1.LabelManagedBy: vmv1.ManagedBy}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: vmv1.RunnerContainer, Image: "runner", Args: args}}}}
+	var vm *vmv1.VirtualMachine
+	if !foreign {
+		vm = VM(t, c, namespace, name)
+		Own(pod, vm)
+	}
+	if err := c.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning}
+	if err := c.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if vm != nil {
+		Name(t, c, vm, pod)
+	}
+	return pod
+}
