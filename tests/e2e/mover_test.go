@@ -42,11 +42,15 @@ func (m *mover) runnerPods() []corev1.Pod {
 func (m *mover) answersIPv6(svc *corev1.Service, mig *vmv1.VirtualMachineMigration) {
 	m.t.Helper()
 	// It answers in IPv6 from its new node, through the Service's IPv6 address, once the
-	// Service sends there: its IPv6 endpoint is the target pod's, ready (before that a client
-	// meets kube-proxy's reject, "No route to host"). Under load the first tries right after
-	// the move can still meet "No route to host" (seen in a CI run and beside the tenant test's
-	// boots; where it comes from is not pinned down yet): the client tries once a second for a
-	// minute and the test logs which try worked.
+	// Service sends there: its IPv6 endpoint is the target pod's, ready. Under load the first
+	// tries right after the move can still meet "No route to host" (seen in a CI run and beside
+	// the tenant test's boots). On this cluster that is a connection sent to an address nobody
+	// answers for: neighbour discovery gives up after 3 s (a Service whose endpoint is an unheld
+	// address of the node's pod range does exactly that, measured 2026-12-05), while kube-proxy's
+	// reject of a Service without endpoints is "Connection refused" after 1 s. So the client's
+	// node still sent to the source pod's departed address (kube-proxy not yet synced to the new
+	// endpoint), or the target's address was not yet answered for; which one is not known. The
+	// client tries once a second for a minute and the test logs which try worked.
 	eventually(m.t, "the Service's IPv6 endpoint the target pod, ready", time.Minute, func() error {
 		var slices6 discoveryv1.EndpointSliceList
 		if err := kube.List(m.ctx, &slices6, client.InNamespace(m.ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
