@@ -43,8 +43,9 @@ type Executor struct {
 	devices *podcontrol.DeviceCache
 	mu      sync.Mutex
 	asking  map[types.UID]context.CancelFunc // pods whose runner is being asked
-	// done are the pods asked without an answer to write (their runner ended first, or does
-	// not know the question), by namespace/name: the kubelet's startup probe reports those.
+	// done are the pods asked already, by namespace/name: written, or without an answer to
+	// write (their runner ended first, or does not know the question: the kubelet's startup
+	// probe reports those).
 	done map[types.UID]string
 }
 
@@ -120,17 +121,16 @@ func (e *Executor) handle(ctx context.Context, w *podcontrol.NodePods, pod *core
 	e.asking[pod.UID] = cancel
 	e.mu.Unlock()
 	go func() {
-		written := e.ask(actx, ctl, pod)
+		e.ask(actx, ctl, pod)
 		e.stop(pod.UID)
-		if !written {
-			e.markDone(w, pod)
-		}
+		e.markDone(w, pod)
 	}()
 	return 0, nil
 }
 
-// markDone remembers a pod not to ask again, and forgets the pods gone from the node since
-// (deleted at once, they sent no update that would have).
+// markDone remembers a pod not to ask again: answered (until its annotation shows in the cache,
+// which forgets it) or not. It forgets the pods gone from the node since, deleted at once, they
+// sent no update that would have.
 func (e *Executor) markDone(w *podcontrol.NodePods, pod *corev1.Pod) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -143,10 +143,9 @@ func (e *Executor) markDone(w *podcontrol.NodePods, pod *corev1.Pod) {
 	}
 }
 
-// ask waits for the guest's start and writes it into the pod, saying whether it did. It ends,
-// writing nothing, when the runner ends first, does not know the question (a runner from
-// before it) or stops answering.
-func (e *Executor) ask(ctx context.Context, ctl podcontrol.Control, pod *corev1.Pod) bool {
+// ask waits for the guest's start and writes it into the pod. It ends, writing nothing, when the
+// runner ends first, does not know the question (a runner from before it) or stops answering.
+func (e *Executor) ask(ctx context.Context, ctl podcontrol.Control, pod *corev1.Pod) {
 	log := e.Log.With(zap.String("pod", pod.Namespace+"/"+pod.Name))
 	c := podcontrol.NewClient(ctl, 0)
 	defer c.Close()
@@ -159,19 +158,18 @@ func (e *Executor) ask(ctx context.Context, ctl podcontrol.Control, pod *corev1.
 			if ctx.Err() == nil {
 				log.Info("guest start not read", zap.Error(err))
 			}
-			return false
+			return
 		case st.Started:
 			if err := e.write(ctx, pod, st.Since); err != nil {
 				log.Error("guest start not written", zap.Error(err))
-				return false
+				return
 			}
 			log.Info("guest started", zap.Time("since", st.Since))
-			return true
+			return
 		case st.State == "stopping" || st.State == "stopped" || st.State == "failed":
-			return false // it will not start: the pod's end is the controller's to report
+			return // it will not start: the pod's end is the controller's to report
 		}
 	}
-	return false
 }
 
 // write sets the pod's guest-started annotation.
