@@ -119,8 +119,7 @@ func (c *controlServer) started(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(wait)*time.Second)
 	defer cancel()
-	st, since := c.board.waitStarted(ctx)
-	writeJSON(w, http.StatusOK, controlapi.Started{Started: !since.IsZero(), State: st, Since: since})
+	writeJSON(w, http.StatusOK, c.board.waitStarted(ctx))
 }
 
 func (c *controlServer) size(ctx context.Context) (Size, error) {

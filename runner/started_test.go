@@ -60,8 +60,8 @@ func TestStartedAnswersWhenTheGuestRuns(t *testing.T) {
 	c.board = failed
 	h = c.handler()
 	go func() { time.Sleep(100 * time.Millisecond); failed.set(StateFailed, "no kernel") }()
-	if code, st, took := askStarted(t, h, "?waitSeconds=60"); code != http.StatusOK || st.Started || st.State != StateFailed || took > 2*time.Second {
-		t.Errorf("a runner failing before the start: %d %+v after %v; want not started, failed, as it fails", code, st, took)
+	if code, st, took := askStarted(t, h, "?waitSeconds=60"); code != http.StatusOK || st.Started || !st.Ended || st.State != StateFailed || took > 2*time.Second {
+		t.Errorf("a runner failing before the start: %d %+v after %v; want not started, ended, failed, as it fails", code, st, took)
 	}
 	for _, bad := range []string{"?waitSeconds=-1", "?waitSeconds=soon"} {
 		if code, _, _ := askStarted(t, h, bad); code != http.StatusBadRequest {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/virtpod/virtpod/pkg/controlapi"
 )
 
 // Guest states reported by /status.
@@ -60,15 +62,17 @@ func (b *statusBoard) set(state, reason string) {
 	}
 }
 
-// waitStarted returns once the guest has run (since then: the time it last started), can no
-// longer start (the runner stops or failed: a zero time), or ctx ends; with the state then.
-func (b *statusBoard) waitStarted(ctx context.Context) (string, time.Time) {
+// waitStarted returns once the guest has run (Since: when it last started), can no longer
+// start (the runner stops or failed), or ctx ends; with the state then.
+func (b *statusBoard) waitStarted(ctx context.Context) controlapi.Started {
 	for {
 		b.mu.Lock()
-		st, since := b.s.State, b.running
-		if !since.IsZero() || st == StateStopping || st == StateStopped || st == StateFailed {
+		st := controlapi.Started{State: b.s.State, Since: b.running}
+		st.Started = !st.Since.IsZero()
+		st.Ended = !st.Started && (st.State == StateStopping || st.State == StateStopped || st.State == StateFailed)
+		if st.Started || st.Ended {
 			b.mu.Unlock()
-			return st, since
+			return st
 		}
 		if b.changed == nil {
 			b.changed = make(chan struct{})
@@ -78,7 +82,7 @@ func (b *statusBoard) waitStarted(ctx context.Context) (string, time.Time) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return st, time.Time{}
+			return st
 		}
 	}
 }

@@ -135,10 +135,12 @@ const StartedPath = "/v1/started"
 // MaxStartedWaitSeconds bounds how long one GET of StartedPath waits.
 const MaxStartedWaitSeconds = 60
 
-// Started is the answer on StartedPath: whether the guest runs, the runner's state (runner's
-// /status states: preparing, starting, incoming, running, ...) and, once it runs, since when.
+// Started is the answer on StartedPath: whether the guest runs (and since when), whether the
+// runner ended without starting it (it stops or failed: it never will), and the runner's state
+// (its /status states: preparing, starting, incoming, running, ...).
 type Started struct {
 	Started bool      `json:"started"`
+	Ended   bool      `json:"ended,omitempty"`
 	State   string    `json:"state"`
 	Since   time.Time `json:"since,omitzero"`
 }

@@ -43,7 +43,6 @@ type Executor struct {
 	mu   sync.Mutex
 	pods map[types.UID]*podState
 
-	devOnce sync.Once
 	devices *podcontrol.DeviceCache // the kubelet's pod-resources answer, shared by every starting pod
 }
 
@@ -78,6 +77,7 @@ func (e *Executor) Run(ctx context.Context) error {
 	if e.Log == nil {
 		e.Log = zap.NewNop()
 	}
+	e.devices = &podcontrol.DeviceCache{Socket: e.PodResources, Every: devicesEvery}
 	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
 		MaxDelay: 30 * time.Second, Retrying: "pod network not plumbed; retrying", Log: e.Log,
 	})
@@ -150,7 +150,7 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 	// time a runner listens, the controller has long named its pod in the VM's status, so
 	// authorizing then is neither refused for being early nor asked again and again.
 	if s.ctl == nil {
-		id, err := e.device(ctx, pod)
+		id, err := e.devices.Of(ctx, pod.Namespace, pod.Name)
 		if err != nil {
 			return e.later(pod), nil // the kubelet lists the pod once it admits it
 		}
@@ -192,12 +192,6 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 		log.Info("pod network found plumbed", zap.Stringer("request", req))
 	}
 	return 0, nil
-}
-
-// device is the pod's control device, from the kubelet's answer at most devicesEvery old.
-func (e *Executor) device(ctx context.Context, pod *corev1.Pod) (string, error) {
-	e.devOnce.Do(func() { e.devices = &podcontrol.DeviceCache{Socket: e.PodResources, Every: devicesEvery} })
-	return e.devices.Of(ctx, pod.Namespace, pod.Name)
 }
 
 // later is when to look for the runner's socket again, or 0 to wait for the pod's next event.

@@ -166,7 +166,7 @@ func (e *Executor) ask(ctx context.Context, ctl podcontrol.Control, pod *corev1.
 			}
 			log.Info("guest started", zap.Time("since", st.Since))
 			return
-		case st.State == "stopping" || st.State == "stopped" || st.State == "failed":
+		case st.Ended:
 			return // it will not start: the pod's end is the controller's to report
 		}
 	}

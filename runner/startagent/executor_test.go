@@ -48,7 +48,7 @@ func (r *runnerStart) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
 		return
 	}
-	answer := controlapi.Started{State: r.state}
+	answer := controlapi.Started{State: r.state, Ended: r.state != ""}
 	if r.state == "" {
 		answer.State = "preparing"
 		select {
