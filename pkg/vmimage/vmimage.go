@@ -4,7 +4,9 @@
 //
 // Layout:
 //
-//	/boot/vmlinuz        the kernel (x86 bzImage, or an ELF kernel QEMU can boot as PVH)
+//	/boot/vmlinuz        the kernel: an ELF vmlinux QEMU boots by its PVH entry (a given
+//	                     bzImage is unpacked to it, pkg/pvhkernel), or a bzImage
+
 //	/boot/initrd.img     the initramfs, optional
 //	/disk/root.img       the root disk, raw or qcow2; or, as KubeVirt's containerDisk
 //	                     layout has it, the one .qcow2, .img or .raw file in /disk (DiskName)
@@ -28,6 +30,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/pkg/pvhkernel"
 	"github.com/virtpod/virtpod/pkg/rootdisk"
 	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
 )
@@ -54,6 +57,9 @@ type Files struct {
 	DiskName string
 	// Copier is the static copy program (runner/cmd/vmcopy); every VM image has it.
 	Copier string
+	// KeepBzImage stores a bzImage Kernel as given instead of the PVH vmlinux inside it, which
+	// saves each VM QEMU's copy of the bzImage (its size in memory for the VM's life).
+	KeepBzImage bool
 }
 
 // Image builds the VM image. It has no entrypoint: the runtime only mounts it (or runs its copy
@@ -99,11 +105,12 @@ func Layers(f Files, work string) ([]*ociimage.Layer, error) {
 	}
 	layers := []*ociimage.Layer{copier}
 	if f.Kernel != "" {
-		if err := checkKernel(f.Kernel); err != nil {
+		kernel, err := kernelFile(f, work)
+		if err != nil {
 			return nil, err
 		}
 		boot := ociimage.NewLayer("kernel")
-		if err := boot.HostFile(KernelPath, f.Kernel, 0o644); err != nil {
+		if err := boot.HostFile(KernelPath, kernel, 0o644); err != nil {
 			return nil, fmt.Errorf("--kernel: %w", err)
 		}
 		if f.Initrd != "" {
@@ -162,16 +169,31 @@ func rootDisk(f Files, work string) (string, error) {
 	return img, nil
 }
 
-// checkKernel accepts what QEMU's -kernel boots on x86: a bzImage ("HdrS" at 0x202) or ELF.
-func checkKernel(file string) error {
-	head, err := readHead("--kernel", file, 0x206)
+// kernelFile returns the kernel file to store: a bzImage's PVH vmlinux, written under work
+// (unless KeepBzImage), or the given file, which must be a bzImage or an ELF kernel QEMU boots
+// by its PVH entry (QEMU refuses an ELF kernel without one).
+func kernelFile(f Files, work string) (string, error) {
+	b, err := os.ReadFile(f.Kernel)
 	if err != nil {
-		return err
+		return "", fmt.Errorf("--kernel: %w", err)
 	}
-	if len(head) >= 0x206 && string(head[0x202:0x206]) == "HdrS" || bytes.HasPrefix(head, []byte("\x7fELF")) {
-		return nil
+	switch {
+	case pvhkernel.IsBzImage(b) && f.KeepBzImage:
+		return f.Kernel, nil
+	case pvhkernel.IsBzImage(b):
+		k, err := pvhkernel.Unpack(b)
+		if err != nil {
+			return "", fmt.Errorf("--kernel: %s: unpacking the bzImage to boot it by PVH: %w; or pass --keep-bzimage to store the bzImage (QEMU then holds a copy of it for each VM's life)", f.Kernel, err)
+		}
+		out := filepath.Join(work, "vmlinux")
+		return out, os.WriteFile(out, k, 0o644)
+	case bytes.HasPrefix(b, []byte("\x7fELF")):
+		if _, err := pvhkernel.Trim(b); err != nil {
+			return "", fmt.Errorf("--kernel: %s: %w", f.Kernel, err)
+		}
+		return f.Kernel, nil
 	}
-	return fmt.Errorf("--kernel: %s is neither an x86 bzImage nor an ELF kernel: pass the vmlinuz file, not a compressed vmlinux or an initrd", file)
+	return "", fmt.Errorf("--kernel: %s is neither an x86 bzImage nor an ELF kernel: pass the vmlinuz file, not a compressed vmlinux or an initrd", f.Kernel)
 }
 
 // checkDisk accepts what the runner boots (diskfile.Format: qcow2, or raw of whole 512-byte

@@ -14,15 +14,19 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	"github.com/virtpod/virtpod/pkg/pvhkernel/pvhkerneltest"
 )
 
-// fakeFiles writes a minimal bzImage (the "HdrS" magic), an initrd, a disk and a copy program
-// (its contents do not matter here; tools/imagebuild tests run the real one).
+// fakeELF is the kernel inside fakeFiles' bzImage.
+var fakeELF = pvhkerneltest.ELF([]byte("kernel text"), true)
+
+// fakeFiles writes a small bzImage (a PVH ELF kernel inside), an initrd, a disk and a copy
+// program (its contents do not matter here; tools/imagebuild tests run the real one).
 func fakeFiles(t *testing.T, disk []byte) Files {
 	t.Helper()
 	dir := t.TempDir()
-	kernel := make([]byte, 0x400)
-	copy(kernel[0x202:], "HdrS")
+	kernel := pvhkerneltest.BzImage(fakeELF, "gzip")
 	f := Files{Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd"), Disk: filepath.Join(dir, "disk"), Copier: filepath.Join(dir, "vmcopy")}
 	for p, b := range map[string][]byte{f.Kernel: kernel, f.Initrd: []byte("070701"), f.Disk: disk, f.Copier: []byte("\x7fELF")} {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -70,6 +74,57 @@ func TestImageLayout(t *testing.T) {
 	}
 	if got[DiskPath].Size != 4096 {
 		t.Errorf("disk size %d", got[DiskPath].Size)
+	}
+}
+
+// TestKernelIsUnpacked: a bzImage is stored as the PVH vmlinux inside it unless KeepBzImage; a
+// kernel that cannot boot by PVH is refused with the reason and the way to keep it.
+func TestKernelIsUnpacked(t *testing.T) {
+	f := fakeFiles(t, make([]byte, 512))
+	bz, err := os.ReadFile(f.Kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elfFile := filepath.Join(t.TempDir(), "vmlinux")
+	if err := os.WriteFile(elfFile, fakeELF, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		f    Files
+		want []byte
+	}{
+		{"bzImage", Files{Kernel: f.Kernel, Copier: f.Copier}, fakeELF},
+		{"kept bzImage", Files{Kernel: f.Kernel, Copier: f.Copier, KeepBzImage: true}, bz},
+		{"vmlinux", Files{Kernel: elfFile, Copier: f.Copier}, fakeELF},
+	} {
+		img, err := Image(c.f, t.TempDir())
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := readFile(t, img, KernelPath); !bytes.Equal(got, c.want) {
+			t.Errorf("%s: stored %d bytes, want %d", c.name, len(got), len(c.want))
+		}
+	}
+
+	dir := t.TempDir()
+	noPVH, noPVHELF := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "vmlinux")
+	os.WriteFile(noPVH, pvhkerneltest.BzImage(pvhkerneltest.ELF([]byte("text"), false), "zstd"), 0o600)
+	os.WriteFile(noPVHELF, pvhkerneltest.ELF([]byte("text"), false), 0o600)
+	for _, c := range []struct {
+		f    Files
+		want string
+	}{
+		{Files{Kernel: noPVH, Copier: f.Copier}, "--kernel: " + noPVH + ": unpacking the bzImage to boot it by PVH: the kernel has no PVH entry"},
+		{Files{Kernel: noPVH, Copier: f.Copier}, "or pass --keep-bzimage"},
+		{Files{Kernel: noPVHELF, Copier: f.Copier}, "--kernel: " + noPVHELF + ": the kernel has no PVH entry"},
+	} {
+		if _, err := Layers(c.f, t.TempDir()); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.f, err, c.want)
+		}
+	}
+	if _, err := Layers(Files{Kernel: noPVH, Copier: f.Copier, KeepBzImage: true}, t.TempDir()); err != nil {
+		t.Errorf("a bzImage without a PVH entry, kept: %v", err)
 	}
 }
 

@@ -171,6 +171,10 @@ func TestVMImage(t *testing.T) {
 		wantFile(t, fs, p, tar.TypeReg, 0o644, "")
 	}
 	wantFile(t, fs, vmimage.CopierPath, tar.TypeReg, 0o755, "")
+	// The Debian bzImage is stored as the PVH vmlinux inside it, several times its size.
+	if bz, _ := os.Stat(filepath.Join(guest, "boot", "vmlinuz")); bz == nil || fs[vmimage.KernelPath].Size < 2*bz.Size() {
+		t.Errorf("kernel is %d bytes: want the bzImage unpacked", fs[vmimage.KernelPath].Size)
+	}
 	if want, _ := os.Stat(filepath.Join(guest, "disk", "root.img")); fs[vmimage.DiskPath].Size != want.Size() {
 		t.Errorf("disk is %d bytes, want %d", fs[vmimage.DiskPath].Size, want.Size())
 	}

@@ -224,7 +224,8 @@ func newVMCommand() *cobra.Command {
 	}
 	o := addOutputFlags(cmd, "localhost/virtpod/guest:dev")
 	fl := cmd.Flags()
-	fl.StringVar(&f.Kernel, "kernel", "", "guest kernel (bzImage), installed as "+vmimage.KernelPath)
+	fl.StringVar(&f.Kernel, "kernel", "", "guest kernel, installed as "+vmimage.KernelPath+": a bzImage (stored as the PVH vmlinux inside it) or a vmlinux with a PVH entry")
+	fl.BoolVar(&f.KeepBzImage, "keep-bzimage", false, "store a bzImage --kernel as given instead of unpacking it (QEMU then holds a copy of it in each VM's memory); for kernels without a PVH entry or with xz or LZO payloads")
 	fl.StringVar(&f.Initrd, "initrd", "", "guest initramfs, installed as "+vmimage.InitrdPath)
 	fl.StringVar(&f.Disk, "disk", "", "root disk, raw or qcow2, installed as "+vmimage.DiskPath+" (or --disk-name)")
 	fl.StringVar(&f.DiskName, "disk-name", "", "the root disk's file name in "+vmimage.DiskDir+": root.img (default), or a KubeVirt containerDisk name ending .qcow2, .img or .raw (e.g. debian-12.qcow2)")

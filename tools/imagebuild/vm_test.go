@@ -10,18 +10,21 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/virtpod/virtpod/pkg/pvhkernel/pvhkerneltest"
 	"github.com/virtpod/virtpod/pkg/vmimage"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )
 
-// fakeGuest writes a minimal bzImage (the "HdrS" magic), an initrd, and a 64 MiB raw disk that
+// fakeVmlinux is the kernel inside fakeGuest's bzImage, which the image stores unpacked.
+var fakeVmlinux = pvhkerneltest.ELF([]byte("kernel text"), true)
+
+// fakeGuest writes a small bzImage (fakeVmlinux inside), an initrd, and a 64 MiB raw disk that
 // is mostly zeros, as root disks are.
 func fakeGuest(t *testing.T) (kernel, initrd, disk string) {
 	t.Helper()
 	dir := t.TempDir()
 	kernel, initrd, disk = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.img"), filepath.Join(dir, "root.img")
-	k := make([]byte, 0x400)
-	copy(k[0x202:], "HdrS")
+	k := pvhkerneltest.BzImage(fakeVmlinux, "lz4")
 	d := make([]byte, 64<<20)
 	copy(d[1<<20:], "superblock")
 	copy(d[40<<20:], bytes.Repeat([]byte("data"), 4096))
@@ -70,7 +73,9 @@ func TestVMImageCopyProgram(t *testing.T) {
 			t.Fatalf("vmcopy %s %s: %v\n%s", c[0], c[1], err, b)
 		}
 	}
-	sameFile(t, kernel, filepath.Join(out, "virtpod/images/kernel", vmimage.KernelPath))
+	if b, err := os.ReadFile(filepath.Join(out, "virtpod/images/kernel", vmimage.KernelPath)); err != nil || !bytes.Equal(b, fakeVmlinux) {
+		t.Errorf("copied kernel: %d bytes, %v; want the bzImage's %d-byte vmlinux", len(b), err, len(fakeVmlinux))
+	}
 	sameFile(t, initrd, filepath.Join(out, "virtpod/images/kernel", vmimage.InitrdPath))
 	copied := filepath.Join(out, "virtpod/images/disk", vmimage.DiskPath)
 	sameFile(t, disk, copied)
