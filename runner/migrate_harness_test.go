@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/pkg/pvhkernel"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/streampipe"
 	"github.com/virtpod/virtpod/runner"
@@ -84,6 +85,10 @@ func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *mi
 			args[i] = "--kernel-args=rw virtpod.heartbeat"
 		case strings.HasPrefix(a, "--memory-mib="):
 			args[i] = "--memory-mib=" + strconv.Itoa(memMiB)
+		case strings.HasPrefix(a, "--kernel="):
+			// Moves run the PVH vmlinux that VM images store (pkg/pvhkernel), across QEMU 7.2
+			// and 10.0; the other runner tests boot the fixture's bzImage.
+			args[i] = "--kernel=" + pvhKernel(t, strings.TrimPrefix(a, "--kernel="))
 		}
 	}
 	// Disks a move copies whole: claims of each runner's own (migrate=copy, as node-local
@@ -105,6 +110,24 @@ func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *mi
 		args = append(args, "--port=http:80/TCP")
 	}
 	return &migrationTest{args: args, network: network}
+}
+
+// pvhKernel unpacks bzImage into a vmlinux in a temporary directory and returns its path.
+func pvhKernel(t testing.TB, bzImage string) string {
+	t.Helper()
+	b, err := os.ReadFile(bzImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := pvhkernel.Unpack(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "vmlinux")
+	if err := os.WriteFile(out, k, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func (mt *migrationTest) boot(t testing.TB) *migrationRunner {
