@@ -19,8 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
@@ -30,20 +28,12 @@ import (
 
 // Executor carries the guest agents' facts of one node's runner pods into the pods.
 type Executor struct {
-	Client kubernetes.Interface
-	// Kube reads VirtualMachines, uncached: only pods a VM names are asked (podcontrol.Authorize),
-	// once per pod.
-	Kube client.Reader
-	Node string
-	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
-	// kubelet's pod-resources socket.
-	ControlDir   string
-	PodResources string
+	// Only pods a VM names are asked (podcontrol.Authorize, once per pod).
+	podcontrol.Agent
 	// AskWaiting and AskConnected are how often a pod's runner is asked while the guest boots
 	// (no agent answers yet, or its cloud-init has not ended) and once it has booted (the facts
 	// change when the guest's addresses or hostname do); defaults 5 s and 30 s.
 	AskWaiting, AskConnected time.Duration
-	Log                      *zap.Logger
 
 	mu         sync.Mutex
 	authorized map[types.UID]bool

@@ -19,6 +19,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
@@ -91,8 +92,8 @@ func TestExecutorCarriesFacts(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	e := &Executor{Client: cs, Kube: env.Client, Node: "node-a", ControlDir: controlDir, PodResources: kubelet,
-		AskWaiting: 100 * time.Millisecond, AskConnected: time.Hour, Log: zap.NewNop()}
+	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: "node-a", ControlDir: controlDir, PodResources: kubelet, Log: zap.NewNop()},
+		AskWaiting: 100 * time.Millisecond, AskConnected: time.Hour}
 	go func() { _ = e.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 

@@ -22,10 +22,8 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/runner/podcontrol"
@@ -36,22 +34,14 @@ const DefaultPort = 9440
 
 // Executor carries out the migrations of the runner pods on one node, both ways.
 type Executor struct {
-	Client kubernetes.Interface
-	// Kube reads VirtualMachines and their migrations, uncached: the agent acts only for pods
-	// they name (podcontrol.Authorize).
-	Kube client.Reader
-	Node string
+	// The agent acts only for pods a VM or migration names (podcontrol.Authorize).
+	podcontrol.Agent
 	// Namespace is the agents' own, where their Secret is.
 	Namespace string
 	// PodIP is the agent pod's address (the downward API's status.podIP): other nodes' agents
 	// send streams there. Listen is the receiver's address (default ":9440").
 	PodIP  string
 	Listen string
-	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
-	// kubelet's pod-resources socket.
-	ControlDir   string
-	PodResources string
-	Log          *zap.Logger
 
 	// Poll is how often an active migration's progress is read (default 500 ms); Report the
 	// longest gap between two writes of it to the pod while active (default 2 s).

@@ -26,6 +26,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
@@ -242,9 +243,9 @@ func (n *node) start(t *testing.T) (*Executor, func()) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Executor{Client: cs, Kube: env.Client, Node: n.name, Namespace: agentNamespace, PodIP: "127.0.0.1", Listen: "127.0.0.1:0",
-		ControlDir: n.controlDir, PodResources: n.kubeletSock, Log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(n.name),
-		Poll: 50 * time.Millisecond, Report: reportEvery}
+	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: n.name, ControlDir: n.controlDir, PodResources: n.kubeletSock,
+		Log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(n.name)},
+		Namespace: agentNamespace, PodIP: "127.0.0.1", Listen: "127.0.0.1:0", Poll: 50 * time.Millisecond, Report: reportEvery}
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	var once sync.Once

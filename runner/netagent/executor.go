@@ -20,8 +20,6 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podnetwork"
@@ -30,15 +28,7 @@ import (
 
 // Executor plumbs the runner pods of one node.
 type Executor struct {
-	Client kubernetes.Interface
-	// Kube reads VirtualMachines and their migrations, uncached (podcontrol.Authorize).
-	Kube client.Reader
-	Node string
-	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
-	// kubelet's pod-resources socket.
-	ControlDir   string
-	PodResources string
-	Log          *zap.Logger
+	podcontrol.Agent
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState

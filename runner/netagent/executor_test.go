@@ -21,6 +21,7 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/guestnet"
 	"github.com/virtpod/virtpod/pkg/nethandoff"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/prereq"
@@ -190,7 +191,7 @@ func TestExecutorPlumbsOnlyTheControllersPods(t *testing.T) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	e := &Executor{Client: cs, Kube: env.Client, Node: "node-n", ControlDir: controlDir, PodResources: kubelet, Log: zap.NewNop()}
+	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: "node-n", ControlDir: controlDir, PodResources: kubelet, Log: zap.NewNop()}}
 	go func() { _ = e.Run(runCtx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 

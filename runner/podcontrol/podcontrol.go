@@ -1,7 +1,7 @@
 // Package podcontrol finds a runner pod's control directory on the node: which
 // devices.virtpod.io/control device the kubelet gave the pod's runner container, and so where its
-// control socket (and, for live migration, its migration sockets) are. The node agent's live
-// resize and live migration both use it.
+// control socket (and, for live migration, its migration sockets) are; and Agent, what each of
+// the node agent's executors acts with.
 package podcontrol
 
 import (

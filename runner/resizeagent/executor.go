@@ -18,8 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/runner/podcontrol"
@@ -27,19 +25,11 @@ import (
 
 // Executor carries out the resizes of the runner pods on one node.
 type Executor struct {
-	Client kubernetes.Interface
-	// Kube reads VirtualMachines and their migrations, uncached: a pod is resized only when
-	// its VirtualMachine's status names it (podcontrol.Authorize).
-	Kube client.Reader
-	Node string
-	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
-	// kubelet's pod-resources socket.
-	ControlDir   string
-	PodResources string
+	// A pod is resized only when its VirtualMachine's status names it (podcontrol.Authorize).
+	podcontrol.Agent
 	// Timeout bounds one resize request to a runner (default 5 minutes: a guest giving memory
 	// back can take a while).
 	Timeout time.Duration
-	Log     *zap.Logger
 }
 
 // Run follows the node's runner pods until ctx ends.

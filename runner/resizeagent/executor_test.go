@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
@@ -185,7 +186,7 @@ func startExecutor(t *testing.T, node, controlDir, kubeletSock string) context.C
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	e := &Executor{Client: cs, Kube: env.Client, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Timeout: 20 * time.Second, Log: zap.NewNop()}
+	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Log: zap.NewNop()}, Timeout: 20 * time.Second}
 	go func() { _ = e.Run(ctx); close(done) }()
 	stop := func() { cancel(); <-done }
 	t.Cleanup(stop)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
@@ -86,7 +87,7 @@ func startObservedExecutor(t *testing.T, node, controlDir, kubeletSock string) *
 	core, logs := observer.New(zap.InfoLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	e := &Executor{Client: cs, Kube: env.Client, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Timeout: 20 * time.Second, Log: zap.New(core)}
+	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Log: zap.New(core)}, Timeout: 20 * time.Second}
 	go func() { _ = e.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return logs

@@ -19,8 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
@@ -29,16 +27,8 @@ import (
 
 // Executor reports the guests' starts of one node's runner pods.
 type Executor struct {
-	Client kubernetes.Interface
-	// Kube reads VirtualMachines and their migrations, uncached: only a pod the controller's
-	// objects name is asked (podcontrol.Authorize), once.
-	Kube client.Reader
-	Node string
-	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
-	// kubelet's pod-resources socket.
-	ControlDir   string
-	PodResources string
-	Log          *zap.Logger
+	// Only a pod the controller's objects name is asked (podcontrol.Authorize), once.
+	podcontrol.Agent
 
 	devices *podcontrol.DeviceCache
 	mu      sync.Mutex

@@ -17,8 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
@@ -27,19 +25,12 @@ import (
 
 // Executor carries out the suspends of the runner pods on one node.
 type Executor struct {
-	Client kubernetes.Interface
-	// Kube reads VirtualMachines, uncached: a pod is suspended only when its VirtualMachine's
-	// status names it (podcontrol.Authorize) and its spec asks for it.
-	Kube client.Reader
-	Node string
-	// ControlDir is where the agent sees the node's vmv1.HostControlDir; PodResources the
-	// kubelet's pod-resources socket.
-	ControlDir   string
-	PodResources string
+	// A pod is suspended only when its VirtualMachine's status names it (podcontrol.Authorize)
+	// and its spec asks for it.
+	podcontrol.Agent
 	// Timeout bounds one suspend (default 10 minutes: a large guest's state takes a while to
 	// write).
 	Timeout time.Duration
-	Log     *zap.Logger
 }
 
 // workers is how many of a node's guests are saved at once: each writes its memory to storage.

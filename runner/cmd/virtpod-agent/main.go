@@ -198,9 +198,10 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	nodeAgent := podcontrol.Agent{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log}
 	// Every runner waits for it before its guest starts: without it no VM runs here, so
 	// the agent stops, and its pod restarts, rather than run on half-able.
-	nx := &netagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("network")}
+	nx := &netagent.Executor{Agent: nodeAgent.Named("network")}
 	go func() {
 		if err := nx.Run(ctx); err != nil {
 			quit(fmt.Errorf("pod networks: %w", err))
@@ -220,14 +221,14 @@ func run(o options) error {
 	}
 	// Reports each guest's start as it happens; without it the VMs still reach Running, by the
 	// kubelet's startup probe, up to a second later.
-	st := &startagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("guest-start")}
+	st := &startagent.Executor{Agent: nodeAgent.Named("guest-start")}
 	go func() {
 		if err := st.Run(ctx); err != nil {
 			log.Error("guest start executor stopped", zap.Error(err))
 		}
 	}()
 	if o.guestFacts {
-		fx := &factsagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("guest-facts")}
+		fx := &factsagent.Executor{Agent: nodeAgent.Named("guest-facts")}
 		go func() {
 			if err := fx.Run(ctx); err != nil {
 				log.Error("guest facts executor stopped", zap.Error(err))
@@ -235,7 +236,7 @@ func run(o options) error {
 		}()
 	}
 	if o.suspend {
-		sx := &suspendagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("suspend")}
+		sx := &suspendagent.Executor{Agent: nodeAgent.Named("suspend")}
 		go func() {
 			if err := sx.Run(ctx); err != nil {
 				log.Error("suspend executor stopped", zap.Error(err))
@@ -243,7 +244,7 @@ func run(o options) error {
 		}()
 	}
 	if o.resize {
-		ex := &resizeagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("resize")}
+		ex := &resizeagent.Executor{Agent: nodeAgent.Named("resize")}
 		go func() {
 			if err := ex.Run(ctx); err != nil {
 				log.Error("resize executor stopped", zap.Error(err))
@@ -251,8 +252,7 @@ func run(o options) error {
 		}()
 	}
 	if o.migrate {
-		mx := &migrationagent.Executor{Client: cs, Kube: kube, Node: o.nodeName, Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen,
-			ControlDir: o.controlDir, PodResources: o.podResources, Log: log.Named("migration")}
+		mx := &migrationagent.Executor{Agent: nodeAgent.Named("migration"), Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen}
 		// Without it no VM can leave or reach this node: the agent stops, and its pod
 		// restarts, rather than run on half-able.
 		go func() {
