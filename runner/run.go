@@ -113,6 +113,9 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		log.Info("booting the root disk through firmware", zap.String("firmware", fw.kind), zap.String("code", fw.code), zap.String("vars", fw.vars))
 	} else if _, err := os.Stat(cfg.Kernel); err != nil {
 		return failf(ExitError, "--kernel: %v", err)
+	} else if size, ok := bzImageSize(cfg.Kernel); ok {
+		log.Info("the kernel is a bzImage: QEMU holds a copy of it for the VM's life, memory the pod's reservation may not cover; `imagebuild vm` stores the PVH vmlinux inside it instead (docs/images.md)",
+			zap.String("kernel", cfg.Kernel), zap.Int64("copyBytes", size))
 	}
 	initrd := cfg.Initrd
 	if initrd != "" {
