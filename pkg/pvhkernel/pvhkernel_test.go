@@ -38,6 +38,25 @@ func TestUnpackEachCompressor(t *testing.T) {
 	}
 }
 
+// TestUnpackBzip2: Go has no bzip2 writer, so the payload is testdata/kernel.bz2, made by
+// `bzip2 -9` from pvhkerneltest.ELF([]byte("bzip2 kernel text"), true) and Relocs.
+func TestUnpackBzip2(t *testing.T) {
+	bz2, err := os.ReadFile("testdata/kernel.bz2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pvhkerneltest.ELF([]byte("bzip2 kernel text"), true)
+	img := pvhkerneltest.BzImage(nil, string(bz2))
+	payload, _ := pvhkernel.Payload(img)
+	binary.LittleEndian.PutUint32(payload[len(payload)-4:], uint32(len(want)+len(pvhkerneltest.Relocs)))
+	if c := pvhkernel.Detect(payload); c != pvhkernel.Bzip2 {
+		t.Errorf("detected as %q", c)
+	}
+	if got, err := pvhkernel.Unpack(img); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("Unpack: %d bytes, %v; want the %d-byte ELF file", len(got), err, len(want))
+	}
+}
+
 func TestUnpackRefuses(t *testing.T) {
 	good := pvhkerneltest.BzImage(pvhkerneltest.ELF(text, true), "gzip")
 	oldProtocol := bytes.Clone(good)
