@@ -115,8 +115,12 @@ fuzz-cloudhypervisor: ## Fuzz the cloud-hypervisor vm.create body and command li
 fuzz-runnerconfig: ## Fuzz the runner flags' render-and-parse round trip for $(FUZZTIME).
 	go test -run '^$$' -fuzz '^FuzzArgsRoundTrip$$' -fuzztime $(FUZZTIME) -parallel 1 ./pkg/runnerconfig/
 
+.PHONY: fuzz-pvhkernel
+fuzz-pvhkernel: ## Fuzz unpacking a bzImage to its PVH kernel with hostile files for $(FUZZTIME).
+	go test -run '^$$' -fuzz '^FuzzUnpack$$' -fuzztime $(FUZZTIME) -parallel 1 ./pkg/pvhkernel/
+
 .PHONY: fuzz
-fuzz: ## Run the five fuzz targets one after another, $(FUZZTIME) each; fails if any failed.
-	@rc=0; for t in imagemap podspec qemu cloudhypervisor runnerconfig; do \
+fuzz: ## Run the six fuzz targets one after another, $(FUZZTIME) each; fails if any failed.
+	@rc=0; for t in imagemap podspec qemu cloudhypervisor runnerconfig pvhkernel; do \
 		$(MAKE) --no-print-directory fuzz-$$t || rc=1; \
 	done; exit $$rc

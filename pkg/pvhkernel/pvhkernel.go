@@ -81,9 +81,14 @@ func Unpack(b []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, size)
-	if _, err := io.ReadFull(r, out); err != nil {
+	// Read no more than the claim (lz4 would take the appended length for a block), and grow
+	// with what really decompresses rather than trusting the claim with an allocation.
+	out, err := io.ReadAll(io.LimitReader(r, int64(size)))
+	if err != nil {
 		return nil, fmt.Errorf("%s payload: %w (want %d bytes)", c, err, size)
+	}
+	if len(out) != int(size) {
+		return nil, fmt.Errorf("%s payload: %d bytes decompressed, the payload claims %d", c, len(out), size)
 	}
 	return Trim(out)
 }
@@ -93,11 +98,11 @@ func Payload(b []byte) ([]byte, error) {
 	if !IsBzImage(b) {
 		return nil, errors.New("not an x86 bzImage (no \"HdrS\" at 0x202)")
 	}
-	if v := binary.LittleEndian.Uint16(b[0x206:]); v < 0x208 {
-		return nil, fmt.Errorf("boot protocol %d.%02d: the payload's place is only recorded from 2.08 (Linux 2.6.26) on", v>>8, v&0xff)
-	}
 	if len(b) < 0x250 {
 		return nil, errors.New("the setup header is cut short")
+	}
+	if v := binary.LittleEndian.Uint16(b[0x206:]); v < 0x208 {
+		return nil, fmt.Errorf("boot protocol %d.%02d: the payload's place is only recorded from 2.08 (Linux 2.6.26) on", v>>8, v&0xff)
 	}
 	sects := int(b[0x1f1])
 	if sects == 0 {
