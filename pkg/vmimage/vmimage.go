@@ -6,7 +6,6 @@
 //
 //	/boot/vmlinuz        the kernel: an ELF vmlinux QEMU boots by its PVH entry (a given
 //	                     bzImage is unpacked to it, pkg/pvhkernel), or a bzImage
-
 //	/boot/initrd.img     the initramfs, optional
 //	/disk/root.img       the root disk, raw or qcow2; or, as KubeVirt's containerDisk
 //	                     layout has it, the one .qcow2, .img or .raw file in /disk (DiskName)
@@ -57,8 +56,8 @@ type Files struct {
 	DiskName string
 	// Copier is the static copy program (runner/cmd/vmcopy); every VM image has it.
 	Copier string
-	// KeepBzImage stores a bzImage Kernel as given instead of the PVH vmlinux inside it, which
-	// saves each VM QEMU's copy of the bzImage (its size in memory for the VM's life).
+	// KeepBzImage stores a bzImage Kernel as given. By default the image holds the PVH vmlinux
+	// inside it, which spares each VM the copy of the bzImage QEMU otherwise keeps in memory.
 	KeepBzImage bool
 }
 
