@@ -62,6 +62,10 @@ print-%:
 bench-controller: control-plane ## 1,000 VMs against a real API server: time to pods and status, requests, CPU, RSS.
 	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkCreateVMs -benchtime 1x -count 1 ./controllers/vm/ $(BENCH_ARGS)
 
+.PHONY: bench-sidebyside
+bench-sidebyside: control-plane ## virtpod's controller against NeonVM's (source in NEONVM_SRC), 1,000 VMs, fresh API server per run.
+	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkSideBySide -benchtime 1x -count 1 -timeout 60m ./tests/sidebyside/ $(BENCH_ARGS)
+
 .PHONY: bench-write-cost
 bench-write-cost: control-plane ## What each write of a VM's creation costs kube-apiserver and etcd in CPU, one kind at a time.
 	$(ENVTEST_ENV) go test -run '^$$' -bench BenchmarkWriteCost -benchtime 1x -count 1 ./controllers/vm/ $(BENCH_ARGS)
