@@ -68,7 +68,9 @@ func TestControllerKilled(t *testing.T) {
 	}
 
 	c := s.startController(t)
-	s.converged(t, lives*perLife, 2*time.Minute, crashes)
+	// Correctness, not speed (make bench-controller measures that): a CI machine shared with the
+	// e2e tests once needed more than 2 minutes here.
+	s.converged(t, lives*perLife, 4*time.Minute, crashes)
 	s.wantPodCounts(t, lives*perLife+len(crashes), len(crashes))
 	if !c.alive() {
 		t.Fatal("the last controller exited")

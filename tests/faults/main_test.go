@@ -267,12 +267,12 @@ func (s *scene) converged(t *testing.T, n int, timeout time.Duration, restarts m
 		if err := env.Client.List(ctx, pods, client.InNamespace(s.ns)); err != nil {
 			return err
 		}
-		if len(vms.Items) != n || len(pods.Items) != n {
-			return fmt.Errorf("%d VMs and %d pods, want %d of each", len(vms.Items), len(pods.Items), n)
-		}
 		byName := map[string]*corev1.Pod{}
 		for i := range pods.Items {
 			byName[pods.Items[i].Name] = &pods.Items[i]
+		}
+		if len(vms.Items) != n || len(pods.Items) != n {
+			return fmt.Errorf("%d VMs and %d pods, want %d of each; %s", len(vms.Items), len(pods.Items), n, withoutPods(vms.Items, byName))
 		}
 		for i := range vms.Items {
 			vm := &vms.Items[i]
@@ -289,6 +289,24 @@ func (s *scene) converged(t *testing.T, n int, timeout time.Duration, restarts m
 		}
 		return nil
 	})
+}
+
+// withoutPods says how many VMs have no pod by their phases, and what the first few say: what a
+// failed convergence needs to tell a stuck controller from a slow one.
+func withoutPods(vms []vmv1.VirtualMachine, pods map[string]*corev1.Pod) string {
+	phases, first := map[vmv1.Phase]int{}, []string{}
+	for i := range vms {
+		vm := &vms[i]
+		if pods[podspec.PodName(vm.Name)] != nil {
+			continue
+		}
+		phases[vm.Status.Phase]++
+		if len(first) < 3 {
+			ready := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionReady)
+			first = append(first, fmt.Sprintf("%s (podUID %q, restartCount %d, Ready %+v)", vm.Name, vm.Status.PodUID, vm.Status.RestartCount, ready))
+		}
+	}
+	return fmt.Sprintf("VMs without a pod by phase: %v; first: %s", phases, strings.Join(first, ", "))
 }
 
 func running(vm *vmv1.VirtualMachine, pod *corev1.Pod, restarts int32) error {
