@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -302,30 +301,9 @@ func servedPerVM(before, after map[string]float64, n int) []string {
 
 // createAll creates n sample VMs in ns from 16 goroutines.
 func createAll(b *testing.B, ns string, n int) {
-	parallel(b, n, func(i int) error {
+	kubeapi.Parallel(b, n, func(i int) error {
 		return env.Client.Create(context.Background(), kubeapi.SampleVM(ns, fmt.Sprintf("vm-%05d", i)))
 	})
-}
-
-// parallel runs write(0..n-1) from 16 goroutines, reporting each error (b.Error, so it may run
-// off the benchmark's goroutine).
-func parallel(b *testing.B, n int, write func(i int) error) {
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				if err := write(i); err != nil {
-					b.Error(err)
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
 }
 
 // requests is the controller's total API requests, from client-go's own metric.

@@ -65,7 +65,7 @@ func writeCost(b *testing.B, n int) {
 		if p := os.Getenv("VIRTPOD_BENCH_PROFILE_WRITE"); p != "" && strings.Contains(what, p) {
 			go profileAPIServer(b, os.Getenv("VIRTPOD_BENCH_APISERVER_PROFILE"), 3*time.Second)
 		}
-		parallel(b, n, write)
+		kubeapi.Parallel(b, n, write)
 		if b.Failed() {
 			b.FailNow()
 		}

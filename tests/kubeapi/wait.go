@@ -39,3 +39,24 @@ func (c *Clock) Advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
 }
+
+// Parallel runs write(0..n-1) from 16 goroutines, as benchmarks create objects, reporting each
+// error with t.Error (so it may run off the test's goroutine).
+func Parallel(t testing.TB, n int, write func(i int) error) {
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				if err := write(i); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/loopback"
+	"github.com/virtpod/virtpod/tests/promscrape"
 )
 
 // neonvm is NeonVM's neonvm-controller (github.com/neondatabase/autoscaling, built from the
@@ -118,16 +119,16 @@ func (n *neonvm) start(b *testing.B, env *kubeapi.Env, dir, kubeconfig string) (
 			fmt.Fprintf(os.Stderr, "neonvm-controller's first errors:\n%s\n", errs)
 		}
 	})
-	waitFor(b, "neonvm-controller's metrics", 30*time.Second, func() bool { _, err := http200(addr); return err == nil })
+	kubeapi.Eventually(b, "neonvm-controller's metrics", 30*time.Second, func() error { return metricsUp(addr) })
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(n.caPEM)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: time.Second}
-	waitFor(b, "neonvm-controller's webhook server", 30*time.Second, func() bool {
+	kubeapi.Eventually(b, "neonvm-controller's webhook server", 30*time.Second, func() error {
 		resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/", neonWebhookPort))
 		if err == nil {
 			resp.Body.Close()
 		}
-		return err == nil
+		return err
 	})
 	return cmd, addr
 }
@@ -249,15 +250,8 @@ var overlayIPAM = &unstructured.Unstructured{Object: map[string]any{
 
 func vmName(i int) string { return fmt.Sprintf("vm-%05d", i) }
 
-// http200 GETs a metrics endpoint.
-func http200(addr string) (int, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, fmt.Errorf("GET http://%s/metrics: %s", addr, resp.Status)
-	}
-	return resp.StatusCode, nil
+// metricsUp says whether a process serves its metrics at addr.
+func metricsUp(addr string) error {
+	_, err := promscrape.Sums(addr)
+	return err
 }

@@ -146,7 +146,7 @@ func run(b *testing.B, c contender, n int, crds string) result {
 	api0, etcd0 := cpuSeconds(b, apiPid), cpuSeconds(b, etcdPid)
 	req0 := requests(b, metricsAddr)
 	start := time.Now()
-	go parallel(b, n, func(i int) error { return env.Client.Create(ctx, c.vm(ns.Name, i)) })
+	go kubeapi.Parallel(b, n, func(i int) error { return env.Client.Create(ctx, c.vm(ns.Name, i)) })
 	if !conv.wait(n, 2*time.Minute+time.Duration(n)*200*time.Millisecond) {
 		b.Fatalf("%s: only %d of %d VMs converged", c.name(), conv.count(), n)
 	}
@@ -252,26 +252,6 @@ func (cv *convergence) wait(n int, timeout time.Duration) bool {
 	return true
 }
 
-// parallel runs write(0..n-1) from 16 goroutines.
-func parallel(b *testing.B, n int, write func(i int) error) {
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				if err := write(i); err != nil {
-					b.Error(err)
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-}
-
 func requests(b *testing.B, addr string) float64 {
 	m, err := promscrape.Sums(addr)
 	if err != nil {
@@ -286,16 +266,6 @@ func cpuSeconds(b *testing.B, pid int) float64 {
 		b.Fatal(err)
 	}
 	return s
-}
-
-func waitFor(b *testing.B, what string, timeout time.Duration, ok func() bool) {
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			b.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // median is each field's median over the runs.

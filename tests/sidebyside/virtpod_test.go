@@ -2,6 +2,7 @@ package sidebyside
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,12 +48,15 @@ func (v *virtpod) start(b *testing.B, env *kubeapi.Env, dir, kubeconfig string) 
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	waitFor(b, "virtpod-controller's metrics", 30*time.Second, func() bool { _, err := http200(addr); return err == nil })
+	kubeapi.Eventually(b, "virtpod-controller's metrics", 30*time.Second, func() error { return metricsUp(addr) })
 	// VMs are pinned to their provider at admission once the controller has marked the default
 	// class, as on a cluster that has been up a while.
-	waitFor(b, "the qemu ProviderClass's status.default", 60*time.Second, func() bool {
+	kubeapi.Eventually(b, "the qemu ProviderClass's status.default", 60*time.Second, func() error {
 		pc := &vmv1.ProviderClass{}
-		return env.Client.Get(ctx, client.ObjectKey{Name: "qemu"}, pc) == nil && pc.Status.Default
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "qemu"}, pc); err != nil || pc.Status.Default {
+			return err
+		}
+		return errors.New("not marked yet")
 	})
 	return cmd, addr
 }
