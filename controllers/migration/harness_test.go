@@ -48,8 +48,7 @@ func (w *withController) Run() int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	qemu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
-		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+	qemu := kubeapi.DefaultProviderClass()
 	if err := env.Client.Create(ctx, qemu); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

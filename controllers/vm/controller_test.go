@@ -64,8 +64,8 @@ func (w *mainWithController) Run() int {
 	defer cancel()
 	// The cluster's default class, as config/providers ships it (with emulation, and the runner
 	// images VMs may name, as config/local allows them: here the image-map tests' runner).
-	qemu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
-		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true, AllowedRunnerImages: []string{"localhost/imagemap/runner"}}}
+	qemu := kubeapi.DefaultProviderClass()
+	qemu.Spec.AllowedRunnerImages = []string{"localhost/imagemap/runner"}
 	if err := env.Client.Create(ctx, qemu); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

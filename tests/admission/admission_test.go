@@ -33,8 +33,7 @@ type withPolicies struct{ m *testing.M }
 
 func (w withPolicies) Run() int {
 	ctx := context.Background()
-	qemu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
-		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+	qemu := kubeapi.DefaultProviderClass()
 	if err := env.Client.Create(ctx, qemu); err != nil {
 		fmt.Println(err)
 		return 1

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
-	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/capimanager"
@@ -175,8 +174,7 @@ func installTemplatePolicy(ctx context.Context) error {
 // startVirtpod runs virtpod's controllers with the Cluster API provider, and the default
 // ProviderClass the VMs need.
 func startVirtpod(ctx context.Context) error {
-	qemu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
-		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+	qemu := kubeapi.DefaultProviderClass()
 	if err := env.Client.Create(ctx, qemu); err != nil {
 		return err
 	}

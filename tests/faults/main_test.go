@@ -60,8 +60,7 @@ func (s setupPackage) Run() int {
 		fmt.Fprintf(os.Stderr, "building the controller: %v\n%s", err, out)
 		return 1
 	}
-	qemu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
-		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+	qemu := kubeapi.DefaultProviderClass()
 	if err := env.Client.Create(context.Background(), qemu); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

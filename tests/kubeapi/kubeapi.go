@@ -146,6 +146,13 @@ func exists(p string) bool {
 	return err == nil
 }
 
+// DefaultProviderClass is the cluster's default class as config/providers ships it: qemu, with
+// emulation allowed (the tests' guests run under TCG).
+func DefaultProviderClass() *vmv1.ProviderClass {
+	return &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
+		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+}
+
 // SampleVM is a small valid VirtualMachine for tests.
 func SampleVM(namespace, name string) *vmv1.VirtualMachine {
 	return &vmv1.VirtualMachine{

@@ -90,7 +90,7 @@ func newNeonVM(b *testing.B, dir string) (*neonvm, string) {
 
 func (neonvm) name() string { return "neonvm" }
 
-func (n *neonvm) start(b *testing.B, env *kubeapi.Env, dir, kubeconfig string) (*exec.Cmd, string) {
+func (n *neonvm) start(b *testing.B, env *kubeapi.Env, kubeconfig string) (*exec.Cmd, string) {
 	for _, o := range append(n.webhooks(), overlayIPAM.DeepCopy()) {
 		if err := env.Client.Create(context.Background(), o); err != nil {
 			b.Fatal(err)

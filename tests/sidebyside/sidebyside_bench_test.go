@@ -38,7 +38,7 @@ type contender interface {
 	// start installs what the controller needs (admission, CRDs, certificates) into a fresh
 	// control plane and starts it as its own process with kubeconfig, returning the process and
 	// its metrics address once it serves them.
-	start(b *testing.B, env *kubeapi.Env, dir, kubeconfig string) (*exec.Cmd, string)
+	start(b *testing.B, env *kubeapi.Env, kubeconfig string) (*exec.Cmd, string)
 	vmResource() schema.GroupVersionResource
 	// vm is the i-th VirtualMachine to create in ns: 1 CPU, 256 MiB.
 	vm(ns string, i int) *unstructured.Unstructured
@@ -129,7 +129,7 @@ func run(b *testing.B, c contender, n int, crds string) result {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd, metricsAddr := c.start(b, env, dir, kubeconfig)
+	cmd, metricsAddr := c.start(b, env, kubeconfig)
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,10 +29,9 @@ func newVirtpod(b *testing.B, dir string) *virtpod {
 
 func (virtpod) name() string { return "virtpod" }
 
-func (v *virtpod) start(b *testing.B, env *kubeapi.Env, dir, kubeconfig string) (*exec.Cmd, string) {
+func (v *virtpod) start(b *testing.B, env *kubeapi.Env, kubeconfig string) (*exec.Cmd, string) {
 	ctx := context.Background()
-	qemu := &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
-		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+	qemu := kubeapi.DefaultProviderClass()
 	if err := env.Client.Create(ctx, qemu); err != nil {
 		b.Fatal(err)
 	}
