@@ -3,12 +3,14 @@ package vmctl
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -190,12 +192,30 @@ func viewerKubeconfig(t *testing.T, adminKubeconfig, ns string) string {
 	if err := env.Client.Create(ctx, binding); err != nil {
 		t.Fatal(err)
 	}
+	// The RBAC authorizer learns of new roles through its own watch: until it has, the viewer
+	// is refused even the reads it was granted (one CI run failed so, "role ... not found").
+	user := "system:serviceaccount:" + ns + ":viewer"
+	kubeapi.Eventually(t, "the viewer's role in force", 30*time.Second, func() error {
+		for _, ra := range []authorizationv1.ResourceAttributes{
+			{Namespace: ns, Verb: "get", Group: vmv1.GroupVersion.Group, Resource: "virtualmachines"},
+			{Namespace: ns, Verb: "get", Resource: "pods"},
+		} {
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &ra}}
+			if err := env.Client.Create(ctx, review); err != nil {
+				return err
+			}
+			if !review.Status.Allowed {
+				return fmt.Errorf("%s may not %s %s yet: %s", user, ra.Verb, ra.Resource, review.Status.Reason)
+			}
+		}
+		return nil
+	})
 	cfg, err := clientcmd.LoadFromFile(adminKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ai := range cfg.AuthInfos {
-		ai.Impersonate = "system:serviceaccount:" + ns + ":viewer"
+		ai.Impersonate = user
 	}
 	path := filepath.Join(t.TempDir(), "viewer.kubeconfig")
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
