@@ -15,7 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -140,6 +143,16 @@ func writeCost(b *testing.B, n int) {
 	measure("CreatedPod event (events.k8s.io/v1)", func(i int) error {
 		return env.Client.Create(ctx, createdPodEvent(admitted[i], pods[i]))
 	})
+	// client-go's typed clients, the event sink's included, speak JSON unless told otherwise.
+	jsonEvents, protoEvents := eventsClient(b, ""), eventsClient(b, runtime.ContentTypeProtobuf)
+	measure("the same event from client-go's typed client, JSON", func(i int) error {
+		_, err := jsonEvents.Events(admitted[i].Namespace).Create(ctx, createdPodEvent(admitted[i], pods[i]), metav1.CreateOptions{})
+		return err
+	})
+	measure("the same event from client-go's typed client, protobuf", func(i int) error {
+		_, err := protoEvents.Events(admitted[i].Namespace).Create(ctx, createdPodEvent(admitted[i], pods[i]), metav1.CreateOptions{})
+		return err
+	})
 
 	fmt.Printf("\nAPI-server and etcd CPU per write, %d writes of each kind from 16 goroutines, no controller running:\n", n)
 	fmt.Printf("%-58s %12s %9s %9s\n", "write", "apiserver", "etcd", "total")
@@ -184,6 +197,16 @@ func createdPodEvent(vm *vmv1.VirtualMachine, pod *corev1.Pod) *eventsv1.Event {
 		Note:                fmt.Sprintf("Created runner pod %s (provider %s)", pod.Name, vm.Spec.Provider),
 		Type:                corev1.EventTypeNormal,
 	}
+}
+
+func eventsClient(b *testing.B, contentType string) *eventsv1client.EventsV1Client {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.ContentType = contentType
+	c, err := eventsv1client.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
 
 // unbindAll deletes config/admission's bindings (as on a cluster where they were never
