@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -213,9 +214,12 @@ func TestRunStrategyAlways(t *testing.T) {
 		if t.Failed() { // what a flake needs to be understood
 			p, err := runnerPod(vm)
 			if err == nil {
-				t.Logf("runner pod %s: annotations %v, node %q, phase %s", p.UID, p.Annotations, p.Spec.NodeName, p.Status.Phase)
+				t.Logf("runner pod %s: annotations %v, node %q, phase %s, created %s", p.UID, p.Annotations, p.Spec.NodeName, p.Status.Phase, p.CreationTimestamp.UTC().Format(time.RFC3339))
 			}
-			t.Logf("the VM's events:\n%s", events(t, vm))
+			got := getVM(t, vm)
+			st, _ := json.Marshal(got.Status)
+			t.Logf("the test clock: %s; the VM at resourceVersion %s: %s", clock.Now().UTC().Format(time.RFC3339Nano), got.ResourceVersion, st)
+			t.Logf("the VM's events, with when each was made:\n%s", timedEvents(t, vm))
 		}
 	})
 	pod := waitPod(t, vm, "")

@@ -184,6 +184,27 @@ func ended(code int32, reason, message string) func(*corev1.PodStatus) {
 	}
 }
 
+// timedEvents is events with each one's time and the pod it relates to, for a failure's log.
+func timedEvents(t *testing.T, vm *vmv1.VirtualMachine) string {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := env.Client.List(context.Background(), list, client.InNamespace(vm.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range list.Items {
+		if e.Regarding.Name != vm.Name || e.Regarding.Kind != "VirtualMachine" {
+			continue
+		}
+		var related types.UID
+		if e.Related != nil {
+			related = e.Related.UID
+		}
+		fmt.Fprintf(&b, "%s %s %s (related %s, series %v): %s\n", e.EventTime.UTC().Format(time.RFC3339Nano), e.Type, e.Reason, related, e.Series, e.Note)
+	}
+	return b.String()
+}
+
 func events(t *testing.T, vm *vmv1.VirtualMachine) string {
 	t.Helper()
 	list := &eventsv1.EventList{}
