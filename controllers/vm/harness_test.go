@@ -184,18 +184,27 @@ func ended(code int32, reason, message string) func(*corev1.PodStatus) {
 	}
 }
 
-// timedEvents is events with each one's time and the pod it relates to, for a failure's log.
-func timedEvents(t *testing.T, vm *vmv1.VirtualMachine) string {
+// vmEvents lists the events about vm, in the server's order.
+func vmEvents(t *testing.T, vm *vmv1.VirtualMachine) []eventsv1.Event {
 	t.Helper()
 	list := &eventsv1.EventList{}
 	if err := env.Client.List(context.Background(), list, client.InNamespace(vm.Namespace)); err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
+	var about []eventsv1.Event
 	for _, e := range list.Items {
-		if e.Regarding.Name != vm.Name || e.Regarding.Kind != "VirtualMachine" {
-			continue
+		if e.Regarding.Name == vm.Name && e.Regarding.Kind == "VirtualMachine" {
+			about = append(about, e)
 		}
+	}
+	return about
+}
+
+// timedEvents is events with each one's time and the pod it relates to, for a failure's log.
+func timedEvents(t *testing.T, vm *vmv1.VirtualMachine) string {
+	t.Helper()
+	var b strings.Builder
+	for _, e := range vmEvents(t, vm) {
 		var related types.UID
 		if e.Related != nil {
 			related = e.Related.UID
@@ -207,15 +216,9 @@ func timedEvents(t *testing.T, vm *vmv1.VirtualMachine) string {
 
 func events(t *testing.T, vm *vmv1.VirtualMachine) string {
 	t.Helper()
-	list := &eventsv1.EventList{}
-	if err := env.Client.List(context.Background(), list, client.InNamespace(vm.Namespace)); err != nil {
-		t.Fatal(err)
-	}
 	var b strings.Builder
-	for _, e := range list.Items {
-		if e.Regarding.Name == vm.Name && e.Regarding.Kind == "VirtualMachine" {
-			fmt.Fprintf(&b, "%s %s: %s\n", e.Type, e.Reason, e.Note)
-		}
+	for _, e := range vmEvents(t, vm) {
+		fmt.Fprintf(&b, "%s %s: %s\n", e.Type, e.Reason, e.Note)
 	}
 	return b.String()
 }
