@@ -203,8 +203,8 @@ func (r *Reconciler) restart(ctx context.Context, s *scope, why string) error {
 		related = pod
 	}
 	r.Recorder.Eventf(vm, related, corev1.EventTypeNormal, "Restarting", "Restart", "Restarting guest (restart %d, runStrategy %s): %s", next.Status.RestartCount, vm.Spec.EffectiveRunStrategy(), why)
-	// What the server now holds; the final patch diffs against it. A copy: the setters change
-	// next's conditions in place, and a shared slice would hide those changes from the diff.
+	// What the server now holds; the final patch and the announcements compare against it. A
+	// copy: the setters may change next's conditions in place.
 	vm.Status = *next.Status.DeepCopy()
 	if pod == nil {
 		return nil

@@ -58,14 +58,7 @@ func suspendCondition(t *testing.T, v *vmv1.VirtualMachine, phase vmv1.Phase, st
 func TestSuspendAndResume(t *testing.T) {
 	ns := namespace(t)
 	created := podCreations(t, ns)
-	class := storageClass(t, "suspend-immediate", storagev1.VolumeBindingImmediate)
-	bound(t, claim(t, ns, "parked-root", class, corev1.PersistentVolumeFilesystem))
-	bound(t, claim(t, ns, "parked-state", class, corev1.PersistentVolumeFilesystem))
-	v := kubeapi.SampleVM(ns, "parked")
-	v.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "parked-root"}
-	v.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: "parked-state"}
-	v.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
-	create(t, v)
+	v := suspendableVM(t, ns, "parked")
 	pod := waitPod(t, v, "")
 	if !podspec.CanSuspend(pod) || podspec.ResumedFrom(pod) {
 		t.Fatalf("first pod's runner args %v: want --suspend-to, no --resume-from", pod.Spec.Containers[0].Args)
@@ -158,6 +151,55 @@ func TestSuspendAndResume(t *testing.T) {
 	waitEvent(t, v, "StateDiscarded")
 	if g := getVM(t, v); g.Status.SuspendedState != nil || g.Status.UserRestartCount != 1 {
 		t.Fatalf("after the run request: suspendedState %+v, userRestartCount %d", g.Status.SuspendedState, g.Status.UserRestartCount)
+	}
+}
+
+// suspendableVM creates a VM whose root disk and state are on bound claims (name-root,
+// name-state), so that its guest can be suspended.
+func suspendableVM(t *testing.T, ns, name string) *vmv1.VirtualMachine {
+	t.Helper()
+	class := storageClass(t, "suspend-immediate", storagev1.VolumeBindingImmediate)
+	bound(t, claim(t, ns, name+"-root", class, corev1.PersistentVolumeFilesystem))
+	bound(t, claim(t, ns, name+"-state", class, corev1.PersistentVolumeFilesystem))
+	v := kubeapi.SampleVM(ns, name)
+	v.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: name + "-root"}
+	v.Spec.Guest.StateClaim = &vmv1.StateClaim{ClaimName: name + "-state"}
+	v.Spec.Guest.NetworkMode = vmv1.NetworkMasquerade
+	return create(t, v)
+}
+
+// TestResumeFailureAnnounced: a runner that cannot load the saved state ends in error; under
+// runStrategy Always that end is a restart, and the reconcile that counts it (and writes status
+// twice) also turns the Suspended condition to ResumeFailed. The warning event says so, once;
+// the state is kept and the next pod tries to resume from it again.
+func TestResumeFailureAnnounced(t *testing.T) {
+	v := suspendableVM(t, namespace(t), "reload")
+	pod := waitPod(t, v, "")
+	bind(t, pod, "node-a")
+	kubelet(t, pod, guestRunning)
+	patchSpec(t, v, map[string]any{"suspend": true})
+	suspendCondition(t, v, vmv1.PhaseRunning, metav1.ConditionFalse, vmv1.ReasonSuspending, "saving the guest's state")
+	kubelet(t, pod, ended(0, "Completed", vmv1.MessageSuspended+vmv1.StateFile))
+	suspendCondition(t, v, vmv1.PhaseSuspended, metav1.ConditionTrue, vmv1.ReasonSuspended, "saved on claim reload-state")
+	gone(t, v)
+
+	patchSpec(t, v, map[string]any{"suspend": false})
+	resumer := waitPod(t, v, pod.UID)
+	bind(t, resumer, "node-a")
+	kubelet(t, resumer, running)
+	suspendCondition(t, v, vmv1.PhaseRunning, metav1.ConditionFalse, vmv1.ReasonResuming, "loading the state saved on claim reload-state")
+	clock.Advance(2e9) // the failure comes after the save, as it does in time
+	kubelet(t, resumer, ended(9, "Error", "--resume-from: QEMU could not load the state"))
+	got := suspendCondition(t, v, vmv1.PhaseScheduling, metav1.ConditionFalse, vmv1.ReasonResumeFailed, "could not resume from it: runner exited with code 9 (Error): --resume-from: QEMU could not load the state")
+	if got.Status.RestartCount != 1 || got.Status.SuspendedState == nil {
+		t.Fatalf("after the failed resume: restartCount %d, suspendedState %+v", got.Status.RestartCount, got.Status.SuspendedState)
+	}
+	ev := waitEvent(t, v, "Warning ResumeFailed")
+	if n := strings.Count(ev, "Warning ResumeFailed"); n != 1 {
+		t.Fatalf("%d ResumeFailed events, want 1:\n%s", n, ev)
+	}
+	if again := waitPod(t, v, resumer.UID); !podspec.ResumedFrom(again) {
+		t.Fatalf("the pod after the failed resume does not resume: %v", again.Spec.Containers[0].Args)
 	}
 }
 
