@@ -78,6 +78,8 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 		}
 	}
 
+	checkUnpackedKernel(t, r)
+
 	// virtio-fs: the shares reach the guest both ways, live, through unprivileged virtiofsd.
 	checkShares(t, r, fs, ns.podIP)
 
@@ -114,6 +116,25 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 	console := r.stdout.String()
 	if !strings.Contains(console, "reboot: Power down") || !strings.Contains(console, "the guest agent asked to power off") || strings.Contains(console, "power button pressed") {
 		t.Fatalf("the guest console does not show the agent's power-off:\n%s", tail(console, 10))
+	}
+}
+
+// checkUnpackedKernel: the fixture's kernel is a bzImage, which the runner handed to the node
+// agent with its namespace; QEMU loaded the PVH kernel the agent unpacked into its store, from
+// that file (mapped), not a copy of the bzImage in its own memory.
+func checkUnpackedKernel(t *testing.T, r *runnerProc) {
+	t.Helper()
+	proc := childProc(t, r.cmd.Process.Pid, "qemu-system")
+	cmdline := strings.ReplaceAll(readFile(filepath.Join(proc, "cmdline")), "\x00", " ")
+	if !strings.Contains(cmdline, "-kernel /proc/self/fd/") {
+		t.Errorf("QEMU's -kernel is not the descriptor the agent handed over: %s", cmdline)
+	}
+	store := filepath.Join(shareDir, "kernels") + "/"
+	if maps := readFile(filepath.Join(proc, "maps")); !strings.Contains(maps, store) || !strings.Contains(maps, ".vmlinux") {
+		t.Errorf("QEMU maps no kernel from the agent's store %s", store)
+	}
+	if log := r.stderr.String(); !strings.Contains(log, "booting the PVH kernel inside it, which the node agent unpacked") {
+		t.Errorf("the runner does not say it boots the unpacked kernel:\n%s", tail(log, 20))
 	}
 }
 

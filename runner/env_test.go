@@ -558,6 +558,16 @@ func httpGet(ctx context.Context, url string) (string, error) {
 // name.
 func childStatus(t *testing.T, parent int, name string) string {
 	t.Helper()
+	st, err := os.ReadFile(filepath.Join(childProc(t, parent, name), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(st)
+}
+
+// childProc is the /proc directory of parent's child whose name starts with name.
+func childProc(t *testing.T, parent int, name string) string {
+	t.Helper()
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range stats {
 		b, err := os.ReadFile(f)
@@ -571,11 +581,7 @@ func childStatus(t *testing.T, parent int, name string) string {
 		if open < 0 || end < open || len(fields) < 2 || fields[1] != strconv.Itoa(parent) || !strings.HasPrefix(s[open+1:end], name) {
 			continue
 		}
-		st, err := os.ReadFile(filepath.Join(filepath.Dir(f), "status"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(st)
+		return filepath.Dir(f)
 	}
 	t.Fatalf("no child %s* of process %d", name, parent)
 	return ""

@@ -4,24 +4,53 @@ import (
 	"io"
 	"os"
 
+	"go.uber.org/zap"
+
 	"github.com/virtpod/virtpod/pkg/pvhkernel"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
-// bzImageSize says whether the kernel file is a bzImage, which QEMU copies into its own memory
-// for a -kernel boot, and its size: what that copy costs.
-func bzImageSize(kernel string) (int64, bool) {
-	f, err := os.Open(kernel)
-	if err != nil {
-		return 0, false
+// openBzImage opens the VM's kernel when it is a bzImage, which QEMU would copy into its own
+// memory for the VM's life, to hand to the node agent with the pod's network namespace
+// (pkg/nethandoff): the agent answers with the PVH kernel inside it (pkg/kernelcache), which
+// QEMU loads from the file. Only for QEMU (cloud-hypervisor boots a PVH kernel only) and a VM
+// with a pod network (without one, no agent is asked). It also returns the bzImage's size,
+// what QEMU's copy costs, for the log; 0 for a kernel that is not a bzImage.
+func openBzImage(cfg runnerconfig.Config) (*os.File, int64) {
+	if cfg.Kernel == "" {
+		return nil, 0
 	}
-	defer f.Close()
+	f, err := os.Open(cfg.Kernel)
+	if err != nil {
+		return nil, 0
+	}
 	head := make([]byte, 0x206)
-	if _, err := io.ReadFull(f, head); err != nil || !pvhkernel.IsBzImage(head) {
-		return 0, false
-	}
 	fi, err := f.Stat()
-	if err != nil {
-		return 0, false
+	if _, rerr := io.ReadFull(f, head); rerr != nil || err != nil || !pvhkernel.IsBzImage(head) {
+		f.Close()
+		return nil, 0
 	}
-	return fi.Size(), true
+	if cfg.Provider != runnerconfig.ProviderQEMU || cfg.Network == runnerconfig.NetworkNone {
+		f.Close()
+		return nil, fi.Size()
+	}
+	return f, fi.Size()
+}
+
+// logKernel says how a bzImage kernel boots: the PVH kernel the node agent unpacked, or the
+// bzImage itself with what QEMU's copy costs and why there is no unpacked kernel.
+func logKernel(cfg runnerconfig.Config, bzSize int64, n *guestNetwork, log *zap.Logger) {
+	switch {
+	case bzSize == 0:
+	case n.kernel != nil:
+		log.Info("the kernel is a bzImage: booting the PVH kernel inside it, which the node agent unpacked (QEMU holds no copy)",
+			zap.String("kernel", cfg.Kernel), zap.Int64("bzImageBytes", bzSize))
+	default:
+		why := n.kernelRefused
+		if why == "" {
+			why = "no node agent was asked (no pod network, or not QEMU)"
+		}
+		log.Info("the kernel is a bzImage: QEMU holds a copy of it for the VM's life, memory the pod's reservation may not cover; `imagebuild vm` stores the PVH vmlinux inside it instead (docs/images.md)",
+			zap.String("kernel", cfg.Kernel), zap.Int64("copyBytes", bzSize), zap.String("notUnpacked", why))
+	}
 }

@@ -6,9 +6,12 @@ import (
 	"testing"
 
 	"github.com/virtpod/virtpod/pkg/pvhkernel/pvhkerneltest"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
-func TestBzImageSize(t *testing.T) {
+// TestOpenBzImage: a bzImage is opened to hand to the node agent only where an agent is asked
+// (a pod network) and the kernel it answers with can boot (QEMU); its size is known either way.
+func TestOpenBzImage(t *testing.T) {
 	dir := t.TempDir()
 	elf := pvhkerneltest.ELF([]byte("text"), true)
 	bz := pvhkerneltest.BzImage(elf, "gzip")
@@ -17,12 +20,30 @@ func TestBzImageSize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if size, ok := bzImageSize(filepath.Join(dir, "vmlinuz")); !ok || size != int64(len(bz)) {
-		t.Errorf("bzImage: %d, %v; want %d, true", size, ok, len(bz))
+	cfg := func(kernel, provider, network string) runnerconfig.Config {
+		return runnerconfig.Config{Kernel: filepath.Join(dir, kernel), Provider: provider, Network: network}
 	}
-	for _, name := range []string{"vmlinux", "short", "missing"} {
-		if _, ok := bzImageSize(filepath.Join(dir, name)); ok {
-			t.Errorf("%s taken for a bzImage", name)
+	for _, c := range []struct {
+		name     string
+		cfg      runnerconfig.Config
+		open     bool
+		wantSize int64
+	}{
+		{"QEMU, pod network", cfg("vmlinuz", runnerconfig.ProviderQEMU, runnerconfig.NetworkPod), true, int64(len(bz))},
+		{"QEMU, masquerade", cfg("vmlinuz", runnerconfig.ProviderQEMU, runnerconfig.NetworkMasquerade), true, int64(len(bz))},
+		{"QEMU, no network", cfg("vmlinuz", runnerconfig.ProviderQEMU, runnerconfig.NetworkNone), false, int64(len(bz))},
+		{"cloud-hypervisor", cfg("vmlinuz", runnerconfig.ProviderCloudHypervisor, runnerconfig.NetworkPod), false, int64(len(bz))},
+		{"a PVH vmlinux", cfg("vmlinux", runnerconfig.ProviderQEMU, runnerconfig.NetworkPod), false, 0},
+		{"cut short", cfg("short", runnerconfig.ProviderQEMU, runnerconfig.NetworkPod), false, 0},
+		{"missing", cfg("missing", runnerconfig.ProviderQEMU, runnerconfig.NetworkPod), false, 0},
+		{"firmware boot", runnerconfig.Config{Provider: runnerconfig.ProviderQEMU, Network: runnerconfig.NetworkPod}, false, 0},
+	} {
+		f, size := openBzImage(c.cfg)
+		if (f != nil) != c.open || size != c.wantSize {
+			t.Errorf("%s: opened %v, size %d; want opened %v, size %d", c.name, f != nil, size, c.open, c.wantSize)
+		}
+		if f != nil {
+			f.Close()
 		}
 	}
 }

@@ -24,6 +24,11 @@ type guestNetwork struct {
 	ipArg    string             // the kernel's ip= argument; "" with no network
 	stops    []func()
 	socket   string // netns.sock, in the control directory the device's next pod gets
+
+	// The node agent's answer to the bzImage handed over with the namespace: the PVH kernel
+	// inside it (closed by close), or why there is none.
+	kernel        *os.File
+	kernelRefused string
 }
 
 // close stops what setupNetwork started, last first. The devices and tables stay: they are
@@ -56,7 +61,10 @@ const waitingForAgent = "waiting for the node agent to plumb the pod network"
 // Either way the agent's spoof guard keeps the guest to its own MAC and address, and the
 // runner serves its DHCP, relays its TCP ports from the pod's loopback and runs its readiness
 // probe, all on ordinary sockets. On error, what was started is stopped.
-func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard) (_ *guestNetwork, err error) {
+//
+// bz, when not nil, is the VM's kernel, a bzImage, handed to the agent with the namespace for
+// the PVH kernel inside it (guestNetwork.kernel).
+func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, bz *os.File) (_ *guestNetwork, err error) {
 	log := o.Log
 	n := &guestNetwork{}
 	if cfg.Network == runnerconfig.NetworkNone {
@@ -74,7 +82,7 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	pl, err := waitPlumbing(ctx, filepath.Join(filepath.Dir(cfg.ControlSocket), vmv1.NetnsSocketName), board, n, log)
+	pl, err := waitPlumbing(ctx, filepath.Join(filepath.Dir(cfg.ControlSocket), vmv1.NetnsSocketName), bz, board, n, log)
 	if err != nil {
 		return nil, err
 	}
@@ -163,11 +171,11 @@ func startIPv6(ctx context.Context, pl *guestnet.Plumbing, n *guestNetwork, log 
 // waitPlumbing hands the pod's network namespace to the node agent on socket and waits for its
 // plumbing, saying so in the runner's status meanwhile. The socket keeps answering (later
 // agents learn the namespace is plumbed) until the run ends.
-func waitPlumbing(ctx context.Context, socket string, board *statusBoard, n *guestNetwork, log *zap.Logger) (*guestnet.Plumbing, error) {
+func waitPlumbing(ctx context.Context, socket string, bz *os.File, board *statusBoard, n *guestNetwork, log *zap.Logger) (*guestnet.Plumbing, error) {
 	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
 		return nil, fmt.Errorf("control directory: %w", err)
 	}
-	srv, err := nethandoff.Listen(socket)
+	srv, err := nethandoff.Listen(socket, bz)
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +187,10 @@ func waitPlumbing(ctx context.Context, socket string, board *statusBoard, n *gue
 	pl, err := srv.Wait(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if n.kernel, n.kernelRefused = srv.Kernel(); n.kernel != nil {
+		k := n.kernel
+		n.stops = append(n.stops, func() { k.Close() })
 	}
 	if pl.Guest.Addr == nil && pl.Guest.Addr6 == nil || len(pl.GuestMAC) != 6 || pl.Tap == "" || pl.Bridge == "" {
 		return nil, fmt.Errorf("the node agent's plumbing is incomplete: %+v", pl)

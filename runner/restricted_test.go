@@ -20,6 +20,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/kernelcache"
 	"github.com/virtpod/virtpod/pkg/podnetwork"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
@@ -149,14 +150,35 @@ func agentRequest(t testing.TB, args []string) (podnetwork.Request, bool) {
 	return req, req.Mode != runnerconfig.NetworkNone
 }
 
+var (
+	kernelsOnce sync.Once
+	kernels     podnetwork.Kernels
+)
+
+// testKernels is the node agent's store of unpacked kernels (pkg/kernelcache), one for every
+// runner of the test binary as one agent serves a node's runners, in shareDir (made by
+// reachable, removed by TestMain). nil if it cannot be made: the runner then boots its bzImage.
+func testKernels() podnetwork.Kernels {
+	kernelsOnce.Do(func() {
+		if shareDir == "" {
+			return
+		}
+		if c, err := kernelcache.New(filepath.Join(shareDir, "kernels"), 0, 0); err == nil {
+			kernels = c
+		}
+	})
+	return kernels
+}
+
 // runAgent does for the runner what the node agent does for a runner pod: it connects to the
-// runner's netns.sock once it is there and plumbs the namespace handed over (podnetwork.Handle).
+// runner's netns.sock once it is there, plumbs the namespace handed over and unpacks the
+// bzImage handed with it (podnetwork.Handle, testKernels).
 func (r *runnerProc) runAgent(req podnetwork.Request) {
 	sock := filepath.Join(filepath.Dir(r.control), vmv1.NetnsSocketName)
 	for {
 		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Net: "unix", Name: sock})
 		if err == nil {
-			ns, _, err := podnetwork.Handle(c, req)
+			ns, _, err := podnetwork.Handle(c, req, testKernels())
 			c.Close()
 			if err != nil {
 				r.agentErr.Store(&err)
@@ -183,7 +205,7 @@ func (r *runnerProc) agentAgain(t testing.TB) (bool, error) {
 	}
 	defer c.Close()
 	req, _ := agentRequest(t, nil)
-	ns, built, err := podnetwork.Handle(c, req)
+	ns, built, err := podnetwork.Handle(c, req, testKernels())
 	if ns != nil {
 		ns.Close()
 	}

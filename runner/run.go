@@ -39,7 +39,7 @@ type Options struct {
 	BootWatchdog time.Duration
 	Stdout       io.Writer // the guest console
 	// Launcher, when set, is put in front of QEMU's argv: the runner's own exec-unprivileged
-	// command, which starts QEMU without capabilities (see ExecUnprivileged).
+	// command, which starts QEMU without capabilities (see dropcaps.Exec).
 	Launcher []string
 	Log      *zap.Logger
 	Signals  <-chan os.Signal
@@ -113,9 +113,10 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		log.Info("booting the root disk through firmware", zap.String("firmware", fw.kind), zap.String("code", fw.code), zap.String("vars", fw.vars))
 	} else if _, err := os.Stat(cfg.Kernel); err != nil {
 		return failf(ExitError, "--kernel: %v", err)
-	} else if size, ok := bzImageSize(cfg.Kernel); ok {
-		log.Info("the kernel is a bzImage: QEMU holds a copy of it for the VM's life, memory the pod's reservation may not cover; `imagebuild vm` stores the PVH vmlinux inside it instead (docs/images.md)",
-			zap.String("kernel", cfg.Kernel), zap.Int64("copyBytes", size))
+	}
+	bz, bzSize := openBzImage(cfg)
+	if bz != nil {
+		defer bz.Close()
 	}
 	initrd := cfg.Initrd
 	if initrd != "" {
@@ -165,11 +166,12 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		log.Info("cloud-init seed", zap.String("image", seed), zap.String("instanceID", cfg.InstanceID), zap.Bool("networkConfig", cfg.CloudInitNetworkData != ""))
 	}
 
-	network, err := setupNetwork(ctx, cfg, o, board)
+	network, err := setupNetwork(ctx, cfg, o, board, bz)
 	if err != nil {
 		return failf(ExitError, "--network=%s: %v", cfg.Network, err)
 	}
 	defer network.close()
+	logKernel(cfg, bzSize, network, log)
 	plumbing, ipArg := network.plumbing, network.ipArg
 	cmdline := ""
 	if cfg.Kernel != "" {
@@ -207,7 +209,7 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		if plumbing != nil {
 			spec.MAC, tap = plumbing.GuestMAC, plumbing.TapFile
 		}
-		hv = qemudriver.New(binary, o.Launcher, spec, tap, log)
+		hv = qemudriver.New(binary, o.Launcher, spec, tap, log).WithKernel(network.kernel)
 	case runnerconfig.ProviderCloudHypervisor:
 		hv = chdriver.New(binary, cfg, chdriver.Inputs{
 			Initrd: initrd, Cmdline: cmdline, Firmware: fw.code, RootPath: root.path, RootFormat: root.format, RootCache: root.cache,

@@ -36,18 +36,31 @@ import (
 type Hello struct {
 	// Plumbed: an agent plumbed the namespace before (this runner heard its Result).
 	Plumbed bool `json:"plumbed"`
+	// BzImage: a second descriptor follows the namespace's, the VM's kernel, a bzImage; the
+	// agent answers with the PVH kernel inside it (Result.Kernel), which QEMU loads from the
+	// file instead of holding a copy of the bzImage (pkg/kernelcache). Only in a Hello that is
+	// not Plumbed: the guest's boot is what needs it.
+	BzImage bool `json:"bzImage,omitempty"`
 }
 
 // Result is the agent's answer to a Hello that was not Plumbed: the plumbing, or why not.
 type Result struct {
 	Plumbing *guestnet.Plumbing `json:"plumbing,omitempty"`
 	Error    string             `json:"error,omitempty"`
+	// To a Hello with BzImage: KernelRefused says why no kernel came; otherwise Kernel is
+	// attached, after the IPv6 link's descriptor when there is one.
+	KernelRefused string   `json:"kernelRefused,omitempty"`
+	Kernel        *os.File `json:"-"`
 }
 
 // Server is the runner's side.
 type Server struct {
 	l  *net.UnixListener
 	ns *os.File
+	bz *os.File // the VM's bzImage to hand over, or nil
+
+	kernel        *os.File // the agent's answer to bz
+	kernelRefused string
 
 	mu      sync.Mutex
 	plumbed bool
@@ -55,25 +68,41 @@ type Server struct {
 }
 
 // Listen makes the socket at path (replacing a stale one) and opens the runner's network
-// namespace to hand over.
-func Listen(path string) (*Server, error) {
+// namespace to hand over, with bz, the VM's kernel when it is a bzImage (nil: none).
+func Listen(path string, bz *os.File) (*Server, error) {
 	ns, err := os.Open("/proc/self/ns/net")
 	if err != nil {
 		return nil, fmt.Errorf("the runner's network namespace: %w", err)
 	}
-	return ListenWith(path, ns)
+	return ListenKernel(path, ns, bz)
 }
 
 // ListenWith is Listen handing over ns, which the server closes: for a test standing in for a
 // runner whose pod namespace is not its own.
 func ListenWith(path string, ns *os.File) (*Server, error) {
+	return ListenKernel(path, ns, nil)
+}
+
+// ListenKernel is ListenWith handing over bz too, the VM's kernel, a bzImage (nil: none), for
+// the PVH kernel inside it (Kernel). The caller keeps bz.
+func ListenKernel(path string, ns, bz *os.File) (*Server, error) {
 	_ = os.Remove(path)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Net: "unix", Name: path})
 	if err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("listening for the node agent on %s: %w", path, err)
 	}
-	return &Server{l: l, ns: ns}, nil
+	return &Server{l: l, ns: ns, bz: bz}, nil
+}
+
+// Kernel is the agent's answer to the bzImage handed over, once Wait returned the plumbing:
+// the PVH kernel inside it (the caller's to close), or why there is none.
+func (s *Server) Kernel() (*os.File, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.kernel
+	s.kernel = nil
+	return k, s.kernelRefused
 }
 
 // Wait serves agents until one plumbs the namespace and returns its plumbing, or the error it
@@ -130,24 +159,18 @@ func (s *Server) handoff(c *net.UnixConn) (_ *guestnet.Plumbing, err error) {
 	if err := s.hello(c, false); err != nil {
 		return nil, err
 	}
-	// The descriptor comes with the Result's first bytes; the rest of the line may follow.
-	buf, oob := make([]byte, 64<<10), make([]byte, unix.CmsgSpace(4))
+	// The descriptors come with the Result's first bytes; the rest of the line may follow.
+	buf, oob := make([]byte, 64<<10), make([]byte, unix.CmsgSpace(2*4))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return nil, fmt.Errorf("reading the agent's answer: %w", err)
 	}
 	fds := unixRights(oob[:oobn])
-	var link6 *os.File
-	if len(fds) == 1 {
-		link6 = os.NewFile(uintptr(fds[0]), "ipv6-link")
-		defer func() {
-			if err != nil {
-				link6.Close()
-			}
-		}()
-	} else {
-		closeAll(fds)
-	}
+	defer func() {
+		if err != nil {
+			closeAll(fds)
+		}
+	}()
 	var r Result
 	if err := json.NewDecoder(io.MultiReader(bytes.NewReader(buf[:n]), bufio.NewReader(c))).Decode(&r); err != nil {
 		return nil, fmt.Errorf("reading the agent's answer: %w", err)
@@ -158,19 +181,39 @@ func (s *Server) handoff(c *net.UnixConn) (_ *guestnet.Plumbing, err error) {
 	if r.Plumbing == nil {
 		return nil, &agentError{"it answered with no plumbing"}
 	}
-	if (link6 != nil) != (r.Plumbing.Guest.Addr6 != nil) {
-		return nil, &agentError{fmt.Sprintf("it sent %d descriptors for a guest with IPv6 address %v: want the IPv6 link exactly when the guest has one", len(fds), r.Plumbing.Guest.Addr6)}
+	wantLink6 := r.Plumbing.Guest.Addr6 != nil
+	wantKernel := s.bz != nil && r.KernelRefused == ""
+	if len(fds) != btoi(wantLink6)+btoi(wantKernel) {
+		return nil, &agentError{fmt.Sprintf("it sent %d descriptors: want the IPv6 link exactly when the guest has an IPv6 address (%v) and the kernel exactly when one was asked for and not refused (%v)", len(fds), r.Plumbing.Guest.Addr6, wantKernel)}
 	}
-	r.Plumbing.Link6 = link6
+	if wantLink6 {
+		r.Plumbing.Link6 = os.NewFile(uintptr(fds[0]), "ipv6-link")
+	}
 	s.mu.Lock()
 	s.plumbed = true
+	if wantKernel {
+		s.kernel = os.NewFile(uintptr(fds[len(fds)-1]), "kernel")
+	} else if s.bz != nil {
+		s.kernelRefused = r.KernelRefused
+	}
 	s.mu.Unlock()
 	return r.Plumbing, nil
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func (s *Server) hello(c *net.UnixConn, plumbed bool) error {
-	b, _ := json.Marshal(Hello{Plumbed: plumbed})
-	_, _, err := c.WriteMsgUnix(append(b, '\n'), unix.UnixRights(int(s.ns.Fd())), nil)
+	h, fds := Hello{Plumbed: plumbed}, []int{int(s.ns.Fd())}
+	if !plumbed && s.bz != nil {
+		h.BzImage, fds = true, append(fds, int(s.bz.Fd()))
+	}
+	b, _ := json.Marshal(h)
+	_, _, err := c.WriteMsgUnix(append(b, '\n'), unix.UnixRights(fds...), nil)
 	return err
 }
 
@@ -195,42 +238,53 @@ func (s *Server) Close() error {
 	return err
 }
 
-// Receive is the agent's side of a connection: the runner's Hello and its namespace, as an open
-// descriptor the caller closes.
-func Receive(c *net.UnixConn) (Hello, *os.File, error) {
+// Receive is the agent's side of a connection: the runner's Hello, its namespace and, with
+// Hello.BzImage, its VM's bzImage, as open descriptors the caller closes.
+func Receive(c *net.UnixConn) (_ Hello, ns, bz *os.File, err error) {
 	buf, oob := make([]byte, 512), make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return Hello{}, nil, fmt.Errorf("reading the runner's hello: %w", err)
+		return Hello{}, nil, nil, fmt.Errorf("reading the runner's hello: %w", err)
 	}
 	fds := unixRights(oob[:oobn])
-	if len(fds) != 1 {
-		closeAll(fds)
-		return Hello{}, nil, fmt.Errorf("the runner sent %d descriptors with its hello, want its network namespace alone", len(fds))
-	}
-	ns := os.NewFile(uintptr(fds[0]), "netns")
 	var h Hello
 	if err := json.Unmarshal(buf[:n], &h); err != nil {
-		ns.Close()
-		return Hello{}, nil, fmt.Errorf("the runner's hello %q: %w", buf[:n], err)
+		closeAll(fds)
+		return Hello{}, nil, nil, fmt.Errorf("the runner's hello %q: %w", buf[:n], err)
+	}
+	if want := 1 + btoi(h.BzImage && !h.Plumbed); len(fds) != want {
+		closeAll(fds)
+		return Hello{}, nil, nil, fmt.Errorf("the runner sent %d descriptors with its hello, want %d: its network namespace, then its bzImage if it said it sends one", len(fds), want)
 	}
 	// setns checks the type too; this says so before anything is tried there.
 	if t, err := unix.IoctlRetInt(fds[0], unix.NS_GET_NSTYPE); err != nil || t != unix.CLONE_NEWNET {
-		ns.Close()
-		return Hello{}, nil, fmt.Errorf("the descriptor the runner sent is not a network namespace")
+		closeAll(fds)
+		return Hello{}, nil, nil, fmt.Errorf("the descriptor the runner sent is not a network namespace")
 	}
-	return h, ns, nil
+	ns = os.NewFile(uintptr(fds[0]), "netns")
+	if len(fds) == 2 {
+		bz = os.NewFile(uintptr(fds[1]), "bzImage")
+	}
+	return h, ns, bz, nil
 }
 
-// Reply sends the agent's Result, with the plumbing's IPv6 link when it has one.
+// Reply sends the agent's Result, with the plumbing's IPv6 link when it has one, then the
+// kernel when it has one.
 func Reply(c *net.UnixConn, r Result) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	var rights []byte
+	var fds []int
 	if r.Plumbing != nil && r.Plumbing.Link6 != nil {
-		rights = unix.UnixRights(int(r.Plumbing.Link6.Fd()))
+		fds = append(fds, int(r.Plumbing.Link6.Fd()))
+	}
+	if r.Kernel != nil {
+		fds = append(fds, int(r.Kernel.Fd()))
+	}
+	var rights []byte
+	if len(fds) > 0 {
+		rights = unix.UnixRights(fds...)
 	}
 	_, _, err = c.WriteMsgUnix(append(b, '\n'), rights, nil)
 	return err

@@ -197,15 +197,25 @@ func (r Request) String() string {
 // first): nothing was built or told, so the handoff may be tried again.
 var ErrNoHandoff = errors.New("no handoff from the runner")
 
+// Kernels hands out the PVH kernel inside a VM's bzImage (pkg/kernelcache), or says why not.
+type Kernels interface {
+	Open(bz *os.File) (*os.File, error)
+}
+
 // Handle is the agent's side of one handoff (pkg/nethandoff) on a connection to a runner's
 // netns.sock: it takes the runner's network namespace and, unless the runner says it is
-// plumbed already, builds r there and answers with the plumbing or the error. It returns the
-// namespace (the caller closes it; the spoof guard's counters are read there) and whether it
-// built anything now. An error is also the runner's answer when it could be sent.
-func Handle(c *net.UnixConn, r Request) (ns *os.File, built bool, err error) {
-	h, ns, err := nethandoff.Receive(c)
+// plumbed already, builds r there and answers with the plumbing or the error; to a runner that
+// handed over its VM's bzImage too, with the kernel from kernels (nil: none, and says so). It
+// returns the namespace (the caller closes it; the spoof guard's counters are read there) and
+// whether it built anything now. An error is also the runner's answer when it could be sent;
+// a kernel refused is not an error (the runner boots the bzImage itself).
+func Handle(c *net.UnixConn, r Request, kernels Kernels) (ns *os.File, built bool, err error) {
+	h, ns, bz, err := nethandoff.Receive(c)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrNoHandoff, err)
+	}
+	if bz != nil {
+		defer bz.Close()
 	}
 	if h.Plumbed {
 		return ns, false, nil
@@ -218,13 +228,32 @@ func Handle(c *net.UnixConn, r Request) (ns *os.File, built bool, err error) {
 		ns.Close()
 		return nil, false, err
 	}
-	err = nethandoff.Reply(c, nethandoff.Result{Plumbing: pl})
+	res := nethandoff.Result{Plumbing: pl}
+	if bz != nil {
+		res.Kernel, res.KernelRefused = kernel(kernels, bz)
+	}
+	err = nethandoff.Reply(c, res)
 	if pl.Link6 != nil {
 		pl.Link6.Close() // the runner's now
+	}
+	if res.Kernel != nil {
+		res.Kernel.Close()
 	}
 	if err != nil {
 		ns.Close()
 		return nil, true, fmt.Errorf("telling the runner its network is plumbed: %w", err)
 	}
 	return ns, true, nil
+}
+
+// kernel is the PVH kernel for bzImage bz, or why there is none.
+func kernel(kernels Kernels, bz *os.File) (*os.File, string) {
+	if kernels == nil {
+		return nil, "this node agent unpacks no kernels"
+	}
+	k, err := kernels.Open(bz)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return k, ""
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
@@ -60,17 +61,44 @@ func IsBzImage(b []byte) bool {
 // carry an x86 BCJ filter, LZO has no Go decoder), a payload that does not decompress to the
 // length it claims, or a kernel without a PVH entry (CONFIG_PVH).
 func Unpack(b []byte) ([]byte, error) {
+	var out bytes.Buffer
+	if err := unpack(&out, b); err != nil {
+		return nil, err
+	}
+	return Trim(out.Bytes())
+}
+
+// UnpackTo writes the PVH kernel inside bzImage b to f, an empty file, and cuts f to the
+// kernel's end; it refuses what Unpack refuses. Memory stays the decompressor's, not the
+// kernel's size: for a process that must not hold a hostile 512 MB claim (the node agent).
+func UnpackTo(f *os.File, b []byte) error {
+	if err := unpack(f, b); err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	end, err := kernelEnd(f, st.Size())
+	if err != nil {
+		return err
+	}
+	return f.Truncate(end)
+}
+
+// unpack decompresses bzImage b's payload into w, exactly the length it claims.
+func unpack(w io.Writer, b []byte) error {
 	payload, err := Payload(b)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c := Detect(payload)
 	if len(payload) < 8 {
-		return nil, fmt.Errorf("the %d-byte payload is too short to hold a kernel", len(payload))
+		return fmt.Errorf("the %d-byte payload is too short to hold a kernel", len(payload))
 	}
 	size := binary.LittleEndian.Uint32(payload[len(payload)-4:])
 	if size == 0 || size > maxKernel {
-		return nil, fmt.Errorf("the payload claims %d bytes uncompressed: not a kernel", size)
+		return fmt.Errorf("the payload claims %d bytes uncompressed: not a kernel", size)
 	}
 	// gzip's own trailer ends in the length; every other compressor's output has it appended.
 	stream := payload
@@ -79,18 +107,18 @@ func Unpack(b []byte) ([]byte, error) {
 	}
 	r, err := decompressor(c, stream)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Read no more than the claim (lz4 would take the appended length for a block), and grow
 	// with what really decompresses rather than trusting the claim with an allocation.
-	out, err := io.ReadAll(io.LimitReader(r, int64(size)))
+	n, err := io.Copy(w, io.LimitReader(r, int64(size)))
 	if err != nil {
-		return nil, fmt.Errorf("%s payload: %w (want %d bytes)", c, err, size)
+		return fmt.Errorf("%s payload: %w (want %d bytes)", c, err, size)
 	}
-	if len(out) != int(size) {
-		return nil, fmt.Errorf("%s payload: %d bytes decompressed, the payload claims %d", c, len(out), size)
+	if n != int64(size) {
+		return fmt.Errorf("%s payload: %d bytes decompressed, the payload claims %d", c, n, size)
 	}
-	return Trim(out)
+	return nil
 }
 
 // Payload returns the compressed payload of bzImage b.
@@ -154,31 +182,48 @@ func decompressor(c Compression, stream []byte) (io.Reader, error) {
 // Trim checks that k is a 64-bit x86 ELF kernel with a PVH entry and returns it without what
 // follows its last segment and section table (a bzImage's payload appends relocations).
 func Trim(k []byte) ([]byte, error) {
-	f, err := elf.NewFile(bytes.NewReader(k))
+	end, err := kernelEnd(bytes.NewReader(k), int64(len(k)))
 	if err != nil {
-		return nil, fmt.Errorf("the kernel is not an ELF file: %w", err)
+		return nil, err
+	}
+	return k[:end], nil
+}
+
+// kernelEnd checks that the size bytes of r are a 64-bit x86 ELF kernel with a PVH entry and
+// returns where its last segment or section table ends.
+func kernelEnd(r io.ReaderAt, size int64) (int64, error) {
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return 0, fmt.Errorf("the kernel is not an ELF file: %w", err)
 	}
 	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("the kernel is a %v %v ELF file, not a 64-bit x86 one", f.Class, f.Machine)
+		return 0, fmt.Errorf("the kernel is a %v %v ELF file, not a 64-bit x86 one", f.Class, f.Machine)
 	}
 	end := uint64(0)
 	pvh := false
 	for _, p := range f.Progs {
 		end = max(end, p.Off+p.Filesz)
 		if p.Type == elf.PT_NOTE {
+			if p.Filesz > uint64(size) {
+				return 0, fmt.Errorf("the kernel's notes (%d bytes) are larger than the file", p.Filesz)
+			}
 			notes := make([]byte, p.Filesz)
 			if _, err := p.ReadAt(notes, 0); err != nil {
-				return nil, fmt.Errorf("the kernel's notes: %w", err)
+				return 0, fmt.Errorf("the kernel's notes: %w", err)
 			}
 			pvh = pvh || hasPVHEntry(notes)
 		}
 	}
 	if !pvh {
-		return nil, errors.New("the kernel has no PVH entry (the Xen note XEN_ELFNOTE_PHYS32_ENTRY, CONFIG_PVH=y): QEMU can only boot it as a bzImage")
+		return 0, errors.New("the kernel has no PVH entry (the Xen note XEN_ELFNOTE_PHYS32_ENTRY, CONFIG_PVH=y): QEMU can only boot it as a bzImage")
 	}
 	// The ELF header at 0x28 (e_shoff), 0x3a (e_shentsize), 0x3c (e_shnum) of a 64-bit file.
-	shoff := binary.LittleEndian.Uint64(k[0x28:])
-	shsize := uint64(binary.LittleEndian.Uint16(k[0x3a:])) * uint64(binary.LittleEndian.Uint16(k[0x3c:]))
+	var hdr [0x40]byte
+	if _, err := r.ReadAt(hdr[:], 0); err != nil {
+		return 0, fmt.Errorf("the kernel's ELF header: %w", err)
+	}
+	shoff := binary.LittleEndian.Uint64(hdr[0x28:])
+	shsize := uint64(binary.LittleEndian.Uint16(hdr[0x3a:])) * uint64(binary.LittleEndian.Uint16(hdr[0x3c:]))
 	if shoff != 0 {
 		end = max(end, shoff+shsize)
 	}
@@ -187,10 +232,10 @@ func Trim(k []byte) ([]byte, error) {
 			end = max(end, s.Offset+s.FileSize)
 		}
 	}
-	if end > uint64(len(k)) {
-		return nil, fmt.Errorf("the kernel's ELF file is cut short: %d bytes of %d", len(k), end)
+	if end > uint64(size) {
+		return 0, fmt.Errorf("the kernel's ELF file is cut short: %d bytes of %d", size, end)
 	}
-	return k[:end], nil
+	return int64(end), nil
 }
 
 // xenPHYS32Entry is XEN_ELFNOTE_PHYS32_ENTRY, the note QEMU looks for to boot an ELF by PVH.

@@ -35,7 +35,28 @@ func TestUnpackEachCompressor(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s: unpacked %d bytes, want the %d-byte ELF file", c, len(got), len(want))
 		}
+		if got := unpackTo(t, img); !bytes.Equal(got, want) {
+			t.Errorf("%s: UnpackTo wrote %d bytes, want the %d-byte ELF file", c, len(got), len(want))
+		}
 	}
+}
+
+// unpackTo is what UnpackTo leaves in a file.
+func unpackTo(t *testing.T, img []byte) []byte {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "vmlinux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pvhkernel.UnpackTo(f, img); err != nil {
+		t.Fatalf("UnpackTo: %v", err)
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestUnpackBzip2: Go has no bzip2 writer, so the payload is testdata/kernel.bz2, made by
@@ -101,6 +122,14 @@ func TestUnpackRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
 		}
+		f, ferr := os.CreateTemp(t.TempDir(), "vmlinux")
+		if ferr != nil {
+			t.Fatal(ferr)
+		}
+		if err := pvhkernel.UnpackTo(f, c.img); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: UnpackTo: %v, want an error saying %q", c.name, err, c.want)
+		}
+		f.Close()
 	}
 }
 
@@ -132,6 +161,9 @@ func TestUnpackTheTestGuestKernel(t *testing.T) {
 	k, err := pvhkernel.Unpack(img)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if streamed := unpackTo(t, img); !bytes.Equal(streamed, k) {
+		t.Errorf("UnpackTo wrote %d bytes, Unpack returned %d: want the same kernel", len(streamed), len(k))
 	}
 	f, err := elf.NewFile(bytes.NewReader(k))
 	if err != nil {

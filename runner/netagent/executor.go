@@ -29,6 +29,8 @@ import (
 // Executor plumbs the runner pods of one node.
 type Executor struct {
 	podcontrol.Agent
+	// Kernels unpacks the bzImages runners hand over with their namespaces (nil: none is).
+	Kernels podnetwork.Kernels
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -163,7 +165,7 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) (time.Duration, 
 	}
 	defer c.Close()
 	start := time.Now()
-	ns, built, err := podnetwork.Handle(c.(*net.UnixConn), req)
+	ns, built, err := podnetwork.Handle(c.(*net.UnixConn), req, e.Kernels)
 	if errors.Is(err, podnetwork.ErrNoHandoff) {
 		return 0, err // the runner is still waiting: try again, with back-off
 	}

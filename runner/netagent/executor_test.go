@@ -3,6 +3,7 @@ package netagent
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,7 +21,10 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/kernelcache"
 	"github.com/virtpod/virtpod/pkg/nethandoff"
+	"github.com/virtpod/virtpod/pkg/pvhkernel"
+	"github.com/virtpod/virtpod/pkg/pvhkernel/pvhkerneltest"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/runner/podcontrol/podcontroltest"
 	"github.com/virtpod/virtpod/tests/kubeapi"
@@ -91,9 +95,10 @@ func hasBridge(t *testing.T, ns *os.File) bool {
 	return found
 }
 
-// fakeRunner serves the handoff on netns.sock in its control directory, handing over ns, and
-// reports what it heard from the agent.
-func fakeRunner(t *testing.T, dir string, ns *os.File) chan error {
+// fakeRunner serves the handoff on netns.sock in its control directory, handing over ns (and
+// bz, a bzImage, when not nil), and reports what it heard from the agent: with bz, an error
+// unless a PVH kernel came back.
+func fakeRunner(t *testing.T, dir string, ns, bz *os.File) chan error {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -102,7 +107,7 @@ func fakeRunner(t *testing.T, dir string, ns *os.File) chan error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := nethandoff.ListenWith(filepath.Join(dir, vmv1.NetnsSocketName), dup)
+	srv, err := nethandoff.ListenKernel(filepath.Join(dir, vmv1.NetnsSocketName), dup, bz)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,10 +118,30 @@ func fakeRunner(t *testing.T, dir string, ns *os.File) chan error {
 		if err == nil && pl.Tap != guestnet.DefaultTap {
 			err = fmt.Errorf("plumbing %+v", pl)
 		}
+		if err == nil && bz != nil {
+			k, why := srv.Kernel()
+			if k == nil {
+				err = fmt.Errorf("no kernel for the bzImage: %s", why)
+			} else if _, kerr := pvhkernel.Trim(mustRead(k)); kerr != nil {
+				err = fmt.Errorf("the kernel handed back: %w", kerr)
+			}
+		}
 		heard <- err
 	}()
 	t.Cleanup(func() { cancel(); srv.Close() })
 	return heard
+}
+
+func mustRead(f *os.File) []byte {
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	return b
+}
+
+// bzImage is a small bzImage holding a PVH kernel, open as a runner opens its VM's kernel.
+func bzImage(t *testing.T) *os.File {
+	t.Helper()
+	return pvhkerneltest.Open(t, pvhkerneltest.BzImage(pvhkerneltest.ELF([]byte("kernel text"), true), "gzip"))
 }
 
 func pod(t *testing.T, ns, name, ip string, mutate func(*corev1.Pod)) *corev1.Pod {
@@ -147,7 +172,8 @@ func pod(t *testing.T, ns, name, ip string, mutate func(*corev1.Pod)) *corev1.Po
 // namespace the VM's own runner pod hands over, and the runner hears the plumbing; a pod that
 // only looks like a runner pod (the label, or an owner reference to a VM whose status names
 // another pod) is never asked for its namespace, and a runner that hands over a namespace not
-// holding its pod's IP is refused, that namespace left as it was.
+// holding its pod's IP is refused, that namespace left as it was. The VM's runner hands over its
+// bzImage too and gets the PVH kernel inside it from the agent's store.
 func TestExecutorPlumbsOnlyTheControllersPods(t *testing.T) {
 	prereq.Need(t, os.Geteuid() == 0, "needs root: network namespaces")
 	ctx := context.Background()
@@ -181,7 +207,11 @@ func TestExecutorPlumbsOnlyTheControllersPods(t *testing.T) {
 	devices := map[string]string{}
 	for i, p := range []*corev1.Pod{real, labelled, sibling, liar} {
 		id := fmt.Sprintf("control%d", i+1)
-		heard[p.Name] = fakeRunner(t, filepath.Join(controlDir, id), nets[p.Name])
+		var bz *os.File
+		if p == real {
+			bz = bzImage(t)
+		}
+		heard[p.Name] = fakeRunner(t, filepath.Join(controlDir, id), nets[p.Name], bz)
 		devices[ns+"/"+p.Name] = id
 	}
 	_, kubelet := podcontroltest.Start(t, devices)
@@ -191,7 +221,11 @@ func TestExecutorPlumbsOnlyTheControllersPods(t *testing.T) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: "node-n", ControlDir: controlDir, PodResources: kubelet, Log: zap.NewNop()}}
+	kernels, err := kernelcache.New(filepath.Join(controlDir, "kernels"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: "node-n", ControlDir: controlDir, PodResources: kubelet, Log: zap.NewNop()}, Kernels: kernels}
 	go func() { _ = e.Run(runCtx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 

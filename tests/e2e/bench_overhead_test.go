@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,8 @@ import (
 // runner and of QEMU (split into the guest's RAM, TCG's translation cache and QEMU's own), for a
 // 256 MiB and a 1 GiB emulated guest, idle after boot and after the guest wrote all the memory it
 // could. The pods get the controller's default resources, so the figures are also checked
-// against what the pod reserves. make bench-overhead runs it.
+// against what the pod reserves. make bench-overhead runs it; VIRTPOD_BENCH_KERNEL_IMAGE names
+// another kernel image (localhost/virtpod/guest-bzimage:dev: the same kernel as a bzImage).
 func BenchmarkVMOverhead(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		ns := namespace(b)
@@ -33,6 +35,9 @@ func BenchmarkVMOverhead(b *testing.B) {
 			vms[j] = newVM(ns, "overhead-"+strings.ToLower(size))
 			vms[j].Spec.PodResources = nil // the controller's defaults: what a user gets
 			vms[j].Spec.Guest.Memory = resource.MustParse(size)
+			if k := os.Getenv("VIRTPOD_BENCH_KERNEL_IMAGE"); k != "" {
+				vms[j].Spec.Guest.KernelImage = k
+			}
 			mustCreate(b, vms[j])
 		}
 		var wg sync.WaitGroup

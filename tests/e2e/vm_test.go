@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,7 +27,9 @@ import (
 
 const (
 	guestImage = "localhost/virtpod/guest:dev"
-	marker     = "VIRTPOD-GUEST-READY"
+	// The same guest's kernel kept a bzImage, as images other tools build hold one.
+	bzImageKernel = "localhost/virtpod/guest-bzimage:dev"
+	marker        = "VIRTPOD-GUEST-READY"
 )
 
 func newVM(ns, name string) *vmv1.VirtualMachine {
@@ -81,7 +84,9 @@ func TestVMLifecycle(t *testing.T) {
 	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
-	if err := kube.Create(ctx, newVM(ns, "web")); err != nil {
+	web := newVM(ns, "web")
+	web.Spec.Guest.KernelImage = bzImageKernel
+	if err := kube.Create(ctx, web); err != nil {
 		t.Fatal(err)
 	}
 	vm := waitRunning(t, ns, "web", 0)
@@ -89,6 +94,7 @@ func TestVMLifecycle(t *testing.T) {
 	eventually(t, "guest console marker in the pod's logs", time.Minute, func() error {
 		return contains(podLogs(ns, pod), marker)
 	})
+	kernel := unpackedKernel(t, "web")
 	if c := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready condition: %+v", c)
 	}
@@ -127,6 +133,10 @@ func TestVMLifecycle(t *testing.T) {
 	vm = waitRunning(t, ns, "web", 1)
 	if vm.Status.LastTermination == nil || vm.Status.LastTermination.ExitCode == 0 || !strings.Contains(vm.Status.LastTermination.Message, "killed") {
 		t.Fatalf("the restart's cause is not in status: %+v", vm.Status.LastTermination)
+	}
+	// The restarted guest boots the kernel the agent stored the first time, not a new unpacking.
+	if again := unpackedKernel(t, "web"); again != kernel {
+		t.Errorf("the restarted guest's QEMU loaded %s, want the stored %s again", again, kernel)
 	}
 
 	// Delete: the guest gets its ACPI power-down and the pod goes away.
@@ -172,6 +182,39 @@ func fetchPathFrom(t *testing.T, ns, name, ip string, port int, path string) str
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
 			Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, path, ip, port)}}}},
 	})
+}
+
+// unpackedKernel: the VM's kernel image holds a bzImage, which the runner handed to the node
+// agent with its network namespace; QEMU loaded the PVH kernel the agent unpacked into its
+// store (the agent pod's emptyDir at /var/cache/virtpod/kernels), from that file (mapped),
+// holding no copy of the bzImage. It returns which file.
+func unpackedKernel(t *testing.T, vmName string) string {
+	t.Helper()
+	var path string
+	eventually(t, "QEMU loading the agent's unpacked kernel", 30*time.Second, func() error {
+		pid := findQEMU(t, vmName)
+		args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(args), "-kernel\x00/proc/self/fd/") {
+			return fmt.Errorf("QEMU's -kernel is not a descriptor the runner handed it: %s", strings.ReplaceAll(string(args), "\x00", " "))
+		}
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+		if err != nil {
+			return err
+		}
+		// The path as the agent's container sees its store (maps names a file by the mount
+		// namespace it was opened in), with the inode: which file it is.
+		for _, l := range strings.Split(string(maps), "\n") {
+			if f := strings.Fields(l); len(f) == 6 && strings.HasPrefix(f[5], "/var/cache/virtpod/kernels/") && strings.HasSuffix(f[5], ".vmlinux") {
+				path = f[5] + " (inode " + f[4] + ")"
+				return nil
+			}
+		}
+		return errors.New("QEMU maps no kernel from the node agent's store")
+	})
+	return path
 }
 
 // findQEMU finds the host pid of the VM's hypervisor (the test runs on the node as root).

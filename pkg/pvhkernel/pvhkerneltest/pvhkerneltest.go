@@ -6,6 +6,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
@@ -95,4 +98,20 @@ func BzImage(kernel []byte, compression string) []byte {
 	binary.LittleEndian.PutUint32(img[0x24c:], uint32(payload.Len()))
 	img = append(img, payload.Bytes()...)
 	return append(img, "decompressor tail"...)
+}
+
+// Open writes b to a file in a temporary directory of t's and opens it for reading, as a runner
+// opens its VM's kernel; the file is closed when t ends.
+func Open(t testing.TB, b []byte) *os.File {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "vmlinuz")
+	if err := os.WriteFile(p, b, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -38,6 +39,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/dropcaps"
+	"github.com/virtpod/virtpod/pkg/kernelcache"
 	"github.com/virtpod/virtpod/runner/agent"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/deviceplugin"
@@ -78,6 +81,9 @@ type options struct {
 	metricsAddr string
 	// pprofAddr serves Go's profiles (/debug/pprof/); "" serves none.
 	pprofAddr string
+	// kernelCache is where the PVH kernels unpacked from the VMs' bzImages are kept
+	// (pkg/kernelcache); "" unpacks none.
+	kernelCache string
 }
 
 type pluginOptions struct {
@@ -131,6 +137,7 @@ func newCommand() *cobra.Command {
 	root.Flags().StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this agent pod's IP, where other agents send streams (env POD_IP, from the downward API's status.podIP)")
 	root.Flags().StringVar(&o.pprofAddr, "pprof-addr", "", "where to serve Go's profiles (/debug/pprof/) for leak hunts such as make soak-node (empty: nowhere; they show the agent's internals)")
 	root.Flags().StringVar(&o.metricsAddr, "metrics-addr", ":9441", "where to serve /metrics: the runner pods' spoof guard counters and the agent's own Go and process figures (empty: nowhere)")
+	root.Flags().StringVar(&o.kernelCache, "kernel-cache-dir", "", "where to keep the PVH kernels unpacked from the VMs' bzImages, so QEMU holds no copy of them (empty: unpack none; each VM's QEMU then copies its bzImage)")
 	root.Flags().StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "virtpod-system"), "the agents' namespace, which holds Secret "+migrationagent.SecretName+" (env POD_NAMESPACE)")
 
 	var po pluginOptions
@@ -151,6 +158,13 @@ func newCommand() *cobra.Command {
 	root.AddCommand(dp)
 
 	root.AddCommand(&cobra.Command{
+		Use:    "unpack-kernel",
+		Short:  "The agent's own child process: unpack the bzImage at descriptor 3 into the file at descriptor 4 (pkg/kernelcache)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE:   func(*cobra.Command, []string) error { return unpackKernel() },
+	})
+	root.AddCommand(&cobra.Command{
 		Use:   "probe",
 		Short: "Probe this node once and print the HypervisorNode status as JSON",
 		Args:  cobra.NoArgs,
@@ -163,6 +177,25 @@ func newCommand() *cobra.Command {
 		},
 	})
 	return root
+}
+
+// unpackKernel is the child process of the agent's kernel store. The bzImage is a pod's, so it
+// first gives up the agent's capabilities (re-executing itself through dropcaps, which keeps
+// descriptors 3 and 4), then unpacks as a process the OOM killer takes first.
+func unpackKernel() error {
+	held, err := dropcaps.Held()
+	if err != nil {
+		return err
+	}
+	if held {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		return dropcaps.Exec([]string{exe, "unpack-kernel"}) // returns only on failure
+	}
+	os.Exit(kernelcache.UnpackerMain())
+	return nil
 }
 
 func run(o options) error {
@@ -202,6 +235,16 @@ func run(o options) error {
 	// Every runner waits for it before its guest starts: without it no VM runs here, so
 	// the agent stops, and its pod restarts, rather than run on half-able.
 	nx := &netagent.Executor{Agent: nodeAgent.Named("network")}
+	if o.kernelCache != "" {
+		kc, err := kernelcache.New(o.kernelCache, 0, 0)
+		if err != nil {
+			return err
+		}
+		// The bzImages are the pods', so hostile: each is unpacked by a child process, which the
+		// OOM killer takes before the agent.
+		kc.Unpacker = func() *exec.Cmd { return exec.Command("/proc/self/exe", "unpack-kernel") }
+		nx.Kernels = kc
+	}
 	go func() {
 		if err := nx.Run(ctx); err != nil {
 			quit(fmt.Errorf("pod networks: %w", err))

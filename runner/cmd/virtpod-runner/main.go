@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
+	"github.com/virtpod/virtpod/pkg/dropcaps"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/binaries"
@@ -120,7 +121,7 @@ func execUnprivilegedCommand() *cobra.Command {
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
-			return runner.ExecUnprivileged(args) // returns only on failure
+			return dropcaps.Exec(args) // returns only on failure
 		},
 	}
 }

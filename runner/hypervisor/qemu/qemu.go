@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ type VM struct {
 	launcher []string // argv prefix that drops capabilities; empty: exec QEMU directly
 	spec     qemuargs.Spec
 	tap      *os.File // handed to QEMU as fd 3
+	kernel   *os.File // the kernel QEMU loads, handed over open (WithKernel), or nil
 	log      *zap.Logger
 
 	proc    hypervisor.Process
@@ -57,6 +59,13 @@ func New(binary string, launcher []string, spec qemuargs.Spec, tap *os.File, log
 	return &VM{binary: binary, launcher: launcher, spec: spec, tap: tap, log: log, events: make(chan hypervisor.Event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{}), hotAdded: map[string]bool{}}
 }
 
+// WithKernel has QEMU load its -kernel from f, open already (the node agent's unpacked kernel,
+// in a directory the runner cannot name): QEMU opens it again through /proc/self/fd.
+func (q *VM) WithKernel(f *os.File) *VM {
+	q.kernel = f
+	return q
+}
+
 func (q *VM) Version() string                 { return q.version }
 func (q *VM) Events() <-chan hypervisor.Event { return q.events }
 func (q *VM) Exited() <-chan struct{}         { return q.exited }
@@ -83,6 +92,10 @@ func (q *VM) Start(ctx context.Context) error {
 	if q.tap != nil {
 		extra = append(extra, q.tap)
 		spec.TapFD = 3 // the first of cmd.ExtraFiles
+	}
+	if q.kernel != nil {
+		extra = append(extra, q.kernel)
+		spec.Kernel = "/proc/self/fd/" + strconv.Itoa(2+len(extra))
 	}
 	args, err := qemuargs.Args(spec)
 	if err != nil {
