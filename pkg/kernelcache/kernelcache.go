@@ -66,11 +66,17 @@ type Cache struct {
 }
 
 // UnpackTimeout bounds one unpacking: a distribution kernel takes well under a second.
-const UnpackTimeout = 30 * time.Second
+const UnpackTimeout = 10 * time.Second
 
-// ErrBusy is a refusal while another kernel is being unpacked: one runs at a time, and a pod
-// does not wait for another pod's kernel (a hostile one could take UnpackTimeout). The VM boots
-// its bzImage; the next VM with that kernel gets it unpacked.
+// SameKernelWait bounds how long a pod waits for the unpacking of its own kernel that another
+// pod started: long enough for a distribution kernel's, short enough that pods handing over a
+// slow hostile kernel together hold the agent's workers (and so other pods' network plumbing)
+// for seconds, not UnpackTimeout each.
+const SameKernelWait = 2 * time.Second
+
+// ErrBusy is a refusal while another kernel is being unpacked (one runs at a time), or while
+// the same kernel's unpacking outlasts SameKernelWait. The VM boots its bzImage; the next VM with
+// that kernel gets it unpacked.
 var ErrBusy = errors.New("the node agent is unpacking another kernel")
 
 // New opens the store in dir, keeping at most maxEntries kernels and maxBytes of them (0: the
@@ -123,10 +129,14 @@ func (c *Cache) Open(bz *os.File) (*os.File, error) {
 			return k, err
 		}
 		if done, ok := c.inflight[digest]; ok {
-			// The same kernel, another pod: wait for it, then look again.
+			// The same kernel, another pod: wait for it a little, then look again.
 			c.mu.Unlock()
-			<-done
-			continue
+			select {
+			case <-done:
+				continue
+			case <-time.After(SameKernelWait):
+				return nil, ErrBusy
+			}
 		}
 		if len(c.inflight) > 0 {
 			c.mu.Unlock()

@@ -347,3 +347,30 @@ func BenchmarkOpen(b *testing.B) {
 		}
 	})
 }
+
+// TestSameKernelWaitIsBounded: a pod whose kernel another pod's unpacking holds longer than
+// SameKernelWait is refused (ErrBusy) rather than held; the unpacking itself still completes.
+func TestSameKernelWaitIsBounded(t *testing.T) {
+	c, _ := newCache(t, 0, 0)
+	slow := kernelcache.SameKernelWait + time.Second
+	c.Unpacker = func() *exec.Cmd {
+		cmd := exec.Command("sh", "-c", fmt.Sprintf(`sleep %d; exec "$0"`, int(slow.Seconds())), os.Args[0])
+		cmd.Env = append(os.Environ(), "KERNELCACHE_TEST_UNPACKER=1")
+		return cmd
+	}
+	first := make(chan error, 1)
+	go func() {
+		k, err := c.Open(bzImage(t, "kernel A ", true))
+		if err == nil {
+			k.Close()
+		}
+		first <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the first is unpacking
+	if _, err := c.Open(bzImage(t, "kernel A ", true)); !errors.Is(err, kernelcache.ErrBusy) {
+		t.Errorf("the same kernel held past SameKernelWait: %v, want ErrBusy", err)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the unpacking the other pod waited for: %v", err)
+	}
+}
