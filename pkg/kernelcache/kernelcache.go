@@ -59,25 +59,26 @@ type Cache struct {
 	// bzImage as descriptor 3 and the file to write as 4. nil unpacks in this process: for
 	// tests and callers that trust their input.
 	Unpacker func() *exec.Cmd
+	// BusyWait is how long a pod waits for the unpackings ahead of it (0: DefaultBusyWait).
+	BusyWait time.Duration
 
-	mu       sync.Mutex
-	refused  map[string]string        // digest → why it did not unpack
-	inflight map[string]chan struct{} // digest being unpacked → closed when done
+	mu      sync.Mutex
+	refused map[string]string // digest → why it did not unpack
+	busy    chan struct{}     // while a kernel is being unpacked; closed when it is done
 }
 
 // UnpackTimeout bounds one unpacking: a distribution kernel takes well under a second.
 const UnpackTimeout = 10 * time.Second
 
-// SameKernelWait bounds how long a pod waits for the unpacking of its own kernel that another
-// pod started: long enough for a distribution kernel's, short enough that pods handing over a
-// slow hostile kernel together hold the agent's workers (and so other pods' network plumbing)
-// for seconds, not UnpackTimeout each.
-const SameKernelWait = 2 * time.Second
+// DefaultBusyWait bounds how long a pod waits for unpackings other pods started (one runs at a time):
+// long enough for a burst of distribution kernels (0.4 s each), short enough that pods handing
+// over slow hostile kernels hold the agent's workers (and so other pods' network plumbing) for
+// seconds, not UnpackTimeout each.
+const DefaultBusyWait = 5 * time.Second
 
-// ErrBusy is a refusal while another kernel is being unpacked (one runs at a time), or while
-// the same kernel's unpacking outlasts SameKernelWait. The VM boots its bzImage; the next VM with
-// that kernel gets it unpacked.
-var ErrBusy = errors.New("the node agent is unpacking another kernel")
+// ErrBusy is a refusal when the unpackings ahead of a pod's kernel outlast the Cache's BusyWait. The VM boots
+// its bzImage; the next VM with that kernel gets it unpacked.
+var ErrBusy = errors.New("the node agent is busy unpacking other kernels")
 
 // New opens the store in dir, keeping at most maxEntries kernels and maxBytes of them (0: the
 // defaults), and removes files a previous agent left half-written.
@@ -100,7 +101,7 @@ func New(dir string, maxEntries int, maxBytes int64) (*Cache, error) {
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
-	return &Cache{dir: dir, maxEntries: maxEntries, maxBytes: maxBytes, refused: map[string]string{}, inflight: map[string]chan struct{}{}}, nil
+	return &Cache{dir: dir, maxEntries: maxEntries, maxBytes: maxBytes, refused: map[string]string{}}, nil
 }
 
 // Open returns, read-only, the PVH kernel inside the bzImage bz, unpacking it unless the store
@@ -122,33 +123,36 @@ func (c *Cache) Open(bz *os.File) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	wait := c.BusyWait
+	if wait <= 0 {
+		wait = DefaultBusyWait
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
 	for {
 		c.mu.Lock()
 		if k, known, err := c.lookup(digest); known {
 			c.mu.Unlock()
 			return k, err
 		}
-		if done, ok := c.inflight[digest]; ok {
-			// The same kernel, another pod: wait for it a little, then look again.
+		if c.busy != nil {
+			// Another pod's unpacking (of this kernel or another): wait for it, then look again.
+			busy := c.busy
 			c.mu.Unlock()
 			select {
-			case <-done:
+			case <-busy:
 				continue
-			case <-time.After(SameKernelWait):
+			case <-deadline.C:
 				return nil, ErrBusy
 			}
 		}
-		if len(c.inflight) > 0 {
-			c.mu.Unlock()
-			return nil, ErrBusy
-		}
 		done := make(chan struct{})
-		c.inflight[digest] = done
+		c.busy = done
 		c.mu.Unlock()
 
 		k, stored, err := c.unpackNew(bz)
 		c.mu.Lock()
-		delete(c.inflight, digest)
+		c.busy = nil
 		close(done)
 		if r := (*refusal)(nil); errors.As(err, &r) {
 			c.refuse(r, digest, stored)

@@ -239,16 +239,20 @@ func TestEvictsPastItsBytes(t *testing.T) {
 	}
 }
 
-// TestOneUnpackingAtATime: while a kernel is being unpacked, another pod with the same kernel
-// waits for it and gets the same file; a pod with another kernel is refused at once (ErrBusy),
-// not made to wait for what may be a hostile kernel.
-func TestOneUnpackingAtATime(t *testing.T) {
-	c, _ := newCache(t, 0, 0)
-	c.Unpacker = func() *exec.Cmd { // the real unpacker, a second late
-		cmd := exec.Command("sh", "-c", `sleep 1; exec "$0"`, os.Args[0])
+// slowUnpacker is the real unpacker, started late by d.
+func slowUnpacker(d time.Duration) func() *exec.Cmd {
+	return func() *exec.Cmd {
+		cmd := exec.Command("sh", "-c", fmt.Sprintf(`sleep %g; exec "$0"`, d.Seconds()), os.Args[0])
 		cmd.Env = append(os.Environ(), "KERNELCACHE_TEST_UNPACKER=1")
 		return cmd
 	}
+}
+
+// TestOneUnpackingAtATime: while a kernel is being unpacked, another pod with the same kernel
+// waits for it and gets the same file, and a pod with another kernel waits its turn.
+func TestOneUnpackingAtATime(t *testing.T) {
+	c, _ := newCache(t, 0, 0)
+	c.Unpacker = slowUnpacker(time.Second)
 	type opened struct {
 		k   *os.File
 		err error
@@ -258,13 +262,16 @@ func TestOneUnpackingAtATime(t *testing.T) {
 	go func() { k, err := c.Open(a1); first <- opened{k, err} }()
 	time.Sleep(300 * time.Millisecond) // the first is unpacking
 	go func() { k, err := c.Open(a2); same <- opened{k, err} }()
-	if _, err := c.Open(b); !errors.Is(err, kernelcache.ErrBusy) {
-		t.Errorf("another kernel while one unpacks: %v, want ErrBusy", err)
+	kb, err := c.Open(b)
+	if err != nil {
+		t.Fatalf("another kernel after its turn: %v", err)
 	}
+	kb.Close()
 	select {
-	case <-first:
-		t.Error("the refusal came after the unpacking it was refused for ended: want it at once")
+	case o := <-first:
+		first <- o
 	default:
+		t.Error("another kernel was unpacked while the first was: want one at a time")
 	}
 	o1, o2 := <-first, <-same
 	if o1.err != nil || o2.err != nil {
@@ -277,10 +284,36 @@ func TestOneUnpackingAtATime(t *testing.T) {
 	if !os.SameFile(s1, s2) {
 		t.Error("the pod that waited got another file than the one unpacked")
 	}
-	// Busy is not remembered: once the store is idle, kernel B unpacks.
+	if n := len(c.Kernels()); n != 2 {
+		t.Errorf("the store holds %d kernels, want A and B", n)
+	}
+}
+
+// TestBusyWaitIsBounded: a pod whose turn does not come within BusyWait (a slow kernel ahead)
+// is refused (ErrBusy) rather than held; the unpacking ahead still completes, and the refusal is
+// not remembered.
+func TestBusyWaitIsBounded(t *testing.T) {
+	c, _ := newCache(t, 0, 0)
+	c.Unpacker, c.BusyWait = slowUnpacker(3*time.Second), time.Second
+	first := make(chan error, 1)
+	go func() {
+		k, err := c.Open(bzImage(t, "kernel A ", true))
+		if err == nil {
+			k.Close()
+		}
+		first <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the first is unpacking
+	b := bzImage(t, "kernel B ", true)
+	if _, err := c.Open(b); !errors.Is(err, kernelcache.ErrBusy) {
+		t.Errorf("a kernel behind a slow one: %v, want ErrBusy", err)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the unpacking ahead: %v", err)
+	}
 	c.Unpacker = unpacker
 	if k, err := c.Open(b); err != nil {
-		t.Errorf("kernel B after the store went idle: %v", err)
+		t.Errorf("the refused kernel once the store is idle: %v", err)
 	} else {
 		k.Close()
 	}
@@ -346,31 +379,4 @@ func BenchmarkOpen(b *testing.B) {
 			open(b, c)
 		}
 	})
-}
-
-// TestSameKernelWaitIsBounded: a pod whose kernel another pod's unpacking holds longer than
-// SameKernelWait is refused (ErrBusy) rather than held; the unpacking itself still completes.
-func TestSameKernelWaitIsBounded(t *testing.T) {
-	c, _ := newCache(t, 0, 0)
-	slow := kernelcache.SameKernelWait + time.Second
-	c.Unpacker = func() *exec.Cmd {
-		cmd := exec.Command("sh", "-c", fmt.Sprintf(`sleep %d; exec "$0"`, int(slow.Seconds())), os.Args[0])
-		cmd.Env = append(os.Environ(), "KERNELCACHE_TEST_UNPACKER=1")
-		return cmd
-	}
-	first := make(chan error, 1)
-	go func() {
-		k, err := c.Open(bzImage(t, "kernel A ", true))
-		if err == nil {
-			k.Close()
-		}
-		first <- err
-	}()
-	time.Sleep(300 * time.Millisecond) // the first is unpacking
-	if _, err := c.Open(bzImage(t, "kernel A ", true)); !errors.Is(err, kernelcache.ErrBusy) {
-		t.Errorf("the same kernel held past SameKernelWait: %v, want ErrBusy", err)
-	}
-	if err := <-first; err != nil {
-		t.Errorf("the unpacking the other pod waited for: %v", err)
-	}
 }
