@@ -147,6 +147,25 @@ func (mt *migrationTest) boot(t testing.TB) *migrationRunner {
 // target starts a runner with --incoming and waits for it to wait for its guest.
 func (mt *migrationTest) target(t testing.TB) *migrationRunner { return mt.targetWith(t, "") }
 
+// targetBooting is target with QEMU given another kernel file, loaded by QEMU itself (the
+// test's node agent unpacks none for it): the same kernel as a bzImage, say, which QEMU loads in
+// another way (through fw_cfg and linuxboot_dma.bin rather than pvh.bin). The guest moving in
+// runs the kernel already in its memory; what QEMU loaded only matters at a reboot.
+func (mt *migrationTest) targetBooting(t testing.TB, kernel string) *migrationRunner {
+	t.Helper()
+	kernelsOff.Store(true)
+	defer kernelsOff.Store(false)
+	args := append([]string{}, mt.args...)
+	for i, a := range args {
+		if strings.HasPrefix(a, "--kernel=") {
+			args[i] = "--kernel=" + kernel
+		}
+	}
+	m := mt.start(t, append(args, "--incoming"))
+	m.wantState(t, runner.StateIncoming)
+	return m
+}
+
 // targetWith is target with another QEMU binary ("": the host's).
 func (mt *migrationTest) targetWith(t testing.TB, qemu string) *migrationRunner {
 	t.Helper()

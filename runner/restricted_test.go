@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,12 +154,18 @@ func agentRequest(t testing.TB, args []string) (podnetwork.Request, bool) {
 var (
 	kernelsOnce sync.Once
 	kernels     podnetwork.Kernels
+	// kernelsOff has the test's agent unpack no kernels, as an agent that refuses one: its
+	// runners boot their bzImage themselves (no runner test runs in parallel).
+	kernelsOff atomic.Bool
 )
 
 // testKernels is the node agent's store of unpacked kernels (pkg/kernelcache), one for every
 // runner of the test binary as one agent serves a node's runners, in shareDir (made by
 // reachable, removed by TestMain). nil if it cannot be made: the runner then boots its bzImage.
 func testKernels() podnetwork.Kernels {
+	if kernelsOff.Load() {
+		return nil
+	}
 	kernelsOnce.Do(func() {
 		if shareDir == "" {
 			return

@@ -59,12 +59,12 @@ type Server struct {
 	ns *os.File
 	bz *os.File // the VM's bzImage to hand over, or nil
 
-	kernel        *os.File // the agent's answer to bz
+	mu            sync.Mutex
+	plumbed       bool
+	kernel        *os.File // the agent's answer to bz, until Kernel takes it
 	kernelRefused string
 
-	mu      sync.Mutex
-	plumbed bool
-	wg      sync.WaitGroup
+	wg sync.WaitGroup
 }
 
 // Listen makes the socket at path (replacing a stale one) and opens the runner's network
@@ -230,11 +230,14 @@ func (s *Server) serveRest() {
 	}
 }
 
-// Close stops listening and removes the socket.
+// Close stops listening and removes the socket; it closes a kernel Kernel never took.
 func (s *Server) Close() error {
 	err := s.l.Close()
 	s.wg.Wait()
 	s.ns.Close()
+	if k, _ := s.Kernel(); k != nil {
+		k.Close()
+	}
 	return err
 }
 
