@@ -25,8 +25,12 @@ func openBzImage(cfg runnerconfig.Config) (*os.File, int64) {
 		return nil, 0
 	}
 	head := make([]byte, 0x206)
+	if _, err := io.ReadFull(f, head); err != nil || !pvhkernel.IsBzImage(head) {
+		f.Close()
+		return nil, 0
+	}
 	fi, err := f.Stat()
-	if _, rerr := io.ReadFull(f, head); rerr != nil || err != nil || !pvhkernel.IsBzImage(head) {
+	if err != nil {
 		f.Close()
 		return nil, 0
 	}

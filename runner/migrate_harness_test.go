@@ -161,9 +161,7 @@ func (mt *migrationTest) targetBooting(t testing.TB, kernel string) *migrationRu
 			args[i] = "--kernel=" + kernel
 		}
 	}
-	m := mt.start(t, append(args, "--incoming"))
-	m.wantState(t, runner.StateIncoming)
-	return m
+	return mt.incoming(t, args)
 }
 
 // targetWith is target with another QEMU binary ("": the host's).
@@ -174,7 +172,13 @@ func (mt *migrationTest) targetWith(t testing.TB, qemu string) *migrationRunner 
 		os.Setenv(binaries.EnvQEMU, qemu) // the runner reads it at its start
 		defer os.Setenv(binaries.EnvQEMU, restore)
 	}
-	m := mt.start(t, append(append([]string{}, mt.args...), "--incoming"))
+	return mt.incoming(t, mt.args)
+}
+
+// incoming starts a runner with args and --incoming, and waits for it to be ready for the guest.
+func (mt *migrationTest) incoming(t testing.TB, args []string) *migrationRunner {
+	t.Helper()
+	m := mt.start(t, append(append([]string{}, args...), "--incoming"))
 	m.wantState(t, runner.StateIncoming)
 	return m
 }

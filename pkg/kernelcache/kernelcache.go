@@ -17,6 +17,7 @@
 package kernelcache
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -225,14 +226,23 @@ func (c *Cache) lookup(digest string) (*os.File, bool, error) {
 // the SHA-256 of what it copied.
 func copyHashed(w io.Writer, bz *os.File) (string, error) {
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(w, h), io.NewSectionReader(bz, 0, MaxBzImage+1))
-	if err != nil {
-		return "", fmt.Errorf("reading the bzImage: %w", err)
-	}
-	if n > MaxBzImage {
-		return "", tooLarge(n)
+	if err := copyBounded(io.MultiWriter(w, h), bz); err != nil {
+		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// copyBounded copies bz from its start (by pread) to w, refusing one of more than MaxBzImage
+// bytes.
+func copyBounded(w io.Writer, bz *os.File) error {
+	n, err := io.Copy(w, io.NewSectionReader(bz, 0, MaxBzImage+1))
+	if err != nil {
+		return fmt.Errorf("reading the bzImage: %w", err)
+	}
+	if n > MaxBzImage {
+		return tooLarge(n)
+	}
+	return nil
 }
 
 func tooLarge(n int64) error {
@@ -317,14 +327,11 @@ func UnpackerMain() int {
 
 // unpackFrom unpacks the bzImage src into dst, an empty file.
 func unpackFrom(src, dst *os.File) error {
-	img, err := io.ReadAll(io.NewSectionReader(src, 0, MaxBzImage+1))
-	if err != nil {
-		return fmt.Errorf("reading the bzImage: %w", err)
+	var img bytes.Buffer
+	if err := copyBounded(&img, src); err != nil {
+		return err
 	}
-	if len(img) > MaxBzImage {
-		return tooLarge(int64(len(img)))
-	}
-	return pvhkernel.UnpackTo(dst, img)
+	return pvhkernel.UnpackTo(dst, img.Bytes())
 }
 
 type limitedWriter struct {
@@ -381,7 +388,7 @@ func (c *Cache) evict(keep string) {
 	}
 }
 
-// Kernels lists the kernels the store holds, by digest: for tests and the agent's log.
+// Kernels lists the kernels the store holds, by digest (the tests read it).
 func (c *Cache) Kernels() []string {
 	ents, _ := os.ReadDir(c.dir)
 	var out []string
