@@ -156,9 +156,15 @@ func madeBy(claim *corev1.PersistentVolumeClaim, mig *vmv1.VirtualMachineMigrati
 	return claim.Annotations[vmv1.AnnotationMigration] == string(mig.UID)
 }
 
+// claim reads a claim from the cache, and one the cache lacks from the server: a target claim
+// made a moment ago (start) may not be in the cache yet, and a failed migration would leave it.
 func (r *Reconciler) claim(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
 	c := &corev1.PersistentVolumeClaim{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, c)
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	err := r.Client.Get(ctx, key, c)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, c)
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

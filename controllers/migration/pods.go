@@ -2,6 +2,7 @@ package migration
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,4 +88,33 @@ func ended(pod *corev1.Pod) string {
 		}
 	}
 	return "ended (phase " + string(pod.Status.Phase) + ")"
+}
+
+// notRunning says why the VM's guest cannot be a migration's source now, as a reason and a
+// message; "" when it can. vm and source are nil when gone.
+func notRunning(mig *vmv1.VirtualMachineMigration, vm *vmv1.VirtualMachine, source *corev1.Pod) (reason, message string) {
+	switch {
+	case vm == nil:
+		return vmv1.ReasonVMNotFound, fmt.Sprintf("no VirtualMachine %s in namespace %s: check spec.vmName", mig.Spec.VMName, mig.Namespace)
+	case vm.DeletionTimestamp != nil:
+		return vmv1.ReasonVMDeleted, fmt.Sprintf("VirtualMachine %s is being deleted", vm.Name)
+	case vm.Status.Phase != vmv1.PhaseRunning:
+		return vmv1.ReasonNotMigratable, fmt.Sprintf("the guest of VirtualMachine %s is not running (phase %s): only a running guest migrates", vm.Name, vm.Status.Phase)
+	case source == nil || string(source.UID) != vm.Status.PodUID || !alive(source):
+		return vmv1.ReasonNotMigratable, fmt.Sprintf("the runner pod %s of VirtualMachine %s is ending or replaced: only a running guest migrates; try again once the VM runs in its new pod", vm.Status.PodName, vm.Name)
+	case !started(source):
+		return vmv1.ReasonNotMigratable, fmt.Sprintf("the guest of VirtualMachine %s is still starting: its runner pod %s has not passed its startup probe; try again in a few seconds", vm.Name, source.Name)
+	}
+	return "", ""
+}
+
+// onTrack says nothing in this view of a started migration would end it: the VM is there, both
+// pods are marked as this migration's and alive, and the scheduler has not refused the target.
+func onTrack(mig *vmv1.VirtualMachineMigration, vm *vmv1.VirtualMachine, p pods) bool {
+	uid := string(mig.UID)
+	if vm == nil || vm.DeletionTimestamp != nil || !ours(p.source, uid) || !alive(p.source) || !ours(p.target, uid) || !alive(p.target) {
+		return false
+	}
+	_, refused := unschedulable(p.target, mig.Status.Claims)
+	return !refused
 }

@@ -86,24 +86,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return r.start(ctx, mig, vm)
 	}
+	if !onTrack(mig, vm, p) {
+		// What the cache shows would end the migration; it may be older than this
+		// controller's own last write (the source's mark, made a reconcile ago) or than the
+		// kubelet's and the scheduler's: the API server decides.
+		if vm, p, err = r.fresh(ctx, mig); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	return r.follow(ctx, mig, vm, p)
 }
 
 // start checks the VM can move, marks its runner pod as the source and creates the target.
 func (r *Reconciler) start(ctx context.Context, mig *vmv1.VirtualMachineMigration, vm *vmv1.VirtualMachine) (reconcile.Result, error) {
 	uid := string(mig.UID)
-	if vm == nil {
-		return r.fail(ctx, mig, mig.DeepCopy(), pods{}, vmv1.ReasonVMNotFound, fmt.Sprintf("no VirtualMachine %s in namespace %s: check spec.vmName", mig.Spec.VMName, mig.Namespace))
+	var source *corev1.Pod
+	var err error
+	if vm != nil {
+		if source, err = r.pod(ctx, mig.Namespace, vm.Status.PodName); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
-	if vm.DeletionTimestamp != nil {
-		return r.fail(ctx, mig, mig.DeepCopy(), pods{}, vmv1.ReasonVMDeleted, fmt.Sprintf("VirtualMachine %s is being deleted", vm.Name))
-	}
-	source, err := r.pod(ctx, mig.Namespace, vm.Status.PodName)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if source == nil || string(source.UID) != vm.Status.PodUID || vm.Status.Phase != vmv1.PhaseRunning || !alive(source) || !started(source) {
-		return r.fail(ctx, mig, mig.DeepCopy(), pods{}, vmv1.ReasonNotMigratable, fmt.Sprintf("the guest of VirtualMachine %s is not running (phase %s): only a running guest migrates", vm.Name, vm.Status.Phase))
+	if reason, _ := notRunning(mig, vm, source); reason != "" {
+		// The cache may not yet hold the VM, its pod or the guest's start: the API server
+		// decides.
+		if vm, source, err = r.freshSource(ctx, mig); err != nil {
+			return reconcile.Result{}, err
+		}
+		if reason, why := notRunning(mig, vm, source); reason != "" {
+			return r.fail(ctx, mig, mig.DeepCopy(), pods{}, reason, why)
+		}
 	}
 	if other := source.Annotations[vmv1.AnnotationMigration]; other != "" && other != uid {
 		if name, err := r.active(ctx, mig.Namespace, other); err != nil {
@@ -367,6 +379,51 @@ func (r *Reconciler) writeStatus(ctx context.Context, was, next *vmv1.VirtualMac
 		return err
 	}
 	return statuspatch.Patch(ctx, r.Client, was, next)
+}
+
+// fresh reads the migration's VM and both pods from the API server, not the cache.
+func (r *Reconciler) fresh(ctx context.Context, mig *vmv1.VirtualMachineMigration) (*vmv1.VirtualMachine, pods, error) {
+	var p pods
+	vm, err := r.liveVM(ctx, mig)
+	if err != nil {
+		return nil, p, err
+	}
+	if p.source, err = r.livePod(ctx, mig.Namespace, mig.Status.SourcePod); err != nil {
+		return nil, p, err
+	}
+	p.target, err = r.livePod(ctx, mig.Namespace, mig.Status.TargetPod)
+	return vm, p, err
+}
+
+// freshSource reads the VM and the pod its status names from the API server.
+func (r *Reconciler) freshSource(ctx context.Context, mig *vmv1.VirtualMachineMigration) (*vmv1.VirtualMachine, *corev1.Pod, error) {
+	vm, err := r.liveVM(ctx, mig)
+	if err != nil || vm == nil {
+		return vm, nil, err
+	}
+	source, err := r.livePod(ctx, mig.Namespace, vm.Status.PodName)
+	return vm, source, err
+}
+
+func (r *Reconciler) liveVM(ctx context.Context, mig *vmv1.VirtualMachineMigration) (*vmv1.VirtualMachine, error) {
+	vm := &vmv1.VirtualMachine{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: mig.Namespace, Name: mig.Spec.VMName}, vm)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return vm, err
+}
+
+func (r *Reconciler) livePod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	if name == "" {
+		return nil, nil
+	}
+	pod := &corev1.Pod{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, pod)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return pod, err
 }
 
 func (r *Reconciler) pods(ctx context.Context, mig *vmv1.VirtualMachineMigration) (pods, error) {

@@ -99,6 +99,18 @@ func (r *Reconciler) madeFromStaleView(ctx context.Context, vm *vmv1.VirtualMach
 	return live.UID == pod.UID && live.DeletionTimestamp == nil && !podEnded(live), nil
 }
 
+// adoptable says whether a pod the VM's status does not name is still there on the API server,
+// not being deleted: the cache may still show one this controller deleted a moment ago (a stop,
+// a recreate, a suspend's end), which must not become the VM's again. Its deletion's event
+// brings the VM back when it is not.
+func (r *Reconciler) adoptable(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	live := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil {
+		return false, r.fail("get-pod", client.IgnoreNotFound(err))
+	}
+	return live.UID == pod.UID && live.DeletionTimestamp == nil, nil
+}
+
 // relabelRun marks pod as the current run's (its restart-count annotation), so that its end is
 // counted as this run's.
 func (r *Reconciler) relabelRun(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) error {

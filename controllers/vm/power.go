@@ -116,6 +116,9 @@ func (r *Reconciler) start(ctx context.Context, s *scope) error {
 // liveAction.
 func (r *Reconciler) keepRunning(ctx context.Context, s *scope) error {
 	if s.next.Status.PodUID != string(s.pod.UID) {
+		if ok, err := r.adoptable(ctx, s.pod); err != nil || !ok {
+			return err
+		}
 		adopt(s.next, s.pod) // ours, but the status write that named it was lost
 	}
 	if err := r.syncLabels(ctx, s.vm, s.pod); err != nil {
@@ -150,6 +153,9 @@ func (r *Reconciler) podEnded(ctx context.Context, s *scope) error {
 		}
 		// This run's pod, ended before the status write that named it was made (it was lost):
 		// its end is still to be counted, and kept under runStrategy Once.
+		if ok, err := r.adoptable(ctx, pod); err != nil || !ok {
+			return err
+		}
 		adopt(next, pod)
 	}
 	term := termination(pod, r.now())
