@@ -74,6 +74,10 @@ bench-write-cost: control-plane ## What each write of a VM's creation costs kube
 bench-controller-5k: control-plane ## 5,000 VMs whose pods run on 50 simulated nodes: time to Running, requests, CPU, RSS.
 	$(ENVTEST_ENV) VIRTPOD_BENCH_VMS=5000 VIRTPOD_BENCH_NODES=50 go test -run '^$$' -bench BenchmarkCreateVMs -benchtime 1x -count 1 -timeout 60m ./controllers/vm/ $(BENCH_ARGS)
 
+.PHONY: test-stress
+test-stress: ## The packages with real clusters and guests, STRESS_RUNS times under stress-ng CPU load: each test's pass count (docs/ci.md).
+	@MAKE=$(MAKE) bash tools/dev/ci/stress.sh
+
 .PHONY: test-faults
 test-faults: control-plane $(K8S_BIN)/kube-controller-manager ## The controller killed, the control plane restarted, nodes lost (tests/faults).
 	$(ENVTEST_ENV) go test -count=1 -v ./tests/faults/

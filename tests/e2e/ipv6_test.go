@@ -54,7 +54,7 @@ func reachedOverIPv6(t *testing.T, ns, vm string) {
 	got := runPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client6"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
-			Command: []string{"sh", "-c", fmt.Sprintf(`for to in "%s" "%s"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $to 80; done`, ip6, svc.Spec.ClusterIPs[1])}}}},
+			Command: []string{"sh", "-c", fmt.Sprintf("echo '--- %s'\n%s\necho '--- %s'\n%s", ip6, askGuest(ip6, 80, "/"), svc.Spec.ClusterIPs[1], askGuest(svc.Spec.ClusterIPs[1], 80, "/"))}}}},
 	})
 	if n := strings.Count(got, "virtpod guest "+vm); n != 2 {
 		t.Errorf("over IPv6 at the pod's address %s and the Service's %s: %d answers, want 2:\n%s", ip6, svc.Spec.ClusterIPs[1], n, got)

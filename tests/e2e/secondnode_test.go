@@ -154,8 +154,7 @@ func TestSecondNode(t *testing.T) {
 	client1 := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client"},
 		Spec: corev1.PodSpec{NodeSelector: onNode(node1), Containers: []corev1.Container{{Name: "nc", Image: "localhost/virtpod/toolbox:dev",
-			Command: []string{"sh", "-c", fmt.Sprintf(`set -e
-for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $to; done`, serverIP, svc.Spec.ClusterIP)}}}},
+			Command: []string{"sh", "-c", fmt.Sprintf("set -e\necho '--- %s 8080'\n%s\necho '--- %s 80'\n%s", serverIP, askGuest(serverIP, 8080, "/"), svc.Spec.ClusterIP, askGuest(svc.Spec.ClusterIP, 80, "/"))}}}},
 	}
 	got := runPod(t, client1)
 	if strings.Count(got, "served on node 2") != 2 {
@@ -216,7 +215,7 @@ for to in "%s 8080" "%s 80"; do echo "--- $to"; printf 'GET / HTTP/1.0\r\n\r\n' 
 	guest := runPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "guest-client"},
 		Spec: corev1.PodSpec{NodeSelector: onNode(node1), Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
-			Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 %s 80`, vm.Status.PodIP)}}}},
+			Command: []string{"sh", "-c", askGuest(vm.Status.PodIP, 80, "/")}}}},
 	})
 	if err := contains(guest, "virtpod guest far"); err != nil {
 		t.Fatalf("the guest on %s did not answer a pod on %s: %v", node2, node1, err)

@@ -180,8 +180,22 @@ func fetchPathFrom(t *testing.T, ns, name, ip string, port int, path string) str
 	return runPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "http", Image: "localhost/virtpod/toolbox:dev",
-			Command: []string{"sh", "-c", fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\n\r\n' | nc -w 5 %s %d`, path, ip, port)}}}},
+			Command: []string{"sh", "-c", askGuest(ip, port, path)}}}},
 	})
+}
+
+// askGuest is a shell command for a toolbox pod: an HTTP GET of path from host:port, its answer
+// printed. A guest's services start after its VM reads Running (the kernel's start is what the
+// runner reports), so it asks again each second, for up to a minute, while nothing answers, and
+// says on stderr how long it waited; it fails when nothing answered.
+func askGuest(host string, port int, path string) string {
+	return fmt.Sprintf(`start=$(date +%%s)
+until out=$(printf 'GET %[1]s HTTP/1.0\r\n\r\n' | nc -w 5 %[2]s %[3]d) && [ -n "$out" ]; do
+  if [ $(( $(date +%%s) - start )) -ge 60 ]; then echo "no answer from %[2]s:%[3]d within 60 s" >&2; exit 1; fi
+  sleep 1
+done
+waited=$(( $(date +%%s) - start )); if [ $waited -gt 0 ]; then echo "%[2]s:%[3]d answered after ${waited}s" >&2; fi
+printf '%%s\n' "$out"`, path, host, port)
 }
 
 // unpackedKernel: the VM's kernel image holds a bzImage, which the runner handed to the node

@@ -13,12 +13,15 @@ import (
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
-// The lease timing the test runs its replicas with: short, so a takeover costs seconds, and in
-// the proportions of the defaults (15 s, 10 s, 2 s).
+// The lease timing the test runs its replicas with: shorter than the defaults (15 s, 10 s, 2 s),
+// so a takeover costs seconds, and within what the flags allow. The renew deadline is what a
+// loaded machine must not stall a leader's renewal past: at 3 s, a CI machine booting guests
+// beside this test did (request timeouts, then "leader election lost"). 6 s is twice that; a
+// longer stall still costs no VM its pod, since the replica exits and is restarted (replica).
 const (
-	leaseDuration = 4 * time.Second
-	renewDeadline = 3 * time.Second
-	retryPeriod   = 500 * time.Millisecond
+	leaseDuration = 8 * time.Second
+	renewDeadline = 6 * time.Second
+	retryPeriod   = 1 * time.Second
 	leaseName     = "virtpod-controller.virtpod.io" // manager.New's LeaderElectionID
 )
 
@@ -26,13 +29,14 @@ const (
 // VMs are created. The leader is SIGKILLed in the middle of making pods: the standby takes the
 // lease once it expires and finishes the work. A new replica starts (the Deployment's restart)
 // and the leader is then stopped as a rollout stops it (SIGTERM): it hands the lease over at
-// once. In the end every VM runs in exactly one pod its status names; no pod was made twice or
-// removed, so no two replicas ever acted on one VM.
+// once. A replica that exits on its own (a lost lease) is restarted, as the Deployment's kubelet
+// does. In the end every VM runs in exactly one pod its status names; no pod was made twice or
+// removed, so no two replicas ever acted on one VM; and a replica leads.
 func TestLeaderFailover(t *testing.T) {
 	const vms = 200
 	s := newScene(t, "lead-1", "lead-2", "lead-3", "lead-4")
-	replica := func() *controller {
-		return s.startProcess(t, "--leader-elect", "--leader-election-namespace="+s.ns,
+	newReplica := func() *replica {
+		return s.startReplica(t, "--leader-elect", "--leader-election-namespace="+s.ns,
 			"--leader-elect-lease-duration="+leaseDuration.String(), "--leader-elect-renew-deadline="+renewDeadline.String(),
 			"--leader-elect-retry-period="+retryPeriod.String())
 	}
@@ -54,9 +58,9 @@ func TestLeaderFailover(t *testing.T) {
 		})
 	}
 
-	first := replica()
+	first := newReplica()
 	leaderA := s.leader(t, "")
-	second := replica() // started after the first leads, so it is the standby
+	second := newReplica() // started after the first leads, so it is the standby
 
 	create(0, vms/2)
 	podsMade(20)
@@ -72,7 +76,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	t.Logf("leader killed with %d of %d pods made: the standby leads %v later (lease %v, retry %v)", made, vms/2, takeover.Round(time.Millisecond), leaseDuration, retryPeriod)
 
-	third := replica() // the killed replica's restart: a standby now
+	third := newReplica() // the killed replica's restart: a standby now
 	create(vms/2, vms)
 	podsMade(vms/2 + 20)
 	made, _ = s.podCounts()
@@ -92,8 +96,12 @@ func TestLeaderFailover(t *testing.T) {
 
 	s.converged(t, vms, 2*time.Minute, nil)
 	s.wantPodCounts(t, vms, 0)
-	if !third.alive() {
-		t.Fatal("the last leader exited")
+	s.leader(t, "")
+	for name, r := range map[string]*replica{"first": first, "second": second, "third": third} {
+		if restarts := r.Restarts(); len(restarts) > 0 {
+			// Not a failure: a replica that cannot renew its lease in time must stop leading.
+			t.Logf("the %s replica exited on its own and was restarted at %v", name, restarts)
+		}
 	}
 }
 

@@ -189,6 +189,61 @@ func (s *scene) startController(t testing.TB) *controller {
 	return s.startProcess(t, "--leader-elect=false")
 }
 
+// replica is a controller run as the Deployment's pod is: when its process exits on its own (a
+// replica that loses its lease stops leading by exiting, and a starved machine can make it lose
+// one), it is started again, as the kubelet restarts the container. Exits the test causes
+// (kill, stop) are not restarted: the test plays the Deployment's own moves.
+type replica struct {
+	mu       sync.Mutex
+	current  *controller
+	ended    bool // the test ended it
+	restarts []string
+}
+
+// startReplica starts a supervised replica with the scene's settings and args.
+func (s *scene) startReplica(t testing.TB, args ...string) *replica {
+	t.Helper()
+	r := &replica{current: s.startProcess(t, args...)}
+	go func() {
+		for {
+			r.mu.Lock()
+			c := r.current
+			r.mu.Unlock()
+			<-c.exited
+			r.mu.Lock()
+			if r.ended {
+				r.mu.Unlock()
+				return
+			}
+			r.restarts = append(r.restarts, fmt.Sprintf("%s (%s)", time.Now().Format("15:04:05.000"), c.cmd.ProcessState))
+			r.current = s.startProcess(t, args...)
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(r.kill)
+	return r
+}
+
+// kill SIGKILLs the replica, and it stays down.
+func (r *replica) kill() { r.end().kill() }
+
+// stop ends the replica as a rollout does (SIGTERM), waits for it, and it stays down.
+func (r *replica) stop() { r.end().stop() }
+
+func (r *replica) end() *controller {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	return r.current
+}
+
+// Restarts are the times the replica exited on its own and was started again.
+func (r *replica) Restarts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.restarts...)
+}
+
 // startProcess runs the controller binary with the scene's settings and args.
 func (s *scene) startProcess(t testing.TB, args ...string) *controller {
 	t.Helper()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -55,7 +56,7 @@ func run(keyFile, user, addr, command string, timeout time.Duration) ([]byte, er
 		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // see the package comment
 		Timeout:         timeout,
 	}
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	conn, err := dial(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -73,4 +74,23 @@ func run(keyFile, user, addr, command string, timeout time.Duration) ([]byte, er
 	}
 	defer s.Close()
 	return s.CombinedOutput(command)
+}
+
+// dial connects to addr, asking again each second while the guest refuses (its sshd may start
+// after its VM reads Running), for up to timeout; it says on stderr how long it waited.
+func dial(addr string, timeout time.Duration) (net.Conn, error) {
+	start := time.Now()
+	for {
+		conn, err := net.DialTimeout("tcp", addr, timeout)
+		if err == nil {
+			if waited := time.Since(start); waited > time.Second {
+				fmt.Fprintf(os.Stderr, "sshcheck: %s answered after %v\n", addr, waited.Round(time.Second))
+			}
+			return conn, nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start)+time.Second > timeout {
+			return nil, fmt.Errorf("connect to %s (waited %v): %w", addr, time.Since(start).Round(time.Second), err)
+		}
+		time.Sleep(time.Second)
+	}
 }
