@@ -27,6 +27,7 @@ func TestMigrationValidation(t *testing.T) {
 		hint   string
 	}{
 		{"no VM", func(m *vmv1.VirtualMachineMigration) { m.Spec.VMName = "" }, "spec.vmName", "at least 1 chars long"},
+		{"not a VM's name", func(m *vmv1.VirtualMachineMigration) { m.Spec.VMName = "Bad_Name" }, "spec.vmName", "must be a VirtualMachine's name: a DNS label"},
 		{"timeout too short", func(m *vmv1.VirtualMachineMigration) { m.Spec.CompletionTimeoutSeconds = 5 }, "spec.completionTimeoutSeconds", "greater than or equal to 10"},
 		{"negative bandwidth", func(m *vmv1.VirtualMachineMigration) { m.Spec.BandwidthMiBps = -1 }, "spec.bandwidthMiBps", "greater than or equal to 0"},
 		{"claim name", func(m *vmv1.VirtualMachineMigration) {

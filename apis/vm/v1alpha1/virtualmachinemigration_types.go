@@ -10,6 +10,7 @@ type VirtualMachineMigrationSpec struct {
 	// vmName is the VirtualMachine to move, in the migration's namespace. Immutable.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=56
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="spec.vmName must be a VirtualMachine's name: a DNS label starting with a letter, such as web-1"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.vmName is immutable; create a new VirtualMachineMigration for another VM"
 	VMName string `json:"vmName"`
 
