@@ -8,32 +8,51 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/virtpod/virtpod/tools/release/manifests"
 )
 
-// AdmissionObjects are the admission policies and bindings config/admission ships, in file and
-// document order.
+// AdmissionObjects are the admission policies and bindings install.yaml ships, in the order
+// it lists them: kustomize's build of the release's config/default (tools/release/manifests),
+// never the policy files by name, so a policy the release leaves out is one the tests lack too.
 func AdmissionObjects() ([]*unstructured.Unstructured, error) {
-	files, err := filepath.Glob(filepath.Join(Root(), "config", "admission", "*-policy.yaml"))
+	releaseAdmission.once.Do(func() { releaseAdmission.objs, releaseAdmission.err = buildAdmission() })
+	if releaseAdmission.err != nil {
+		return nil, releaseAdmission.err
+	}
+	// Each caller gets its own copies: creating an object writes its uid and version into it.
+	objs := make([]*unstructured.Unstructured, len(releaseAdmission.objs))
+	for i, o := range releaseAdmission.objs {
+		objs[i] = o.DeepCopy()
+	}
+	return objs, nil
+}
+
+// releaseAdmission is the release's build, made once per test binary: it renders every CRD too.
+var releaseAdmission struct {
+	once sync.Once
+	objs []*unstructured.Unstructured
+	err  error
+}
+
+func buildAdmission() ([]*unstructured.Unstructured, error) {
+	m := manifests.Install
+	rm, err := manifests.Kustomize(Root(), m.Dir, nil)
+	if err != nil {
+		return nil, fmt.Errorf("the release's %s: %w", m.File, err)
+	}
+	objs, err := manifests.Admission(rm)
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(files)
-	var objs []*unstructured.Unstructured
-	for _, f := range files {
-		o, err := ReadObjects(f)
-		if err != nil {
-			return nil, err
-		}
-		objs = append(objs, o...)
-	}
 	if len(objs) == 0 {
-		return nil, errors.New("config/admission holds no policies")
+		return nil, fmt.Errorf("%s (the release's %s) builds no admission policy: list config/admission in %s/kustomization.yaml", m.Dir, m.File, m.Dir)
 	}
 	return objs, nil
 }
@@ -63,8 +82,8 @@ func ReadObjects(path string) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// InstallAdmission creates config/admission's policies and bindings as shipped, and returns a
-// function that deletes them again.
+// InstallAdmission creates the admission policies and bindings install.yaml ships
+// (AdmissionObjects), and returns a function that deletes them again.
 func (e *Env) InstallAdmission(ctx context.Context) (func(), error) {
 	objs, err := AdmissionObjects()
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virtpod/virtpod/tools/imagebuild/push"
+	"github.com/virtpod/virtpod/tools/release/manifests"
 )
 
 func main() {
@@ -76,23 +77,20 @@ func write(root, version, lockFile, out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	for _, r := range []struct{ file, dir, what string }{
-		{"install.yaml", "config/default", "kubectl apply --server-side -f install.yaml (apply twice on a new cluster: the second pass adds the ProviderClasses once their CRD is established)"},
-		{"infrastructure-components.yaml", "config/capi", "the Cluster API infrastructure provider, for clusterctl init --infrastructure virtpod"},
-	} {
-		body, err := render(root, r.dir, version, lock)
+	for _, m := range manifests.Rendered {
+		body, err := render(root, m.Dir, version, lock)
 		if err != nil {
 			return err
 		}
-		head := fmt.Sprintf("# virtpod %s: %s\n# Rendered from %s with every image pinned by digest (make release).\n", version, r.what, r.dir)
-		if err := os.WriteFile(filepath.Join(out, r.file), append([]byte(head), body...), 0o644); err != nil {
+		head := fmt.Sprintf("# virtpod %s: %s\n# Rendered from %s with every image pinned by digest (make release).\n", version, m.What, m.Dir)
+		if err := os.WriteFile(filepath.Join(out, m.File), append([]byte(head), body...), 0o644); err != nil {
 			return err
 		}
 	}
-	copies, _ := filepath.Glob(filepath.Join(root, "config/clusterctl/templates/cluster-template*.yaml"))
-	classes, _ := filepath.Glob(filepath.Join(root, "config/clusterctl/templates/clusterclass-*.yaml"))
-	copies = append(copies, classes...)
-	copies = append(copies, filepath.Join(root, "config/clusterctl/metadata.yaml"), filepath.Join(root, "config/prometheus/prometheusrule.yaml"))
+	copies, err := manifests.CopiedFiles(root)
+	if err != nil {
+		return err
+	}
 	for _, src := range copies {
 		if err := copyFile(src, filepath.Join(out, filepath.Base(src))); err != nil {
 			return err

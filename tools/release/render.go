@@ -2,15 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
-	"sigs.k8s.io/yaml"
-
 	"github.com/virtpod/virtpod/tools/imagebuild/push"
+	"github.com/virtpod/virtpod/tools/release/manifests"
 	"github.com/virtpod/virtpod/tools/release/pinned"
 )
 
@@ -18,8 +13,9 @@ import (
 // registry: virtpod/controller). config/capi names them docker.io/virtpod/... for clusterctl.
 var releaseImages = []string{"virtpod/controller", "virtpod/runner"}
 
-// render is the kustomization in dir (under the repository at root) with every image of the
-// release pinned to its pushed digest, and the controller's default runner image too.
+// render is the kustomization in dir (under the repository at root), built as the tests build
+// it (manifests.Kustomize), with every image of the release pinned to its pushed digest, and
+// the controller's default runner image too.
 // Every object carries the release's version (app.kubernetes.io/version), so an upgrade is seen
 // object by object; pod templates and selectors are left alone.
 func render(root, dir, version string, lock push.Lock) ([]byte, error) {
@@ -39,11 +35,8 @@ func render(root, dir, version string, lock push.Lock) ([]byte, error) {
 			images = append(images, map[string]string{"name": name, "newName": repo, "digest": digest})
 		}
 	}
-	k := map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1beta1",
-		"kind":       "Kustomization",
-		"resources":  []string{""}, // set below, relative to the folder this kustomization is in
-		"images":     images,
+	overlay := map[string]any{
+		"images": images,
 		"labels": []map[string]any{{"pairs": map[string]string{"app.kubernetes.io/version": version},
 			"includeSelectors": false, "includeTemplates": false}},
 		// The default runner image is a flag value, not an image field: set it by name.
@@ -59,27 +52,9 @@ spec:
         - {name: RUNNER_IMAGE, value: %q}
 `, pins["virtpod/runner"].Digest)}},
 	}
-	tmp, err := os.MkdirTemp("", "virtpod-release-")
+	rm, err := manifests.Kustomize(root, dir, overlay)
 	if err != nil {
 		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	// kustomize takes no absolute path to a base.
-	base, err := filepath.Rel(tmp, filepath.Join(root, dir))
-	if err != nil {
-		return nil, err
-	}
-	k["resources"] = []string{base}
-	body, err := yaml.Marshal(k)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), body, 0o644); err != nil {
-		return nil, err
-	}
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
 	}
 	out, err := rm.AsYaml()
 	if err != nil {

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/virtpod/virtpod/tools/imagebuild/push"
+	"github.com/virtpod/virtpod/tools/release/manifests"
 	"github.com/virtpod/virtpod/tools/release/pinned"
 )
 
@@ -53,6 +60,70 @@ func TestRenderPinsEveryImage(t *testing.T) {
 				t.Errorf("the runner image pinned %d times; want the agent and the device plugin", n)
 			}
 		})
+	}
+}
+
+// installPolicies are the admission policies install.yaml carries (config/admission), each with
+// a binding of its name.
+var installPolicies = []string{
+	"virtpod-runner-image", "virtpod-default-provider", "virtpod-agent-pods",
+	"virtpod-runner-pods", "virtpod-vm-labels", "virtpod-agent-nodes", "virtpod-agent-secrets",
+}
+
+// shippedPolicies are the policies each rendered manifest carries, by the folder it is built
+// from: infrastructure-components.yaml adds the Cluster API provider's.
+var shippedPolicies = map[string][]string{
+	"config/default": installPolicies,
+	"config/capi":    append(slices.Clone(installPolicies), "virtpod-template-immutable"),
+}
+
+// TestRenderShipsEveryPolicy: both manifests a release renders carry every admission policy
+// and its binding (config/admission's kustomization once left two of its five files out).
+func TestRenderShipsEveryPolicy(t *testing.T) {
+	for _, m := range manifests.Rendered {
+		t.Run(m.File, func(t *testing.T) {
+			want, ok := shippedPolicies[m.Dir]
+			if !ok {
+				t.Fatalf("shippedPolicies has no entry for %s: add the policies %s must carry", m.Dir, m.File)
+			}
+			out, err := render(root(t), m.Dir, "v0.1.0", testLock())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := admissionKinds(t, out)
+			for _, name := range want {
+				if k := got[name]; len(k) != 2 || k[1] != k[0]+"Binding" {
+					t.Errorf("%s carries %v named %s, want a policy and its binding: list its file in config/admission/kustomization.yaml", m.File, k, name)
+				}
+			}
+			for name := range got {
+				if !slices.Contains(want, name) {
+					t.Errorf("%s carries policy %s, which shippedPolicies does not name: add it there", m.File, name)
+				}
+			}
+		})
+	}
+}
+
+// admissionKinds are the kinds of the admission policies and bindings of a rendered stream, by
+// name, sorted.
+func admissionKinds(t *testing.T, stream []byte) map[string][]string {
+	t.Helper()
+	names := map[string][]string{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(stream), 4096)
+	for {
+		var o unstructured.Unstructured
+		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
+			for _, k := range names {
+				slices.Sort(k)
+			}
+			return names
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(manifests.AdmissionKinds, o.GetKind()) {
+			names[o.GetName()] = append(names[o.GetName()], o.GetKind())
+		}
 	}
 }
 
