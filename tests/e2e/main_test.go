@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,7 +38,8 @@ var (
 	kube          client.Client
 	kubeset       *kubernetes.Clientset
 	kubectl       string
-	release       string // the folder of the release installed (make e2e-releases)
+	restConfig    *rest.Config // the cluster admin's, for clients with other identities
+	release       string       // the folder of the release installed (make e2e-releases)
 	installedFile = "install.yaml"
 )
 
@@ -87,6 +89,7 @@ func setup() error {
 	if err != nil {
 		return err
 	}
+	restConfig = cfg
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: manager.Scheme()})
 	if err != nil {
 		return err

@@ -4,17 +4,20 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tools/imagebuild/push"
 )
 
@@ -58,6 +61,7 @@ func TestUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	release = next // what later installs (the Cluster API test) build on
+	everyPolicyInstalled(t, ctx, filepath.Join(next, installedFile))
 
 	ctrl := &appsv1.Deployment{}
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: "virtpod-system", Name: "virtpod-controller"}, ctrl); err != nil {
@@ -170,4 +174,29 @@ func readLock(t *testing.T, dir string) push.Lock {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// everyPolicyInstalled: each admission policy and binding the release file holds is on the
+// cluster after the upgrade.
+func everyPolicyInstalled(t *testing.T, ctx context.Context, file string) {
+	t.Helper()
+	objs, err := kubeapi.ReadObjects(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, o := range objs {
+		if !strings.HasSuffix(o.GetKind(), "AdmissionPolicy") && !strings.HasSuffix(o.GetKind(), "AdmissionPolicyBinding") {
+			continue
+		}
+		n++
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(o.GroupVersionKind())
+		if err := kube.Get(ctx, client.ObjectKey{Name: o.GetName()}, got); err != nil {
+			t.Errorf("%s %s of %s after the upgrade: %v", o.GetKind(), o.GetName(), file, err)
+		}
+	}
+	if n < 14 {
+		t.Errorf("%s holds %d admission policies and bindings; the release ships at least 7 of each", file, n)
+	}
 }
