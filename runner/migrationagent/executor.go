@@ -157,13 +157,19 @@ func (e *Executor) converge(ctx context.Context, pod *corev1.Pod) (time.Duration
 }
 
 // mayAct: the pod asks something of this agent as a target (a migration, no receiver of this
-// agent's yet) or as a source (migrate-to, resume). Only such pods are looked up.
+// agent's yet) or as a source (migrate-to, resume). Only such pods are looked up. Every pod of
+// the node passes here, so it is also where a resume taken back is forgotten.
 func (e *Executor) mayAct(pod *corev1.Pod) bool {
 	a := pod.Annotations
 	if pod.Status.Phase != corev1.PodRunning {
 		return false
 	}
 	e.mu.Lock()
+	if a[vmv1.AnnotationMigrationResume] != "true" {
+		// The controller took the resume back (the next migration's mark does): one it asks
+		// later is about another send, and must be acted on.
+		delete(e.resumed, pod.UID)
+	}
 	resumed := e.resumed[pod.UID]
 	e.mu.Unlock()
 	return a[vmv1.AnnotationMigration] != "" && a[vmv1.AnnotationMigrationReceiver] != e.receiver ||

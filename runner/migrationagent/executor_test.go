@@ -273,6 +273,42 @@ func TestResume(t *testing.T) {
 	}
 }
 
+// TestResumeAgain: a source pod resumed once (its first migration failed after sending all) is
+// resumed again when a later migration from it fails the same way: the controller's next mark
+// takes the first resume back, and the agent must not hold on to having done it.
+func TestResumeAgain(t *testing.T) {
+	ns := namespace(t)
+	a := newNode(t, "mig-l")
+	r := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}}
+	p := runnerPod(t, ns, "again-runner", a.name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
+	podcontroltest.ServeRunner(t, a.dir(p, "control-again"), r)
+	e, _ := a.start(t)
+	stateIs(t, p, controlapi.MigrationNone, 20*time.Second)
+
+	// The next migration's mark takes the resume back; it sends all and fails at the target.
+	annotate(t, p, map[string]any{vmv1.AnnotationMigrationResume: nil})
+	// Give the agent the removal's event before the next resume (the check below says what a
+	// user sees if it holds on to the first).
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		e.mu.Lock()
+		held := e.resumed[p.UID]
+		e.mu.Unlock()
+		if !held {
+			break
+		}
+	}
+	r.mu.Lock()
+	r.st = controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}
+	r.mu.Unlock()
+	annotate(t, p, map[string]any{vmv1.AnnotationMigrationResume: "true"})
+	kubeapi.Eventually(t, "the second resume", 20*time.Second, func() error {
+		if _, dels := r.counts(); dels != 2 {
+			return fmt.Errorf("the runner got %d DELETEs, want 2: the second failed send was not resumed (the guest stays paused)", dels)
+		}
+		return nil
+	})
+}
+
 // TestSourceDialsOnlyTheTargetsAgent: a migrate-to naming any other address than the target
 // node's agent pod (which the API says) is refused before anything is dialled; the address
 // named gets no connection and the runner is never asked.
