@@ -380,6 +380,19 @@ func TestProviderAvailable(t *testing.T) {
 			c.Spec.AllowEmulation = true
 			c.Status.Conditions = []metav1.Condition{{Type: vmv1.ConditionAvailable, Status: metav1.ConditionTrue, Message: "2/2 nodes fit"}}
 		})), want{"True", vmv1.ReasonProviderAvailable, "ProviderClass qemu is enabled; 2/2 nodes fit"}},
+		{"runner lacks virtio-fs", judge(sharing(vm(vmv1.AccelerationKVM), ""), class(func(c *vmv1.ProviderClass) {
+			c.Spec.AllowedRunnerImages = []string{"example.com/runner-debian13"}
+		})), want{"False", vmv1.ReasonRunnerLacksFeature,
+			"spec.guest.filesystems needs a runner image with virtiofsd (runner feature VirtioFS); ProviderClass qemu's runner image lacks it (its spec.runnerFeatures: none): remove spec.guest.filesystems, name a runner image that has it in spec.runnerImage (allowed: example.com/runner-debian13), or ask an admin for a class whose runner has it"}},
+		{"the class's own runner image named, lacking virtio-fs", judge(sharing(vm(vmv1.AccelerationKVM), "example.com/runner:v1"), class(func(c *vmv1.ProviderClass) {
+			c.Spec.RunnerImage = "example.com/runner:v1"
+		})), want{"False", vmv1.ReasonRunnerLacksFeature, "spec.guest.filesystems needs a runner image with virtiofsd (runner feature VirtioFS); ProviderClass qemu's runner image lacks it (its spec.runnerFeatures: none): remove spec.guest.filesystems, name a runner image that has it in spec.runnerImage (allowed: none), or ask an admin for a class whose runner has it"}},
+		{"the class's runner has virtio-fs", judge(sharing(vm(vmv1.AccelerationKVM), ""), class(func(c *vmv1.ProviderClass) {
+			c.Spec.RunnerFeatures = []vmv1.RunnerFeature{vmv1.RunnerFeatureVirtioFS}
+		})), want{"True", vmv1.ReasonProviderAvailable, "ProviderClass qemu is enabled"}},
+		{"an allowed runner image of the VM's own: the runner judges", judge(sharing(vm(vmv1.AccelerationKVM), "example.com/runner-debian13:v1"), class(func(c *vmv1.ProviderClass) {
+			c.Spec.AllowedRunnerImages = []string{"example.com/runner-debian13"}
+		})), want{"True", vmv1.ReasonProviderAvailable, "ProviderClass qemu is enabled"}},
 		{"no default", noDefault(nil), want{"False", vmv1.ReasonNoDefaultProvider,
 			`spec.provider is empty and no ProviderClass is the default (annotation provider.virtpod.io/is-default-class="true"); set spec.provider or ask an admin to mark one`}},
 		{"two defaults", noDefault([]string{"cloud-hypervisor", "qemu"}), want{"False", vmv1.ReasonNoDefaultProvider,
@@ -392,6 +405,13 @@ func TestProviderAvailable(t *testing.T) {
 		setProviderAvailable(&st, 7, tc.v)
 		check(t, tc.name, st.Conditions, vmv1.ConditionProviderAvailable, tc.want)
 	}
+}
+
+// sharing gives vm a virtio-fs share and, if not "", its own runner image.
+func sharing(vm *vmv1.VirtualMachine, runner string) *vmv1.VirtualMachine {
+	vm.Spec.Guest.Filesystems = []vmv1.Filesystem{{Name: "site", EmptyDir: &vmv1.FilesystemEmptyDir{}}}
+	vm.Spec.RunnerImage = runner
+	return vm
 }
 
 func TestSoftwareEmulation(t *testing.T) {

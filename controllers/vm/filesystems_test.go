@@ -14,7 +14,8 @@ import (
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
-// TestFilesystemSources: what a VM's filesystems name is checked as its disks' is: a missing
+// TestFilesystemSources: a VM with filesystems whose class's runner lacks virtio-fs gets no pod;
+// once the class's runner has it, what the filesystems name is checked as its disks' is: a missing
 // ConfigMap holds it, naming the filesystem; a claim another VM writes holds it; once there,
 // the runner pod mounts each source and tells the runner to share it.
 func TestFilesystemSources(t *testing.T) {
@@ -32,6 +33,14 @@ func TestFilesystemSources(t *testing.T) {
 		{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}},
 	}
 	create(t, vm)
+	// The class's runner image (the default one has no virtiofsd) lacks virtio-fs: refused
+	// before a pod, in a condition and an event that say what to do.
+	providerCond(t, vm, metav1.ConditionFalse, vmv1.ReasonRunnerLacksFeature,
+		"spec.guest.filesystems needs a runner image with virtiofsd (runner feature VirtioFS); ProviderClass qemu's runner image lacks it (its spec.runnerFeatures: none): remove spec.guest.filesystems, name a runner image that has it in spec.runnerImage")
+	waitEvent(t, vm, "Warning RunnerLacksFeature: No runner pod starts: spec.guest.filesystems needs a runner image with virtiofsd")
+	noPod(t, vm)
+	t.Cleanup(editClass(t, "qemu", func(s *vmv1.ProviderClassSpec) { s.RunnerFeatures = []vmv1.RunnerFeature{vmv1.RunnerFeatureVirtioFS} }))
+	providerCond(t, vm, metav1.ConditionTrue, vmv1.ReasonProviderAvailable, "")
 	held(t, vm, vmv1.ReasonClaimInUse, `PersistentVolumeClaim "site" is in use by VirtualMachine writer`)
 
 	// The writer lets go of the claim: now the ConfigMap is what is missing.

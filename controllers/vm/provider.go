@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -60,11 +61,29 @@ func judge(vm *vmv1.VirtualMachine, class *vmv1.ProviderClass) verdict {
 		return block(vmv1.ReasonRunnerImageNotAllowed, "spec.runnerImage %s is not allowed by ProviderClass %s (allowed: %s); remove spec.runnerImage to use the class's runner image, or ask an admin to add it to the class's spec.allowedRunnerImages",
 			img, name, allowedList(class))
 	}
+	if lacks := class.Spec.RunnerLacks(&vm.Spec); len(lacks) > 0 && (vm.Spec.RunnerImage == "" || vm.Spec.RunnerImage == class.Spec.RunnerImage) {
+		// The runner would refuse it after a pod: refused here, no pod, no restart loop.
+		return block(vmv1.ReasonRunnerLacksFeature, "%s; ProviderClass %s's runner image lacks it (its spec.runnerFeatures: %s): %s, name a runner image that has it in spec.runnerImage (allowed: %s), or ask an admin for a class whose runner has it",
+			needs(lacks[0]), name, features(class.Spec.RunnerFeatures), without(lacks[0]), allowedList(class))
+	}
 	v := verdict{class: class, why: cause{vmv1.ReasonProviderAvailable, fmt.Sprintf("ProviderClass %s is enabled", name)}}
 	if c := meta.FindStatusCondition(class.Status.Conditions, vmv1.ConditionAvailable); c != nil {
 		v.why.message += "; " + c.Message
 	}
 	return v
+}
+
+// announceProvider tells, once per cause, that no runner pod starts because of the VM's class:
+// only the reconcile whose guarded status write changed ProviderAvailable gets here with it.
+func (r *Reconciler) announceProvider(vm, next *vmv1.VirtualMachine) {
+	now := meta.FindStatusCondition(next.Status.Conditions, vmv1.ConditionProviderAvailable)
+	if now == nil || now.Status != metav1.ConditionFalse {
+		return
+	}
+	if was := meta.FindStatusCondition(vm.Status.Conditions, vmv1.ConditionProviderAvailable); was != nil && was.Status == now.Status && was.Reason == now.Reason {
+		return
+	}
+	r.Recorder.Eventf(vm, nil, corev1.EventTypeWarning, now.Reason, "Start", "No runner pod starts: %s", now.Message)
 }
 
 // defaultProvider writes the default class's provider into the VM's spec, once, so a later
@@ -144,4 +163,33 @@ func allowedList(class *vmv1.ProviderClass) string {
 		return "none"
 	}
 	return strings.Join(class.Spec.AllowedRunnerImages, ", ")
+}
+
+// needs says what field needs feature f and what f is.
+func needs(f vmv1.RunnerFeature) string {
+	switch f {
+	case vmv1.RunnerFeatureVirtioFS:
+		return "spec.guest.filesystems needs a runner image with virtiofsd (runner feature VirtioFS)"
+	}
+	return "the VM needs runner feature " + string(f)
+}
+
+// without says how to do without feature f.
+func without(f vmv1.RunnerFeature) string {
+	switch f {
+	case vmv1.RunnerFeatureVirtioFS:
+		return "remove spec.guest.filesystems"
+	}
+	return "remove what needs it"
+}
+
+func features(fs []vmv1.RunnerFeature) string {
+	if len(fs) == 0 {
+		return "none"
+	}
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
 }

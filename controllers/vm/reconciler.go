@@ -180,6 +180,7 @@ func (r *Reconciler) reconcileStatus(ctx context.Context, s *scope) (reconcile.R
 	} else if err != nil {
 		return reconcile.Result{}, r.fail("patch-status", err)
 	}
+	r.announceProvider(vm, next)
 	r.announceEnd(vm, next, pod)
 	r.announcePower(vm, next, pod)
 	r.announceResize(vm, next, pod)

@@ -48,6 +48,9 @@ func newRunnerCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if img, err = withFeatures(img, runnerFeatures(!withoutHypervisor, qemuRoot)); err != nil {
+			return err
+		}
 		return o.write(img)
 	}
 	return cmd

@@ -6,7 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/ociimage"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
@@ -71,7 +76,7 @@ func qemuLayer(withHypervisor bool, root string) (*ociimage.Layer, error) {
 		programs = append(programs, mods...)
 		// virtiofsd serves virtio-fs shares (runner --filesystem): Debian 13 has it, Debian 12
 		// has none, so an image without it refuses a VM with filesystems, in words.
-		if _, err := os.Stat(path.Join("/", root, binaries.Virtiofsd)); err == nil {
+		if hasVirtiofsd(root) {
 			programs = append(programs, binaries.Virtiofsd)
 		}
 	}
@@ -150,4 +155,41 @@ func existing(root, dir string, names []string) ([]string, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// hasVirtiofsd says whether the QEMU source (root, or this machine) has virtiofsd.
+func hasVirtiofsd(root string) bool {
+	_, err := os.Stat(path.Join("/", root, binaries.Virtiofsd))
+	return err == nil
+}
+
+// LabelRunnerFeatures is the runner image's label listing its runner features (a ProviderClass's
+// spec.runnerFeatures: what the image can do that another may not), comma-separated.
+const LabelRunnerFeatures = "vm.virtpod.io/runner-features"
+
+// runnerFeatures are the features of a runner image with QEMU from root.
+func runnerFeatures(withHypervisor bool, root string) []vmv1.RunnerFeature {
+	var fs []vmv1.RunnerFeature
+	if withHypervisor && hasVirtiofsd(root) {
+		fs = append(fs, vmv1.RunnerFeatureVirtioFS)
+	}
+	return fs
+}
+
+// withFeatures labels img with its runner features.
+func withFeatures(img v1.Image, fs []vmv1.RunnerFeature) (v1.Image, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg := cf.Config.DeepCopy()
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{}
+	}
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = string(f)
+	}
+	cfg.Labels[LabelRunnerFeatures] = strings.Join(names, ",")
+	return mutate.Config(img, *cfg)
 }

@@ -16,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/virtpod/virtpod/tests/loopback"
 	"github.com/virtpod/virtpod/tests/prereq"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/vmimage"
 	"github.com/virtpod/virtpod/runner/binaries"
@@ -47,7 +50,24 @@ func guestFixture(t *testing.T) string {
 
 func TestRunnerImage(t *testing.T) {
 	needQEMU(t)
-	testRunnerImage(t, "", "7.2.")
+	features := testRunnerImage(t, "", "7.2.")
+	// The release's default class runs this image (the controller's --runner-image): it states
+	// what the image can do, so a VM that needs more is refused before a pod.
+	b, err := os.ReadFile(filepath.Join("..", "..", "config", "providers", "qemu.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var class vmv1.ProviderClass
+	if err := yaml.Unmarshal(b, &class); err != nil {
+		t.Fatal(err)
+	}
+	var stated []string
+	for _, f := range class.Spec.RunnerFeatures {
+		stated = append(stated, string(f))
+	}
+	if got := strings.Join(stated, ","); got != features {
+		t.Errorf("config/providers/qemu.yaml states runnerFeatures [%s]; the runner image it runs has [%s]: make them agree", got, features)
+	}
 }
 
 // TestRunnerImageDebian13 is the runner image with Debian 13's QEMU 10.0 (make qemu-next builds
@@ -63,8 +83,8 @@ func TestRunnerImageDebian13(t *testing.T) {
 }
 
 // testRunnerImage builds the runner image with QEMU from qemuRoot ("": this machine) and checks
-// it, its QEMU's version starting with version.
-func testRunnerImage(t *testing.T, qemuRoot, version string) {
+// it, its QEMU's version starting with version; it returns the image's runner-features label.
+func testRunnerImage(t *testing.T, qemuRoot, version string) string {
 	args := []string{"runner"}
 	if qemuRoot != "" {
 		args = append(args, "--qemu-root="+qemuRoot, "--tag=localhost/virtpod/runner:test-debian13")
@@ -80,8 +100,14 @@ func testRunnerImage(t *testing.T, qemuRoot, version string) {
 	}
 	wantFile(t, files, qemuSystem, tar.TypeReg, 0o755, "")
 	wantFile(t, files, qemuImg, tar.TypeReg, 0o755, "")
+	wantFeatures := ""
 	if qemuRoot != "" { // Debian 13 has virtiofsd; Debian 12 none
 		wantFile(t, files, binaries.Virtiofsd, tar.TypeReg, 0o755, "")
+		wantFeatures = string(vmv1.RunnerFeatureVirtioFS)
+	}
+	features, labelled := cfg.Labels[LabelRunnerFeatures]
+	if !labelled || features != wantFeatures {
+		t.Errorf("label %s = %q (set: %v), want %q", LabelRunnerFeatures, features, labelled, wantFeatures)
 	}
 	wantFile(t, files, "/tmp", tar.TypeDir, 0o1777, "")
 	wantFile(t, files, busyboxBinary, tar.TypeReg, 0o755, "")
@@ -224,6 +250,7 @@ func testRunnerImage(t *testing.T, qemuRoot, version string) {
 			t.Errorf("QEMU with virtio-net-pci: %v\n%s", cmd.ProcessState, out.tail())
 		}
 	})
+	return features
 }
 
 func TestRunnerImageWithoutHypervisor(t *testing.T) {

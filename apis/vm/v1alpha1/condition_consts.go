@@ -92,6 +92,9 @@ const (
 	ReasonEmulationNotAllowed = "EmulationNotAllowed"
 	// ReasonRunnerImageNotAllowed: spec.runnerImage is not one the ProviderClass allows.
 	ReasonRunnerImageNotAllowed = "RunnerImageNotAllowed"
+	// ReasonRunnerLacksFeature: the VM needs what its ProviderClass's runner image cannot do
+	// (spec.runnerFeatures), such as virtio-fs for spec.guest.filesystems.
+	ReasonRunnerLacksFeature = "RunnerLacksFeature"
 	ReasonEmulationRequested    = "EmulationRequested"
 	ReasonKVM                   = "KVM"
 )

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,9 +56,42 @@ type ProviderClassSpec struct {
 	// +optional
 	AllowedRunnerImages []string `json:"allowedRunnerImages,omitempty"`
 
+	// runnerFeatures are what the class's runner image (the controller's --runner-image when the
+	// class names none) can do beyond booting a guest, which not every runner image can: VirtioFS
+	// (it carries virtiofsd, for spec.guest.filesystems). A VM that needs a feature its class's
+	// runner lacks gets no runner pod: its ProviderAvailable condition says which feature and how
+	// to get it. The release's classes state what the release's images hold (checked when the
+	// images are built); a class an admin makes states what its image holds. A VM that names its
+	// own spec.runnerImage is not held by this list (the runner refuses what its image lacks).
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=set
+	// +optional
+	RunnerFeatures []RunnerFeature `json:"runnerFeatures,omitempty"`
+
 	// overhead is added to each runner pod's resource requests, for the hypervisor itself.
 	// +optional
 	Overhead corev1.ResourceList `json:"overhead,omitempty"`
+}
+
+// RunnerFeature is something a runner image can do that another may not.
+// +kubebuilder:validation:Enum=VirtioFS
+type RunnerFeature string
+
+// Runner features.
+const (
+	// RunnerFeatureVirtioFS: the image carries virtiofsd, which serves spec.guest.filesystems.
+	RunnerFeatureVirtioFS RunnerFeature = "VirtioFS"
+)
+
+// RunnerLacks lists the features spec needs that the class's runner does not have, in order.
+func (s *ProviderClassSpec) RunnerLacks(spec *VirtualMachineSpec) []RunnerFeature {
+	var lacks []RunnerFeature
+	for _, f := range spec.RunnerFeaturesNeeded() {
+		if !slices.Contains(s.RunnerFeatures, f) {
+			lacks = append(lacks, f)
+		}
+	}
+	return lacks
 }
 
 // AllowsRunnerImage says whether a VM of this class may name image as its runner image: the

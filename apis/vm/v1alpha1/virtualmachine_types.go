@@ -59,6 +59,15 @@ func (s *VirtualMachineSpec) EffectiveRunStrategy() RunStrategy {
 	return s.RunStrategy
 }
 
+// RunnerFeaturesNeeded lists what the VM needs of its runner image beyond booting a guest.
+func (s *VirtualMachineSpec) RunnerFeaturesNeeded() []RunnerFeature {
+	var need []RunnerFeature
+	if len(s.Guest.Filesystems) > 0 {
+		need = append(need, RunnerFeatureVirtioFS)
+	}
+	return need
+}
+
 // Halted says whether the VM wants no guest (runStrategy Halted).
 func (s *VirtualMachineSpec) Halted() bool { return s.RunStrategy == RunHalted }
 

@@ -649,6 +649,11 @@ func (in *ProviderClassSpec) DeepCopyInto(out *ProviderClassSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.RunnerFeatures != nil {
+		in, out := &in.RunnerFeatures, &out.RunnerFeatures
+		*out = make([]RunnerFeature, len(*in))
+		copy(*out, *in)
+	}
 	if in.Overhead != nil {
 		in, out := &in.Overhead, &out.Overhead
 		*out = make(v1.ResourceList, len(*in))
