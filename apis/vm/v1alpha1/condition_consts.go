@@ -95,8 +95,8 @@ const (
 	// ReasonRunnerLacksFeature: the VM needs what its ProviderClass's runner image cannot do
 	// (spec.runnerFeatures), such as virtio-fs for spec.guest.filesystems.
 	ReasonRunnerLacksFeature = "RunnerLacksFeature"
-	ReasonEmulationRequested    = "EmulationRequested"
-	ReasonKVM                   = "KVM"
+	ReasonEmulationRequested = "EmulationRequested"
+	ReasonKVM                = "KVM"
 )
 
 // VirtualMachine condition Resized: where a live resize of cpus or memory stands. Set once the
