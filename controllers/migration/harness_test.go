@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -85,21 +83,7 @@ func namespace(t *testing.T) string {
 }
 
 // node registers a Ready node named after the test, deleted after it.
-func node(t *testing.T, suffix string) string {
-	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + "-" + suffix
-	if len(name) > 60 {
-		name = name[len(name)-60:]
-	}
-	name = strings.TrimLeft(name, "-")
-	if err := kubeapi.CreateNode(context.Background(), env.Client, name); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	})
-	return name
-}
+func node(t *testing.T, suffix string) string { return env.TestNode(t, suffix) }
 
 func getPod(ns, name string) (*corev1.Pod, error) {
 	p := &corev1.Pod{}
@@ -116,21 +100,10 @@ func getVM(t *testing.T, vm *vmv1.VirtualMachine) *vmv1.VirtualMachine {
 }
 
 // started is the kubelet's status of a runner whose startup probe passed (the guest runs).
-func started(ip string) func(*corev1.PodStatus) {
-	return func(s *corev1.PodStatus) {
-		kubeapi.RunnerRunning(ip)(s)
-		s.ContainerStatuses[0].Started = ptr.To(true)
-	}
-}
+var started = kubeapi.RunnerStarted
 
 // waiting is a target runner up and waiting for its stream: running, not started.
-func waiting(ip string) func(*corev1.PodStatus) {
-	return func(s *corev1.PodStatus) {
-		kubeapi.RunnerRunning(ip)(s)
-		s.Conditions[0].Status = corev1.ConditionFalse
-		s.ContainerStatuses[0].Ready, s.ContainerStatuses[0].Started = false, ptr.To(false)
-	}
-}
+var waiting = kubeapi.RunnerWaiting
 
 func failedPod(s *corev1.PodStatus) {
 	s.Phase = corev1.PodFailed

@@ -33,8 +33,8 @@ import (
 func TestMigrationOnALaggingCache(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	vm, source := runningVM(t, ns, "lagged", node(t, "a"), nil)
-	targetNode := node(t, "b")
+	vm, source := runningVM(t, ns, "lagged", env.TestNode(t, "a"), nil)
+	targetNode := env.TestNode(t, "b")
 
 	lag, cached := newLaggingCache(t)
 	r := &migration.Reconciler{Client: cached, APIReader: env.Client, Recorder: recorder, Metrics: migration.NewMetrics(prometheus.NewRegistry())}
@@ -77,7 +77,7 @@ func TestMigrationOnALaggingCache(t *testing.T) {
 	lag.Release()
 	target := getPod(t, ns, podspec.TargetPodName(vm.Name, got.UID))
 	env.Bind(t, target, targetNode)
-	env.Kubelet(t, target, waiting("10.244.1.9"))
+	env.Kubelet(t, target, kubeapi.RunnerWaiting("10.244.1.9"))
 	annotate(t, target, vmv1.AnnotationMigrationReceiver, "10.1.0.2:9440")
 	lag.CaughtUp(t, source)
 	lag.CaughtUp(t, target)
@@ -87,7 +87,7 @@ func TestMigrationOnALaggingCache(t *testing.T) {
 	}
 	report, _ := json.Marshal(map[string]any{"role": "source", "state": "completed", "transferredBytes": 1 << 20, "totalBytes": 1 << 20})
 	annotate(t, source, vmv1.AnnotationMigrationState, string(report))
-	env.Kubelet(t, target, started("10.244.1.9"))
+	env.Kubelet(t, target, kubeapi.RunnerStarted("10.244.1.9"))
 	lag.CaughtUp(t, source)
 	lag.CaughtUp(t, target)
 	step()
@@ -110,7 +110,7 @@ func TestRefusedTargetLeavesNoClaims(t *testing.T) {
 	if err := kubeapi.BoundClaim(ctx, env.Client, ns, "root"); err != nil {
 		t.Fatal(err)
 	}
-	vm, _ := runningVM(t, ns, "claimed", node(t, "a"), func(vm *vmv1.VirtualMachine) {
+	vm, _ := runningVM(t, ns, "claimed", env.TestNode(t, "a"), func(vm *vmv1.VirtualMachine) {
 		vm.Spec.Guest.RootDisk = vmv1.RootDisk{Image: vm.Spec.Guest.RootDisk.Image, PersistentVolumeClaim: &vmv1.RootDiskClaim{ClaimName: "root"}}
 	})
 	refuseTargetPods(t, ns)
@@ -201,7 +201,7 @@ func runningVM(t *testing.T, ns, name, nodeName string, mutate func(*vmv1.Virtua
 		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: podspec.PodName(name)}, pod)
 	})
 	env.Bind(t, pod, nodeName)
-	env.Kubelet(t, pod, started("10.244.0.7"))
+	env.Kubelet(t, pod, kubeapi.RunnerStarted("10.244.0.7"))
 	kubeapi.Eventually(t, "VM running", 20*time.Second, func() error {
 		if got := getVM(t, ns, name); got.Status.Phase != vmv1.PhaseRunning || meta.FindStatusCondition(got.Status.Conditions, vmv1.ConditionMigratable) == nil {
 			return fmt.Errorf("status %+v", got.Status)
@@ -209,23 +209,6 @@ func runningVM(t *testing.T, ns, name, nodeName string, mutate func(*vmv1.Virtua
 		return nil
 	})
 	return getVM(t, ns, name), getPod(t, ns, pod.Name)
-}
-
-// started is the kubelet's status of a runner whose startup probe passed (the guest runs).
-func started(ip string) func(*corev1.PodStatus) {
-	return func(s *corev1.PodStatus) {
-		kubeapi.RunnerRunning(ip)(s)
-		s.ContainerStatuses[0].Started = ptr.To(true)
-	}
-}
-
-// waiting is a target runner up and waiting for its stream: running, not started.
-func waiting(ip string) func(*corev1.PodStatus) {
-	return func(s *corev1.PodStatus) {
-		kubeapi.RunnerRunning(ip)(s)
-		s.Conditions[0].Status = corev1.ConditionFalse
-		s.ContainerStatuses[0].Ready, s.ContainerStatuses[0].Started = false, ptr.To(false)
-	}
 }
 
 // annotate sets a pod annotation as a node agent does.

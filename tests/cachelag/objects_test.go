@@ -2,16 +2,13 @@ package cachelag
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
 func namespace(t *testing.T) string {
@@ -21,19 +18,6 @@ func namespace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return ns.Name
-}
-
-// node registers a Ready node named after the test, deleted after it.
-func node(t *testing.T, suffix string) string {
-	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + "-" + suffix
-	if err := kubeapi.CreateNode(context.Background(), env.Client, name); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	})
-	return name
 }
 
 func getPod(t *testing.T, ns, name string) *corev1.Pod {

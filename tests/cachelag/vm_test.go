@@ -50,8 +50,8 @@ func TestStartAfterStopOnALaggingCache(t *testing.T) {
 		}
 	}
 	first := getPod(t, ns, podspec.PodName(vm.Name))
-	env.Bind(t, first, node(t, "a"))
-	env.Kubelet(t, first, started("10.244.0.9"))
+	env.Bind(t, first, env.TestNode(t, "a"))
+	env.Kubelet(t, first, kubeapi.RunnerStarted("10.244.0.9"))
 	step(first)
 	if got := getVM(t, ns, vm.Name); got.Status.Phase != vmv1.PhaseRunning || got.Status.PodUID != string(first.UID) {
 		t.Fatalf("the test's premise: the VM runs in its first pod; status %+v", got.Status)

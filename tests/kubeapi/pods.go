@@ -2,11 +2,14 @@ package kubeapi
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -45,4 +48,39 @@ func RunnerRunning(ip string) func(*corev1.PodStatus) {
 		s.ContainerStatuses = []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Ready: true,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	}
+}
+
+// RunnerStarted is RunnerRunning with the runner's startup probe passed: the guest runs.
+func RunnerStarted(ip string) func(*corev1.PodStatus) {
+	return func(s *corev1.PodStatus) {
+		RunnerRunning(ip)(s)
+		s.ContainerStatuses[0].Started = ptr.To(true)
+	}
+}
+
+// RunnerWaiting is a migration target's runner up and waiting for its stream: running, not
+// started, not ready.
+func RunnerWaiting(ip string) func(*corev1.PodStatus) {
+	return func(s *corev1.PodStatus) {
+		RunnerRunning(ip)(s)
+		s.Conditions[0].Status = corev1.ConditionFalse
+		s.ContainerStatuses[0].Ready, s.ContainerStatuses[0].Started = false, ptr.To(false)
+	}
+}
+
+// TestNode registers a Ready node named after the test and suffix, deleted after it.
+func (e *Env) TestNode(t testing.TB, suffix string) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + "-" + suffix
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	name = strings.TrimLeft(name, "-")
+	if err := CreateNode(context.Background(), e.Client, name); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	return name
 }
