@@ -69,7 +69,7 @@ func BenchmarkResize(b *testing.B) {
 		start := time.Now()
 		ctl.put(b, cpus, memory, http.StatusOK)
 		put = time.Since(start)
-		want := fmt.Sprintf("cpus=%s onlinecpus=%d memory=%dMi ", online, cpus, mib)
+		want := fmt.Sprintf("cpus=%d online=%s memory=%dMi ", cpus, online, mib)
 		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 			mu.Lock()
 			i := slices.IndexFunc(sizes, func(s string) bool { return strings.Contains(s, want) })

@@ -207,7 +207,7 @@ func attachLocalConsole(t testing.TB, bin, stateDir string) *localConsole {
 	return c
 }
 
-var sizeLine = regexp.MustCompile(`VIRTPOD-GUEST-SIZE cpus=(\S+) onlinecpus=\d+ memory=(\d+)Mi`)
+var sizeLine = regexp.MustCompile(`VIRTPOD-GUEST-SIZE cpus=\d+ online=(\S+) memory=(\d+)Mi`)
 
 // query asks the guest's shell for its size report; the markers are computed by the shell, so
 // the echo of the typed line cannot match them.

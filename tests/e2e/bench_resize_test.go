@@ -42,7 +42,7 @@ func BenchmarkClusterResize(b *testing.B) {
 			}
 			// Steady state: the guest's init has run (its first size report and the marker).
 			// A resize asked earlier, while the guest boots, is not what this measures.
-			return contains(podLogs(ns, podspec.PodName(vm.Name)), "VIRTPOD-GUEST-SIZE cpus=0 ", marker)
+			return contains(podLogs(ns, podspec.PodName(vm.Name)), "VIRTPOD-GUEST-SIZE cpus=1 online=0 ", marker)
 		})
 		var grow, shrink []float64
 		for _, mib := range []int{384, 512, 640, 768, 640, 512, 384, 256} {

@@ -40,7 +40,7 @@ func beyondNode(t *testing.T, ctx context.Context) resource.Quantity {
 
 // guestSizeLine is the guest fixture's own report of its online CPUs and memory, printed on the
 // console on every change (tools/dev/guestfixture).
-var guestSizeLine = regexp.MustCompile(`VIRTPOD-GUEST-SIZE cpus=(\S+) onlinecpus=\d+ memory=(\d+)Mi`)
+var guestSizeLine = regexp.MustCompile(`VIRTPOD-GUEST-SIZE cpus=\d+ online=(\S+) memory=(\d+)Mi`)
 
 // TestLiveResize: one running guest, resized by patches of its spec as a user does with
 // kubectl patch — grow CPUs and memory, shrink memory, a size the node can never fit, and a

@@ -50,7 +50,7 @@ const (
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 17
+const fixtureVersion = 18
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {
@@ -247,7 +247,7 @@ func writeInitramfs(path, moduleDir string) ([]string, error) {
 // mkfs.ext4 -d, which needs no root and no loop device.
 func writeRootDisk(work, img string) error {
 	root := filepath.Join(work, "rootfs")
-	for _, d := range []string{"bin", "sbin", "usr/sbin", "dev", "proc", "sys", "tmp", "www", "etc/acpi/PWRF", "etc/virtpod"} {
+	for _, d := range []string{"bin", "sbin", "usr/sbin", "dev", "proc", "sys", "tmp", "run", "www", "etc/acpi/PWRF", "etc/virtpod"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
