@@ -13,6 +13,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -143,4 +145,45 @@ func guestPage(t *testing.T, ip, path, want string, timeout time.Duration) time.
 		return nil
 	})
 	return time.Now()
+}
+
+// TestSharesRefusedBeforeAPod: on the install as released, the default class's runner (Debian
+// 12's QEMU, no virtiofsd) cannot serve shares: a VM with filesystems that names no runner image
+// gets no runner pod, but ProviderAvailable, Scheduled and Ready False/RunnerLacksFeature with
+// the fix, and a warning event; no restart loop. No guest boots.
+func TestSharesRefusedBeforeAPod(t *testing.T) {
+	parallelSafe(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	vm := newVM(ns, "shares")
+	vm.Spec.Guest.Filesystems = []vmv1.Filesystem{{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}}}
+	if err := kube.Create(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	want := "spec.guest.filesystems needs a runner image with virtiofsd (runner feature VirtioFS); ProviderClass qemu's runner image lacks it"
+	eventually(t, "ProviderAvailable, Scheduled and Ready False/RunnerLacksFeature, and the event", time.Minute, func() error {
+		got := getVM(t, ns, vm.Name)
+		for _, ty := range []string{vmv1.ConditionProviderAvailable, vmv1.ConditionScheduled, vmv1.ConditionReady} {
+			c := meta.FindStatusCondition(got.Status.Conditions, ty)
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != vmv1.ReasonRunnerLacksFeature {
+				return fmt.Errorf("%s %+v", ty, c)
+			}
+			if err := contains(c.Message, want, "name a runner image that has it in spec.runnerImage (allowed: "); err != nil {
+				return err
+			}
+		}
+		events := &eventsv1.EventList{}
+		if err := kube.List(ctx, events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == vmv1.ReasonRunnerLacksFeature && strings.Contains(e.Note, "No runner pod starts: "+want) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no warning event %s among %d", vmv1.ReasonRunnerLacksFeature, len(events.Items))
+	})
+	if _, err := kubeset.CoreV1().Pods(ns).Get(ctx, podspec.PodName(vm.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a runner pod for a VM its runner cannot serve: %v", err)
+	}
 }
