@@ -212,13 +212,7 @@ func (r *Reconciler) follow(ctx context.Context, mig *vmv1.VirtualMachineMigrati
 	case vm == nil || vm.DeletionTimestamp != nil:
 		return r.fail(ctx, mig, next, p, vmv1.ReasonVMDeleted, fmt.Sprintf("VirtualMachine %s was deleted during the migration", mig.Spec.VMName))
 	case p.source == nil || !alive(p.source):
-		// A deleted VM's pods go with it, and the cache may show the pod's end before the VM's:
-		// the API server says which it was.
-		if gone, err := r.vmGone(ctx, mig); err != nil {
-			return reconcile.Result{}, err
-		} else if gone {
-			return r.fail(ctx, mig, next, p, vmv1.ReasonVMDeleted, fmt.Sprintf("VirtualMachine %s was deleted during the migration", mig.Spec.VMName))
-		}
+		// Read from the API server (Reconcile's onTrack), as is the VM: a deleted VM was told above.
 		return r.fail(ctx, mig, next, p, vmv1.ReasonSourceFailed, fmt.Sprintf("source pod %s %s during the migration: the VM restarts as its runStrategy says", next.Status.SourcePod, ended(p.source)))
 	case !targetUp:
 		return r.fail(ctx, mig, next, p, vmv1.ReasonTargetFailed, fmt.Sprintf("target pod %s %s before the guest ran there: the guest stays on the source", next.Status.TargetPod, ended(p.target)))
@@ -442,16 +436,13 @@ func (r *Reconciler) pod(ctx context.Context, namespace, name string) (*corev1.P
 	if name == "" {
 		return nil, nil
 	}
-	key := types.NamespacedName{Namespace: namespace, Name: name}
 	pod := &corev1.Pod{}
-	err := r.Client.Get(ctx, key, pod)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, pod)
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, pod); apierrors.IsNotFound(err) {
+		return r.livePod(ctx, namespace, name)
+	} else if err != nil {
+		return nil, err
 	}
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return pod, err
+	return pod, nil
 }
 
 // active names the migration of UID uid in namespace if it has not ended; "" otherwise.
@@ -466,16 +457,6 @@ func (r *Reconciler) active(ctx context.Context, namespace, uid string) (string,
 		}
 	}
 	return "", nil
-}
-
-// vmGone reads the migration's VM from the API server, not the cache: gone or being deleted.
-func (r *Reconciler) vmGone(ctx context.Context, mig *vmv1.VirtualMachineMigration) (bool, error) {
-	vm := &vmv1.VirtualMachine{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: mig.Namespace, Name: mig.Spec.VMName}, vm)
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	}
-	return err == nil && vm.DeletionTimestamp != nil, client.IgnoreNotFound(err)
 }
 
 func progress(st *vmv1.VirtualMachineMigrationStatus, s controlapi.MigrationStatus) {

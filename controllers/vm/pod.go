@@ -92,11 +92,8 @@ func (r *Reconciler) madeFromStaleView(ctx context.Context, vm *vmv1.VirtualMach
 	if current, err := r.current(ctx, vm); err != nil || !current {
 		return false, err
 	}
-	live := &corev1.Pod{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil {
-		return false, r.fail("get-pod", client.IgnoreNotFound(err))
-	}
-	return live.UID == pod.UID && live.DeletionTimestamp == nil && !podEnded(live), nil
+	live, err := r.stillThere(ctx, pod)
+	return live != nil && !podEnded(live), err
 }
 
 // adoptable says whether a pod the VM's status does not name is still there on the API server,
@@ -104,11 +101,21 @@ func (r *Reconciler) madeFromStaleView(ctx context.Context, vm *vmv1.VirtualMach
 // a recreate, a suspend's end), which must not become the VM's again. Its deletion's event
 // brings the VM back when it is not.
 func (r *Reconciler) adoptable(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	live, err := r.stillThere(ctx, pod)
+	return live != nil, err
+}
+
+// stillThere is pod as the API server holds it, or nil when it is gone, replaced (another UID)
+// or being deleted.
+func (r *Reconciler) stillThere(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	live := &corev1.Pod{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), live); err != nil {
-		return false, r.fail("get-pod", client.IgnoreNotFound(err))
+		return nil, r.fail("get-pod", client.IgnoreNotFound(err))
 	}
-	return live.UID == pod.UID && live.DeletionTimestamp == nil, nil
+	if live.UID != pod.UID || live.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	return live, nil
 }
 
 // relabelRun marks pod as the current run's (its restart-count annotation), so that its end is
