@@ -30,9 +30,12 @@ const (
 
 // Status is the /status document.
 type Status struct {
-	State         string  `json:"state"`
-	Hypervisor    string  `json:"hypervisor"`
-	Version       string  `json:"version"`
+	State      string `json:"state"`
+	Hypervisor string `json:"hypervisor"`
+	Version    string `json:"version"`
+	// Machine is the machine type the guest runs on (QEMU: pc-q35-10.0); "" for providers
+	// without versioned machines.
+	Machine       string  `json:"machine,omitempty"`
 	Acceleration  string  `json:"acceleration"`
 	UptimeSeconds float64 `json:"uptimeSeconds"`
 	Reason        string  `json:"reason,omitempty"`
@@ -67,7 +70,7 @@ func (b *statusBoard) set(state, reason string) {
 func (b *statusBoard) waitStarted(ctx context.Context) controlapi.Started {
 	for {
 		b.mu.Lock()
-		st := controlapi.Started{State: b.s.State, Since: b.running}
+		st := controlapi.Started{State: b.s.State, Since: b.running, Machine: b.s.Machine}
 		st.Started = !st.Since.IsZero()
 		st.Ended = !st.Started && (st.State == StateStopping || st.State == StateStopped || st.State == StateFailed)
 		if st.Started || st.Ended {
@@ -87,9 +90,11 @@ func (b *statusBoard) waitStarted(ctx context.Context) controlapi.Started {
 	}
 }
 
-func (b *statusBoard) setVersion(v string) {
+// setHypervisor records what runs the guest: the hypervisor's version and the machine type it
+// builds.
+func (b *statusBoard) setHypervisor(version, machine string) {
 	b.mu.Lock()
-	b.s.Version = v
+	b.s.Version, b.s.Machine = version, machine
 	b.mu.Unlock()
 }
 

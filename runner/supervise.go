@@ -65,7 +65,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		}
 		return failf(ExitHypervisorFailed, "start %s: %v", cfg.Provider, err)
 	}
-	board.setVersion(hv.Version())
+	board.setHypervisor(hv.Version(), cfg.MachineRun(hv.Version()))
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	con, err := console.Attach(actx, serial, consoleSocket, o.Stdout)
 	cancel()

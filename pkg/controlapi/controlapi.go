@@ -137,10 +137,15 @@ const MaxStartedWaitSeconds = 60
 
 // Started is the answer on StartedPath: whether the guest runs (and since when), whether the
 // runner ended without starting it (it stops or failed: it never will), and the runner's state
-// (its /status states: preparing, starting, incoming, running, ...).
+// (its /status states: preparing, starting, incoming, running, ...), and the machine type it
+// runs.
 type Started struct {
 	Started bool      `json:"started"`
 	Ended   bool      `json:"ended,omitempty"`
 	State   string    `json:"state"`
 	Since   time.Time `json:"since,omitzero"`
+	// Machine is the machine type the guest runs on, as the runner resolved it (QEMU's q35 is
+	// its own release's newest, pc-q35-10.0 on QEMU 10.0): what the controller pins for the
+	// guest's later pods (status.machine). "" from providers without one, or runners before it.
+	Machine string `json:"machine,omitempty"`
 }

@@ -45,3 +45,20 @@ func TestMachineRefused(t *testing.T) {
 		t.Errorf("cloud-hypervisor with a machine: %v", err)
 	}
 }
+
+// TestMachineRun: the machine a guest runs on is the pinned one, else what q35 is in the QEMU
+// that runs it; nothing for cloud-hypervisor.
+func TestMachineRun(t *testing.T) {
+	for _, tc := range []struct{ provider, machine, version, want string }{
+		{runnerconfig.ProviderQEMU, "", "10.0.13", "pc-q35-10.0"},
+		{runnerconfig.ProviderQEMU, "q35", "7.2.22", "pc-q35-7.2"},
+		{runnerconfig.ProviderQEMU, "pc-q35-7.2", "10.0.13", "pc-q35-7.2"},
+		{runnerconfig.ProviderQEMU, "", "", ""},
+		{runnerconfig.ProviderCloudHypervisor, "", "48.0", ""},
+	} {
+		c := runnerconfig.Config{Provider: tc.provider, Machine: tc.machine}
+		if got := c.MachineRun(tc.version); got != tc.want {
+			t.Errorf("provider %s, --machine %q, QEMU %q: MachineRun %q, want %q", tc.provider, tc.machine, tc.version, got, tc.want)
+		}
+	}
+}

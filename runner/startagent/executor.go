@@ -150,11 +150,11 @@ func (e *Executor) ask(ctx context.Context, ctl podcontrol.Control, pod *corev1.
 			}
 			return
 		case st.Started:
-			if err := e.write(ctx, pod, st.Since); err != nil {
+			if err := e.write(ctx, pod, st); err != nil {
 				log.Error("guest start not written", zap.Error(err))
 				return
 			}
-			log.Info("guest started", zap.Time("since", st.Since))
+			log.Info("guest started", zap.Time("since", st.Since), zap.String("machine", st.Machine))
 			return
 		case st.Ended:
 			return // it will not start: the pod's end is the controller's to report
@@ -162,11 +162,14 @@ func (e *Executor) ask(ctx context.Context, ctl podcontrol.Control, pod *corev1.
 	}
 }
 
-// write sets the pod's guest-started annotation.
-func (e *Executor) write(ctx context.Context, pod *corev1.Pod, since time.Time) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{vmv1.AnnotationGuestStarted: since.UTC().Format(time.RFC3339Nano)},
-	}})
+// write sets the pod's guest-started annotation, and its guest-machine one where the runner
+// reports a machine type.
+func (e *Executor) write(ctx context.Context, pod *corev1.Pod, st controlapi.Started) error {
+	a := map[string]string{vmv1.AnnotationGuestStarted: st.Since.UTC().Format(time.RFC3339Nano)}
+	if vmv1.MachineType.MatchString(st.Machine) {
+		a[vmv1.AnnotationGuestMachine] = st.Machine
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": a}})
 	_, err := e.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }

@@ -32,10 +32,11 @@ func TestMain(m *testing.M) { kubeapi.Main(m, &env) }
 // starts (start is closed) or the wait runs out, and counts the questions. state, when set, is
 // a runner that ended without starting its guest; old, one from before the question.
 type runnerStart struct {
-	start chan struct{}
-	since time.Time
-	state string
-	old   bool
+	start   chan struct{}
+	since   time.Time
+	machine string
+	state   string
+	old     bool
 
 	mu    sync.Mutex
 	asked int
@@ -54,7 +55,7 @@ func (r *runnerStart) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		answer.State = "preparing"
 		select {
 		case <-r.start:
-			answer = controlapi.Started{Started: true, State: "running", Since: r.since}
+			answer = controlapi.Started{Started: true, State: "running", Since: r.since, Machine: r.machine}
 		case <-time.After(time.Duration(controlapi.MaxStartedWaitSeconds) * time.Second):
 		case <-req.Context().Done():
 			return
@@ -66,19 +67,22 @@ func (r *runnerStart) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 func (r *runnerStart) count() int { r.mu.Lock(); defer r.mu.Unlock(); return r.asked }
 
-func started(t *testing.T, pod *corev1.Pod) string {
+func started(t *testing.T, pod *corev1.Pod) string { return annotation(t, pod, vmv1.AnnotationGuestStarted) }
+
+func annotation(t *testing.T, pod *corev1.Pod, key string) string {
 	t.Helper()
 	p := &corev1.Pod{}
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
 		t.Fatal(err)
 	}
-	return p.Annotations[vmv1.AnnotationGuestStarted]
+	return p.Annotations[key]
 }
 
 // TestExecutorReportsTheStart: the agent asks the runner of each pod on its node that a VM names
 // once, as soon as its control socket is there, and writes the guest's start into the pod as
 // the runner answers; it leaves alone pods no VM names and other nodes' pods, and asks a runner
-// that ended without a start, or does not know the question, once and not again.
+// that ended without a start, or does not know the question, once and not again. The machine
+// type the runner reports goes with the start; an answer that is not a machine type does not.
 func TestExecutorReportsTheStart(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "start-"}}
 	if err := env.Client.Create(context.Background(), ns); err != nil {
@@ -91,7 +95,8 @@ func TestExecutorReportsTheStart(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(controlDir) })
 	since := time.Date(2026, 12, 5, 5, 30, 0, 123456789, time.UTC)
 	runners := map[string]*runnerStart{
-		"web":     {start: make(chan struct{}), since: since},
+		"web":     {start: make(chan struct{}), since: since, machine: "pc-q35-7.2"},
+		"odd":     {start: make(chan struct{}), since: since, machine: "pc-q35-7.2,accel=kvm"},
 		"foreign": {start: make(chan struct{}), since: since},
 		"far":     {start: make(chan struct{}), since: since},
 		"failed":  {state: "failed"},
@@ -140,13 +145,26 @@ func TestExecutorReportsTheStart(t *testing.T) {
 		}
 		return nil
 	})
+	if got := annotation(t, pods["web"], vmv1.AnnotationGuestMachine); got != "pc-q35-7.2" {
+		t.Errorf("web's guest-machine %q, want the runner's pc-q35-7.2", got)
+	}
+	close(runners["odd"].start)
+	kubeapi.Eventually(t, "odd's start written", 10*time.Second, func() error {
+		if got := started(t, pods["odd"]); got == "" {
+			return fmt.Errorf("no guest-started")
+		}
+		return nil
+	})
+	if got := annotation(t, pods["odd"], vmv1.AnnotationGuestMachine); got != "" {
+		t.Errorf("odd's guest-machine %q: an answer that is no machine type was written", got)
+	}
 
 	time.Sleep(time.Second)
-	for name, want := range map[string]int{"web": 1, "failed": 1, "old": 1, "foreign": 0, "far": 0} {
+	for name, want := range map[string]int{"web": 1, "odd": 1, "failed": 1, "old": 1, "foreign": 0, "far": 0} {
 		if n := runners[name].count(); n != want {
 			t.Errorf("%s's runner asked %d times, want %d", name, n, want)
 		}
-		if name != "web" {
+		if name != "web" && name != "odd" {
 			if got := started(t, pods[name]); got != "" {
 				t.Errorf("%s: guest-started %q, want none", name, got)
 			}
