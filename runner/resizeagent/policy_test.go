@@ -97,8 +97,8 @@ func TestAgentPolicy(t *testing.T) {
 	if err := patch(theirs, annotations(vmv1.AnnotationGuestFacts, `{"channel":true}`)); err == nil || !strings.Contains(err.Error(), "only pods on its own node") {
 		t.Errorf("the agent wrote guest facts on another node's pod: %v", err)
 	}
-	if err := patch(mine, annotations(vmv1.AnnotationGuestStarted, "2026-12-05T05:30:00.123Z")); err != nil {
-		t.Fatalf("the agent could not report its own node's guest's start: %v", err)
+	if err := patch(mine, annotations(vmv1.AnnotationGuestStarted, "2026-12-05T05:30:00.123Z", vmv1.AnnotationGuestMachine, "pc-q35-10.0")); err != nil {
+		t.Fatalf("the agent could not report its own node's guest's start and machine: %v", err)
 	}
 	if err := patch(theirs, annotations(vmv1.AnnotationGuestStarted, "2026-12-05T05:30:00.123Z")); err == nil || !strings.Contains(err.Error(), "only pods on its own node") {
 		t.Errorf("the agent reported a start on another node's pod: %v", err)
