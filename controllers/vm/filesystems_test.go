@@ -14,8 +14,8 @@ import (
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
-// TestFilesystemSources: a VM with filesystems whose class's runner lacks virtio-fs gets no pod;
-// once the class's runner has it, what the filesystems name is checked as its disks' is: a missing
+// TestFilesystemSources: a VM with filesystems whose class's runner lacks virtio-fs (the QEMU
+// 7.2 class's) gets no pod; once the class's runner has it (the default class's), what the filesystems name is checked as its disks' is: a missing
 // ConfigMap holds it, naming the filesystem; a claim another VM writes holds it; once there,
 // the runner pod mounts each source and tells the runner to share it.
 func TestFilesystemSources(t *testing.T) {
@@ -26,6 +26,8 @@ func TestFilesystemSources(t *testing.T) {
 	writer := create(t, diskVM(ns, "writer", claimDisk("data", "site", false)))
 	bind(t, waitPod(t, writer, ""), "fs-node")
 
+	restore := editClass(t, "qemu", func(s *vmv1.ProviderClassSpec) { s.RunnerFeatures = nil }) // as providerclass-qemu-7.2.yaml
+	t.Cleanup(restore)
 	vm := kubeapi.SampleVM(ns, "web")
 	vm.Spec.Guest.Filesystems = []vmv1.Filesystem{
 		{Name: "conf", ConfigMap: &vmv1.FilesystemConfigMap{Name: "web-conf"}},
@@ -33,13 +35,13 @@ func TestFilesystemSources(t *testing.T) {
 		{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}},
 	}
 	create(t, vm)
-	// The class's runner image (the default one has no virtiofsd) lacks virtio-fs: refused
-	// before a pod, in a condition and an event that say what to do.
+	// The class's runner image (Debian 12's has no virtiofsd) lacks virtio-fs: refused before a
+	// pod, in a condition and an event that say what to do.
 	providerCond(t, vm, metav1.ConditionFalse, vmv1.ReasonRunnerLacksFeature,
 		"spec.guest.filesystems needs a runner image with virtiofsd (runner feature VirtioFS); ProviderClass qemu's runner image lacks it (its spec.runnerFeatures: none): remove spec.guest.filesystems, name a runner image that has it in spec.runnerImage")
 	waitEvent(t, vm, "Warning RunnerLacksFeature: No runner pod starts: spec.guest.filesystems needs a runner image with virtiofsd")
 	noPod(t, vm)
-	t.Cleanup(editClass(t, "qemu", func(s *vmv1.ProviderClassSpec) { s.RunnerFeatures = []vmv1.RunnerFeature{vmv1.RunnerFeatureVirtioFS} }))
+	restore() // the default class: its runner has virtiofsd
 	providerCond(t, vm, metav1.ConditionTrue, vmv1.ReasonProviderAvailable, "")
 	held(t, vm, vmv1.ReasonClaimInUse, `PersistentVolumeClaim "site" is in use by VirtualMachine writer`)
 

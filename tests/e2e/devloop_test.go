@@ -47,8 +47,8 @@ func TestDevLoopRollsVM(t *testing.T) {
 	}
 
 	tag := fmt.Sprintf("tilt-e2e-%d", time.Now().Unix())
-	want := "localhost/virtpod/runner-debian13:" + tag
-	script := exec.Command("bash", kubeapi.Root()+"/tools/dev/devloop/retag.sh", debian13Runner, want)
+	want := "localhost/virtpod/runner:" + tag
+	script := exec.Command("bash", kubeapi.Root()+"/tools/dev/devloop/retag.sh", devRunner, want)
 	script.Env = os.Environ()
 	if out, err := script.CombinedOutput(); err != nil {
 		t.Fatalf("retag.sh: %v\n%s", err, out)
@@ -80,7 +80,7 @@ func TestDevLoopRollsVM(t *testing.T) {
 	}
 	var notes []string
 	for _, e := range evs.Items {
-		if e.Reason == "ImagesChanged" && strings.Contains(e.Note, "runner "+debian13Runner+" → "+want) {
+		if e.Reason == "ImagesChanged" && strings.Contains(e.Note, "runner "+devRunner+" → "+want) {
 			return
 		}
 		notes = append(notes, e.Reason+": "+e.Note)

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,38 +19,70 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
+	"github.com/virtpod/virtpod/tools/release/manifests"
 )
 
-// debian13Runner is the runner image with Debian 13's QEMU and virtiofsd (make
-// image-runner-debian13, in `make images`): the one VMs with filesystems run on.
-const debian13Runner = "localhost/virtpod/runner-debian13:dev"
+// devRunner is the runner image as `make images` and the Tilt loop build it (Debian 13's QEMU
+// and virtiofsd, the release's default), by the tag the dev loop's VM names so the image map can
+// move it (config/local-settings allows it).
+const devRunner = "localhost/virtpod/runner:dev"
 
-// withShares gives vm the dev loop's shares: dev, an emptyDir the loop copies files into,
-// mounted by the guest under its web root, conf, the ConfigMap <name>-conf (made here),
-// served under /conf, and key, the Secret <name>-key (mode 0400, readable by the runner's group
-// alone), served under /key: a test guest, not how to treat a Secret.
+// withShares gives vm the dev loop's shares and runner image (devRunner): dev, an emptyDir the
+// loop copies files into, mounted by the guest under its web root, conf (withConfShare), and
+// key, the Secret <name>-key (mode 0400, readable by the runner's group alone), served under
+// /key: a test guest, not how to treat a Secret.
 func withShares(t *testing.T, vm *vmv1.VirtualMachine) {
+	t.Helper()
+	withConfShare(t, vm)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name + "-key"}, StringData: map[string]string{"token": "s3cret"}}
+	if err := kube.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	vm.Spec.RunnerImage = devRunner
+	vm.Spec.Guest.Filesystems = append([]vmv1.Filesystem{{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}}},
+		append(vm.Spec.Guest.Filesystems, vmv1.Filesystem{Name: "key", Secret: &vmv1.FilesystemSecret{SecretName: sec.Name}})...)
+	vm.Spec.Guest.KernelArgs = "virtpod.fs=dev:/www/dev " + vm.Spec.Guest.KernelArgs + " virtpod.fs=key:/www/key"
+}
+
+// withConfShare gives vm the share conf, the ConfigMap <name>-conf (made here, colour: blue),
+// served by the guest under /conf; on its class's runner image unless the VM names another.
+func withConfShare(t *testing.T, vm *vmv1.VirtualMachine) {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name + "-conf"}, Data: map[string]string{"colour": "blue"}}
 	if err := kube.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name + "-key"}, StringData: map[string]string{"token": "s3cret"}}
-	if err := kube.Create(context.Background(), sec); err != nil {
+	vm.Spec.Guest.Filesystems = append(vm.Spec.Guest.Filesystems, vmv1.Filesystem{Name: "conf", ConfigMap: &vmv1.FilesystemConfigMap{Name: cm.Name}})
+	vm.Spec.Guest.KernelArgs = strings.TrimSpace(vm.Spec.Guest.KernelArgs + " virtpod.fs=conf:/www/conf")
+}
+
+// checkConfShare: the guest serves its ConfigMap share, and serves the ConfigMap's update
+// within the kubelet's sync period, with no restart.
+func checkConfShare(t *testing.T, ns, name string) {
+	t.Helper()
+	if err := contains(podLogs(ns, podspec.PodName(name)), "VIRTPOD-GUEST-FS conf /www/conf mounted ro"); err != nil {
+		t.Fatalf("the guest's share: %v", err)
+	}
+	ip := getVM(t, ns, name).Status.PodIP
+	cm := &corev1.ConfigMap{}
+	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-conf"}, cm); err != nil {
 		t.Fatal(err)
 	}
-	vm.Spec.RunnerImage = debian13Runner
-	vm.Spec.Guest.Filesystems = []vmv1.Filesystem{
-		{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}},
-		{Name: "conf", ConfigMap: &vmv1.FilesystemConfigMap{Name: cm.Name}},
-		{Name: "key", Secret: &vmv1.FilesystemSecret{SecretName: sec.Name}},
+	guestPage(t, ip, "/conf/colour", "blue", 30*time.Second)
+	cm.Data["colour"] = "green"
+	if err := kube.Update(context.Background(), cm); err != nil {
+		t.Fatal(err)
 	}
-	vm.Spec.Guest.KernelArgs = "virtpod.fs=dev:/www/dev virtpod.fs=conf:/www/conf virtpod.fs=key:/www/key"
+	updated := time.Now()
+	served := guestPage(t, ip, "/conf/colour", "green", 2*time.Minute)
+	t.Logf("ConfigMap update to the guest serving it: %v (the kubelet's sync period is 10 s here)", served.Sub(updated).Round(100*time.Millisecond))
 }
 
 // checkShares is the dev loop without a reboot, as Tilt's live_update does it: a file copied
@@ -111,19 +145,8 @@ func checkShares(t *testing.T, ns, name string) {
 		return nil
 	})
 
-	cm := &corev1.ConfigMap{}
-	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-conf"}, cm); err != nil {
-		t.Fatal(err)
-	}
-	guestPage(t, ip, "/conf/colour", "blue", 30*time.Second)
 	guestPage(t, ip, "/key/token", "s3cret", 30*time.Second)
-	cm.Data["colour"] = "green"
-	if err := kube.Update(context.Background(), cm); err != nil {
-		t.Fatal(err)
-	}
-	updated := time.Now()
-	served = guestPage(t, ip, "/conf/colour", "green", 2*time.Minute)
-	t.Logf("ConfigMap update to the guest serving it: %v (the kubelet's sync period is 10 s here)", served.Sub(updated).Round(100*time.Millisecond))
+	checkConfShare(t, ns, name)
 }
 
 // guestPage waits until the guest at ip serves path with body want, from this node (the pod
@@ -147,13 +170,16 @@ func guestPage(t *testing.T, ip, path, want string, timeout time.Duration) time.
 	return time.Now()
 }
 
-// TestSharesRefusedBeforeAPod: on the install as released, the default class's runner (Debian
-// 12's QEMU, no virtiofsd) cannot serve shares: a VM with filesystems that names no runner image
-// gets no runner pod, but ProviderAvailable, Scheduled and Ready False/RunnerLacksFeature with
-// the fix, and a warning event; no restart loop. No guest boots.
+// TestSharesRefusedBeforeAPod: with the release's providerclass-qemu-7.2.yaml applied as an
+// admin would, the qemu class's runner is Debian 12's QEMU 7.2, which has no virtiofsd: a VM with
+// filesystems that names no runner image gets no runner pod, but ProviderAvailable, Scheduled
+// and Ready False/RunnerLacksFeature with the fix (the runner images it may name instead, the
+// default one among them), and a warning event; no restart loop. The release's install.yaml
+// then puts the default class back. No guest boots.
 func TestSharesRefusedBeforeAPod(t *testing.T) {
-	parallelSafe(t)
-	ctx := context.Background()
+	ctx := context.Background() // sequential: it changes the default class for a while
+	lock := readLock(t, release)
+	qemu72(t)
 	ns := namespace(t)
 	vm := newVM(ns, "shares")
 	vm.Spec.Guest.Filesystems = []vmv1.Filesystem{{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}}}
@@ -168,7 +194,7 @@ func TestSharesRefusedBeforeAPod(t *testing.T) {
 			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != vmv1.ReasonRunnerLacksFeature {
 				return fmt.Errorf("%s %+v", ty, c)
 			}
-			if err := contains(c.Message, want, "name a runner image that has it in spec.runnerImage (allowed: "); err != nil {
+			if err := contains(c.Message, want, "name a runner image that has it in spec.runnerImage (allowed: "+lock["virtpod/runner"].Digest); err != nil {
 				return err
 			}
 		}
@@ -185,5 +211,43 @@ func TestSharesRefusedBeforeAPod(t *testing.T) {
 	})
 	if _, err := kubeset.CoreV1().Pods(ns).Get(ctx, podspec.PodName(vm.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a runner pod for a VM its runner cannot serve: %v", err)
+	}
+}
+
+// qemu72 applies the release's providerclass-qemu-7.2.yaml as an admin does (kubectl apply
+// --server-side, the field manager install.yaml was applied with), with the local cluster's
+// settings the release's install has too (emulation, the runner images `make images` tags), and
+// installs the release again when the test ends, which puts the default class back.
+func qemu72(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(release, manifests.QEMU72.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &class.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(class.Object, true, "spec", "allowEmulation"); err != nil {
+		t.Fatal(err)
+	}
+	allowed, _, _ := unstructured.NestedStringSlice(class.Object, "spec", "allowedRunnerImages")
+	allowed = append(allowed, "localhost/virtpod/runner", "localhost/virtpod/runner-debian12", "localhost/virtpod/runner-nohypervisor")
+	if err := unstructured.SetNestedStringSlice(class.Object, allowed, "spec", "allowedRunnerImages"); err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(class.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := installRelease(release, installedFile); err != nil {
+			t.Errorf("the default class back: %v", err)
+		}
+	})
+	cmd := exec.Command(kubectl, "apply", "--server-side", "-f", "-")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply --server-side -f %s: %v\n%s", manifests.QEMU72.File, err, out)
 	}
 }

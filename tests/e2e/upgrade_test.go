@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,22 +22,38 @@ import (
 	"github.com/virtpod/virtpod/tools/imagebuild/push"
 )
 
-// TestUpgrade installs release N+1 (the same tree pushed under another version, so its images
-// have other digests) over N with a guest running: the controller rolls onto N+1's image, the
-// CRDs are updated in place (same objects, N+1's version label), the running guest's pod is
-// untouched (imageUpdatePolicy OnRestart), and a new VM runs N+1's runner (whose guest then
-// resolves a Service name). Then the running guest opts in (imageUpdatePolicy LiveMigrate) and
-// is moved onto N+1's runner by a live migration, without a reboot. Later tests run on N+1.
+// TestUpgrade upgrades to the release (N) from the one before (N-1: the same tree pushed under
+// another version, with Debian 12's QEMU 7.2 runner as virtpod/runner, as releases were before
+// Debian 13's became the default) with a guest running. The suite runs on N, so it first goes
+// back to N-1 as an install from N-1 would be, starts the guest there (machine pc-q35-7.2, from
+// its runner), then installs N: the controller rolls onto N's image, the CRDs are updated in
+// place (same objects, N's version label), the running guest's pod is untouched
+// (imageUpdatePolicy OnRestart), and a new VM runs N's runner (QEMU 10.0, machine pc-q35-10.0),
+// whose guest serves a ConfigMap share and takes its edit live (virtio-fs on the default
+// runner) and resolves a Service name. Then the old guest opts in (imageUpdatePolicy
+// LiveMigrate) and is moved onto N's runner by a live migration, without a reboot, keeping its
+// machine type on the newer QEMU.
 func TestUpgrade(t *testing.T) {
-	next := os.Getenv("VIRTPOD_RELEASE_NEXT")
-	if next == "" {
-		t.Fatal("VIRTPOD_RELEASE_NEXT is not set: make test-e2e pushes a second release (make e2e-releases)")
+	previous := os.Getenv("VIRTPOD_RELEASE_PREVIOUS")
+	if previous == "" {
+		t.Fatal("VIRTPOD_RELEASE_PREVIOUS is not set: make test-e2e pushes the release before (make e2e-releases)")
 	}
 	ctx := context.Background()
-	lockN, lockNext := readLock(t, release), readLock(t, next)
-	if lockN["virtpod/runner"].Digest == lockNext["virtpod/runner"].Digest {
-		t.Fatalf("releases N and N+1 have the same runner image %s: nothing would show which one runs", lockN["virtpod/runner"].Digest)
+	lockPrev, lockN := readLock(t, previous), readLock(t, release)
+	if lockPrev["virtpod/runner"].Digest == lockN["virtpod/runner"].Digest {
+		t.Fatalf("releases N-1 and N have the same runner image %s: nothing would show which one runs", lockN["virtpod/runner"].Digest)
 	}
+	if err := installRelease(previous, installedFile); err != nil {
+		t.Fatal(err)
+	}
+	upgraded := false
+	t.Cleanup(func() { // later tests run on N, whatever happened here
+		if !upgraded {
+			if err := installRelease(release, installedFile); err != nil {
+				t.Errorf("back to N: %v", err)
+			}
+		}
+	})
 	ns := namespace(t)
 	// Migratable (Masquerade), with a heartbeat that shows a reboot, for the live update at the end.
 	old := newVM(ns, "before")
@@ -47,9 +64,10 @@ func TestUpgrade(t *testing.T) {
 	}
 	waitRunning(t, ns, "before", 0)
 	before := runnerPod(t, ns, "before")
-	if got := podspec.PodImages(before).Runner; got != lockN["virtpod/runner"].Digest {
-		t.Fatalf("a VM of release N runs %s, want N's runner %s", got, lockN["virtpod/runner"].Digest)
+	if got := podspec.PodImages(before).Runner; got != lockPrev["virtpod/runner"].Digest {
+		t.Fatalf("a VM of release N-1 runs %s, want N-1's runner %s", got, lockPrev["virtpod/runner"].Digest)
 	}
+	machineIs(t, ns, "before", "pc-q35-7.2")
 	crd := &metav1.PartialObjectMetadata{}
 	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
 	if err := kube.Get(ctx, client.ObjectKey{Name: "virtualmachines.vm.virtpod.io"}, crd); err != nil {
@@ -57,17 +75,17 @@ func TestUpgrade(t *testing.T) {
 	}
 	crdUID := crd.UID
 
-	if err := installRelease(next, installedFile); err != nil {
+	if err := installRelease(release, installedFile); err != nil {
 		t.Fatal(err)
 	}
-	release = next // what later installs (the Cluster API test) build on
-	everyPolicyInstalled(t, ctx, filepath.Join(next, installedFile))
+	upgraded = true
+	everyPolicyInstalled(t, ctx, filepath.Join(release, installedFile))
 
 	ctrl := &appsv1.Deployment{}
 	if err := kube.Get(ctx, client.ObjectKey{Namespace: "virtpod-system", Name: "virtpod-controller"}, ctrl); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := ctrl.Spec.Template.Spec.Containers[0].Image, lockNext["virtpod/controller"].Digest; got != want {
+	if got, want := ctrl.Spec.Template.Spec.Containers[0].Image, lockN["virtpod/controller"].Digest; got != want {
 		t.Errorf("controller image after the upgrade: %s, want %s", got, want)
 	}
 	if r := *ctrl.Spec.Replicas; r < 2 || ctrl.Status.UpdatedReplicas != r || ctrl.Status.AvailableReplicas != r {
@@ -79,18 +97,24 @@ func TestUpgrade(t *testing.T) {
 	if crd.UID != crdUID {
 		t.Errorf("the VirtualMachine CRD was replaced (UID %s, was %s): that deletes every VM", crd.UID, crdUID)
 	}
-	if v := crd.Labels["app.kubernetes.io/version"]; v != filepath.Base(next) {
-		t.Errorf("the CRD carries version %q, want N+1's %s", v, filepath.Base(next))
+	if v := crd.Labels["app.kubernetes.io/version"]; v != filepath.Base(release) {
+		t.Errorf("the CRD carries version %q, want N's %s", v, filepath.Base(release))
 	}
 
-	if err := kube.Create(ctx, newVM(ns, "after")); err != nil {
+	// The default runner serves virtio-fs shares: a ConfigMap share, with no runner image named.
+	after := newVM(ns, "after")
+	withConfShare(t, after)
+	if err := kube.Create(ctx, after); err != nil {
 		t.Fatal(err)
 	}
 	waitRunning(t, ns, "after", 0)
-	if got := podspec.PodImages(runnerPod(t, ns, "after")).Runner; got != lockNext["virtpod/runner"].Digest {
-		t.Errorf("a VM made after the upgrade runs %s, want N+1's runner %s", got, lockNext["virtpod/runner"].Digest)
+	if got := podspec.PodImages(runnerPod(t, ns, "after")).Runner; got != lockN["virtpod/runner"].Digest {
+		t.Errorf("a VM made after the upgrade runs %s, want N's runner %s", got, lockN["virtpod/runner"].Digest)
 	}
-	// The new VM's guest is up: it shows the cluster DNS reaches guests too.
+	machineIs(t, ns, "after", "pc-q35-10.0")
+	// The new VM's guest is up: its share takes a ConfigMap's edit live, and the cluster DNS
+	// reaches guests too.
+	t.Run("ConfigMap share on the default runner", func(t *testing.T) { checkConfShare(t, ns, "after") })
 	t.Run("guest resolves a Service", func(t *testing.T) { guestResolvesService(t, ns, "after") })
 	// Last, so the new controller had the new VM's whole start to disturb the old one.
 	vm := waitRunning(t, ns, "before", 0)
@@ -101,8 +125,8 @@ func TestUpgrade(t *testing.T) {
 		t.Errorf("the VM of release N: %+v", vm.Status)
 	}
 
-	// The opt-in: the guest moves onto N+1's runner by a live migration the controller makes,
-	// to the other node, and its heartbeat goes on (no reboot).
+	// The opt-in: the guest moves onto N's runner by a live migration the controller makes, to
+	// the other node, and its heartbeat goes on (no reboot): QEMU 7.2 to 10.0, machine kept.
 	secondNode(t) // up, for the target
 	from, to := vm.Status.Node, ""
 	for _, n := range nodeNames(t) {
@@ -118,7 +142,7 @@ func TestUpgrade(t *testing.T) {
 	if err := kube.Patch(ctx, patched, client.MergeFrom(vm)); err != nil {
 		t.Fatal(err)
 	}
-	mig := &vmv1.VirtualMachineMigration{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vmv1.ImageUpdateMigrationName("before", lockNext["virtpod/runner"].Digest)}}
+	mig := &vmv1.VirtualMachineMigration{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vmv1.ImageUpdateMigrationName("before", lockN["virtpod/runner"].Digest)}}
 	eventually(t, "the live update's migration "+mig.Name, 2*time.Minute, func() error { return kube.Get(ctx, client.ObjectKeyFromObject(mig), mig) })
 	mig = m.ended(mig, vmv1.MigrationSucceeded, vmv1.ReasonSucceeded, 5*time.Minute)
 	moved := m.oneGuest(to, beat)
@@ -126,13 +150,16 @@ func TestUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := podspec.PodImages(pod); got.Runner != lockNext["virtpod/runner"].Digest {
-		t.Errorf("after the live update the guest runs %s, want N+1's runner %s", got.Runner, lockNext["virtpod/runner"].Digest)
+	if got := podspec.PodImages(pod); got.Runner != lockN["virtpod/runner"].Digest {
+		t.Errorf("after the live update the guest runs %s, want N's runner %s", got.Runner, lockN["virtpod/runner"].Digest)
 	}
-	if moved.Status.RestartCount != 0 || moved.Status.PodName != mig.Status.TargetPod {
+	if moved.Status.RestartCount != 0 || moved.Status.PodName != mig.Status.TargetPod || moved.Status.Machine != "pc-q35-7.2" {
 		t.Errorf("VM status after the live update: %+v", moved.Status)
 	}
-	t.Logf("live update %s → %s onto N+1's runner: downtime %d ms", from, to, mig.Status.DowntimeMs)
+	if m := pod.Annotations[vmv1.AnnotationGuestMachine]; m != "pc-q35-7.2" {
+		t.Errorf("N's runner reports the moved guest on machine %q, want the pc-q35-7.2 it started on", m)
+	}
+	t.Logf("live update %s → %s onto N's runner: downtime %d ms", from, to, mig.Status.DowntimeMs)
 	// The VMs go before their namespace: deleted with it, a pod may be removed before its VM,
 	// which the controller would restart in a new pod while the namespace goes (a boot for
 	// nothing, and a pod still terminating at the run's final uninstall check).
@@ -142,6 +169,17 @@ func TestUpgrade(t *testing.T) {
 			t.Errorf("delete VM %s: %v", name, err)
 		}
 	}
+}
+
+// machineIs waits for the VM's pinned machine type, as its runner reported it.
+func machineIs(t *testing.T, ns, name, want string) {
+	t.Helper()
+	eventually(t, name+"'s status.machine "+want, time.Minute, func() error {
+		if got := getVM(t, ns, name).Status.Machine; got != want {
+			return fmt.Errorf("status.machine %q", got)
+		}
+		return nil
+	})
 }
 
 // nodeNames are the cluster's nodes.

@@ -146,11 +146,11 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// DefaultProviderClass is the cluster's default class as config/providers ships it: qemu, with
-// emulation allowed (the tests' guests run under TCG).
+// DefaultProviderClass is the cluster's default class as config/providers ships it: qemu, its
+// runner with virtio-fs, with emulation allowed (the tests' guests run under TCG).
 func DefaultProviderClass() *vmv1.ProviderClass {
 	return &vmv1.ProviderClass{ObjectMeta: metav1.ObjectMeta{Name: "qemu", Annotations: map[string]string{vmv1.AnnotationDefaultClass: "true"}},
-		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true}}
+		Spec: vmv1.ProviderClassSpec{Handler: vmv1.ProviderQEMU, AllowEmulation: true, RunnerFeatures: []vmv1.RunnerFeature{vmv1.RunnerFeatureVirtioFS}}}
 }
 
 // SampleVM is a small valid VirtualMachine for tests.

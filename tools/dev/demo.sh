@@ -2,7 +2,7 @@
 # `make demo RELEASE_DIR`, after `make cluster-up` and `make release-assets` into the cluster's
 # registry: install virtpod from that release as a user would (install.yaml with the images by
 # digest, plus the local cluster's settings; tools/dev/install-release.sh), apply the sample VM,
-# wait until it runs, and show it. GUEST=debian runs the Debian cloud
+# wait until it runs, and show it, with its ConfigMap share edited live. GUEST=debian runs the Debian cloud
 # guest (config/samples/debian) instead of the quick test guest, and ends with cloud-init's final
 # message on its console.
 set -euo pipefail
@@ -73,6 +73,36 @@ echo "$console" | sed -n '1,2p'
 echo "  [...]"
 echo "$console" | grep -v '^\[' | sed -n '1,10p'
 
+# The share: the guest serves the ConfigMap demo-conf under /conf, and an edit of it reaches
+# the running guest (virtio-fs, on the default runner) within the kubelet's sync period. Asked
+# from this machine, which reaches the pod network, with bash's /dev/tcp (no curl needed).
+ip=$(k get vm demo -o jsonpath='{.status.podIP}')
+get() {
+	exec 3<>"/dev/tcp/$ip/80" || return 1
+	printf 'GET %s HTTP/1.0\r\nHost: demo\r\n\r\n' "$1" >&3
+	sed '1,/^\r*$/d' <&3
+	exec 3<&-
+}
+served() { # served PATH WANT SECONDS: waits until the guest serves WANT at PATH
+	for _ in $(seq 1 "$3"); do
+		[ "$(get "$1" 2>/dev/null)" = "$2" ] && return 0
+		sleep 1
+	done
+	echo "the guest did not serve '$2' at $1 in $3 s; it serves: $(get "$1" 2>&1)" >&2
+	return 1
+}
+echo
+echo "== the ConfigMap demo-conf, shared into the guest: http://$ip/conf/message"
+served /conf/message "hello from a ConfigMap" 60
+echo "  $(get /conf/message)"
+msg="edited at $(date +%T)"
+echo "== kubectl patch configmap demo-conf: message=\"$msg\" (no restart)"
+k patch configmap demo-conf --type=merge -p "{\"data\":{\"message\":\"$msg\"}}" >/dev/null
+t0=$(date +%s)
+served /conf/message "$msg" 120
+echo "  $(get /conf/message)   (after $(($(date +%s) - t0)) s)"
+k patch configmap demo-conf --type=merge -p '{"data":{"message":"hello from a ConfigMap"}}' >/dev/null
+
 cat <<EOM
 
 The VM runs in pod demo-runner and answers at its IP (kubectl get vm demo -o wide).
@@ -80,5 +110,6 @@ The VM runs in pod demo-runner and answers at its IP (kubectl get vm demo -o wid
   alias kubectl=$KUBECTL
   kubectl get vm,pods -o wide
   kubectl describe vm demo
+  kubectl edit configmap demo-conf     # the guest serves the edit at http://$ip/conf/message
 Stop everything with: make demo-down
 EOM

@@ -105,11 +105,12 @@ func (l imageLayout) layers(prebuilt []string, dir string) ([]*ociimage.Layer, e
 	return layers, nil
 }
 
-// qemuDebianPackages are the packages qemuLayer takes programs and modules from, sorted. The
-// firmware's packages (qemuFirmware) are dependencies of qemu-system-x86: installing these
-// brings them; OVMF (guestFirmware) is not, so its package is listed.
+// qemuDebianPackages are the packages qemuLayer takes programs and modules from, sorted, for
+// the default runner image (Debian 13's). The firmware's packages (qemuFirmware) are
+// dependencies of qemu-system-x86: installing these brings them; OVMF (guestFirmware) is not, so
+// its package is listed; virtiofsd is its own package (Debian 12 has none: its image lacks it).
 func qemuDebianPackages() []string {
-	var pkgs []string
+	pkgs := []string{"virtiofsd"}
 	for _, p := range qemuPackages {
 		if !slices.Contains(pkgs, p) {
 			pkgs = append(pkgs, p)

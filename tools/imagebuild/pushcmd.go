@@ -12,9 +12,9 @@ func newPushCommand() *cobra.Command {
 	var o push.Options
 	var dir, lock string
 	cmd := &cobra.Command{
-		Use:   "push [ARCHIVE...]",
+		Use:   "push [ARCHIVE[=PATH]...]",
 		Short: "Push image archives (or every *.tar of --dir) to a registry and print each image by digest",
-		Long: "Each image goes to REGISTRY/PATH, PATH being its archive tag's path (localhost/virtpod/runner:dev -> REGISTRY/virtpod/runner), " +
+		Long: "Each image goes to REGISTRY/PATH, PATH being its archive tag's path (localhost/virtpod/runner:dev -> REGISTRY/virtpod/runner) or the one given as ARCHIVE=PATH, " +
 			"tagged with its archive tag, or with --version and the label " + push.VersionLabel + "=VERSION. --lock writes where each went, by digest.",
 	}
 	f := cmd.Flags()

@@ -48,12 +48,34 @@ func guestFixture(t *testing.T) string {
 	return guest
 }
 
+// TestRunnerImage is the default runner image, with Debian 13's QEMU 10.0 and virtiofsd (make
+// qemu-next builds its root tree): complete, and it boots a guest. The release's qemu class
+// runs it (the controller's --runner-image) and states what it can do, so a VM that needs more
+// is refused before a pod: config/providers/qemu.yaml must say what the image's label says.
 func TestRunnerImage(t *testing.T) {
+	dir := os.Getenv("VIRTPOD_QEMU_NEXT")
+	if dir == "" {
+		dir = filepath.Join(prereq.Cache(), "qemu-next")
+	}
+	needTool(t, "Debian 13's QEMU in "+dir, "run make qemu-next", fileExists(filepath.Join(dir, "qemu.json")))
+	features := testRunnerImage(t, filepath.Join(dir, "root"), "10.0.")
+	classStates(t, "config/providers/qemu.yaml", features)
+}
+
+// TestRunnerImageDebian12 is the runner image with this machine's Debian 12 QEMU 7.2 (make
+// image-runner-debian12), checked the same way; the qemu class of
+// config/providers/qemu-7.2, which makes it the class's runner, states what it can do.
+func TestRunnerImageDebian12(t *testing.T) {
 	needQEMU(t)
 	features := testRunnerImage(t, "", "7.2.")
-	// The release's default class runs this image (the controller's --runner-image): it states
-	// what the image can do, so a VM that needs more is refused before a pod.
-	b, err := os.ReadFile(filepath.Join("..", "..", "config", "providers", "qemu.yaml"))
+	classStates(t, "config/providers/qemu-7.2/providerclass.yaml", features)
+}
+
+// classStates fails unless the ProviderClass in file (under the repository) states the runner
+// features features (the image's label, comma-separated).
+func classStates(t *testing.T, file, features string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +88,8 @@ func TestRunnerImage(t *testing.T) {
 		stated = append(stated, string(f))
 	}
 	if got := strings.Join(stated, ","); got != features {
-		t.Errorf("config/providers/qemu.yaml states runnerFeatures [%s]; the runner image it runs has [%s]: make them agree", got, features)
+		t.Errorf("%s states runnerFeatures [%s]; the runner image it runs has [%s]: make them agree", file, got, features)
 	}
-}
-
-// TestRunnerImageDebian13 is the runner image with Debian 13's QEMU 10.0 (make qemu-next builds
-// its root tree) in place of this machine's, checked the same way: complete, and it boots a
-// guest. It is the runner image the next Debian gives, beside today's.
-func TestRunnerImageDebian13(t *testing.T) {
-	dir := os.Getenv("VIRTPOD_QEMU_NEXT")
-	if dir == "" {
-		dir = filepath.Join(prereq.Cache(), "qemu-next")
-	}
-	needTool(t, "Debian 13's QEMU in "+dir, "run make qemu-next", fileExists(filepath.Join(dir, "qemu.json")))
-	testRunnerImage(t, filepath.Join(dir, "root"), "10.0.")
 }
 
 // testRunnerImage builds the runner image with QEMU from qemuRoot ("": this machine) and checks

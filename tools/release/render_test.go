@@ -23,6 +23,7 @@ import (
 const (
 	controllerDigest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 	runnerDigest     = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	debian12Digest   = "sha256:3333333333333333333333333333333333333333333333333333333333333333"
 )
 
 func testLock() push.Lock {
@@ -31,12 +32,14 @@ func testLock() push.Lock {
 			Digest: "reg.example:5000/virtpod/controller@" + controllerDigest},
 		"virtpod/runner": {Source: "localhost/virtpod/runner:dev", Tag: "reg.example:5000/virtpod/runner:v0.1.0",
 			Digest: "reg.example:5000/virtpod/runner@" + runnerDigest},
+		"virtpod/runner-debian12": {Source: "localhost/virtpod/runner-debian12:dev", Tag: "reg.example:5000/virtpod/runner-debian12:v0.1.0",
+			Digest: "reg.example:5000/virtpod/runner-debian12@" + debian12Digest},
 	}
 }
 
 // TestRenderPinsEveryImage: both manifests a release ships name every image — the
-// controller, the agent and device plugin (runner image), the controller's default runner —
-// by the pushed digest, and nothing by tag alone.
+// controller, the agent and device plugin (runner image), the controller's default runner, the
+// QEMU 7.2 runner the qemu class allows — by the pushed digest, and nothing by tag alone.
 func TestRenderPinsEveryImage(t *testing.T) {
 	for _, dir := range []string{"config/default", "config/capi"} {
 		t.Run(dir, func(t *testing.T) {
@@ -49,6 +52,7 @@ func TestRenderPinsEveryImage(t *testing.T) {
 				"image: reg.example:5000/virtpod/controller@" + controllerDigest,
 				"image: reg.example:5000/virtpod/runner@" + runnerDigest,
 				"value: reg.example:5000/virtpod/runner@" + runnerDigest,
+				"allowedRunnerImages:\n  - reg.example:5000/virtpod/runner-debian12@" + debian12Digest + "\n",
 				"kind: CustomResourceDefinition", "kind: DaemonSet", "kind: ValidatingAdmissionPolicy",
 				"app.kubernetes.io/version: v0.1.0",
 			} {
@@ -73,8 +77,9 @@ var installPolicies = []string{
 // shippedPolicies are the policies each rendered manifest carries, by the folder it is built
 // from: infrastructure-components.yaml adds the Cluster API provider's.
 var shippedPolicies = map[string][]string{
-	"config/default": installPolicies,
-	"config/capi":    append(slices.Clone(installPolicies), "virtpod-template-immutable"),
+	"config/default":            installPolicies,
+	"config/providers/qemu-7.2": nil, // a ProviderClass alone
+	"config/capi":               append(slices.Clone(installPolicies), "virtpod-template-immutable"),
 }
 
 // TestRenderShipsEveryPolicy: both manifests a release renders carry every admission policy
@@ -110,19 +115,31 @@ func TestRenderShipsEveryPolicy(t *testing.T) {
 func admissionKinds(t *testing.T, stream []byte) map[string][]string {
 	t.Helper()
 	names := map[string][]string{}
+	for _, o := range objects(t, stream) {
+		if slices.Contains(manifests.AdmissionKinds, o.GetKind()) {
+			names[o.GetName()] = append(names[o.GetName()], o.GetKind())
+		}
+	}
+	for _, k := range names {
+		slices.Sort(k)
+	}
+	return names
+}
+
+// objects are the objects of a YAML stream.
+func objects(t *testing.T, stream []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(stream), 4096)
 	for {
-		var o unstructured.Unstructured
+		o := &unstructured.Unstructured{}
 		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
-			for _, k := range names {
-				slices.Sort(k)
-			}
-			return names
+			return objs
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		if slices.Contains(manifests.AdmissionKinds, o.GetKind()) {
-			names[o.GetName()] = append(names[o.GetName()], o.GetKind())
+		if len(o.Object) > 0 {
+			objs = append(objs, o)
 		}
 	}
 }
@@ -147,6 +164,41 @@ func TestUnpinnedFindsTags(t *testing.T) {
 	if got := pinned.Unpinned([]byte("spec:\n  runnerImage: r/x:1\n---\nimage: r/x@sha256:00\n")); len(got) != 1 || got[0] != "runnerImage: r/x:1" {
 		t.Errorf("Unpinned = %q", got)
 	}
+}
+
+// TestRenderQEMU72Class: providerclass-qemu-7.2.yaml is the qemu class alone (the default one,
+// so it replaces install.yaml's), on the QEMU 7.2 runner by digest, stating no virtio-fs, and
+// allowing the default runner by digest.
+func TestRenderQEMU72Class(t *testing.T) {
+	out, err := render(root(t), manifests.QEMU72.Dir, "v0.1.0", testLock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, out)
+	if len(objs) != 1 || objs[0].GetKind() != "ProviderClass" || objs[0].GetName() != "qemu" ||
+		objs[0].GetAnnotations()["provider.virtpod.io/is-default-class"] != "true" {
+		t.Fatalf("%s renders %d objects, want the default ProviderClass qemu alone: %s", manifests.QEMU72.File, len(objs), out)
+	}
+	spec := objs[0].Object["spec"].(map[string]any)
+	if got := spec["runnerImage"]; got != "reg.example:5000/virtpod/runner-debian12@"+debian12Digest {
+		t.Errorf("spec.runnerImage %v, want the QEMU 7.2 runner by digest", got)
+	}
+	if got := spec["allowedRunnerImages"]; !slices.Equal(anyStrings(got), []string{"reg.example:5000/virtpod/runner@" + runnerDigest}) {
+		t.Errorf("spec.allowedRunnerImages %v, want the default runner by digest", got)
+	}
+	if got, ok := spec["runnerFeatures"]; !ok || len(anyStrings(got)) != 0 {
+		t.Errorf("spec.runnerFeatures %v (set: %v), want [] stated: Debian 12 has no virtiofsd", got, ok)
+	}
+}
+
+func anyStrings(v any) []string {
+	var out []string
+	l, _ := v.([]any)
+	for _, e := range l {
+		s, _ := e.(string)
+		out = append(out, s)
+	}
+	return out
 }
 
 func TestRenderRefusesIncompleteLock(t *testing.T) {

@@ -7,30 +7,32 @@ IMAGES_DIR    ?= $(VIRTPOD_CACHE)/images
 IMAGEBUILD_FLAGS ?=
 # Tags of the images the dev loop rebuilds; the Tiltfile passes Tilt's $EXPECTED_REF.
 RUNNER_IMAGE     ?= localhost/virtpod/runner:dev
-RUNNER_DEBIAN13_IMAGE ?= localhost/virtpod/runner-debian13:dev
+RUNNER_DEBIAN12_IMAGE ?= localhost/virtpod/runner-debian12:dev
 GUEST_IMAGE      ?= localhost/virtpod/guest:dev
 CONTROLLER_IMAGE ?= localhost/virtpod/controller:dev
 IMAGEBUILD_BIN := $(VIRTPOD_CACHE)/bin/imagebuild
 
 # Always rebuilt: the images depend on the Go sources and the host's QEMU packages, and the
 # builds are reproducible, so an unchanged input gives the same archive.
-.PHONY: images imagebuild image-runner image-runner-debian13 image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-coredns
+.PHONY: images imagebuild image-runner image-runner-debian12 image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-coredns
 
 imagebuild:
 	@mkdir -p $(dir $(IMAGEBUILD_BIN))
 	go build -o $(IMAGEBUILD_BIN) ./tools/imagebuild
 
-images: image-runner image-runner-debian13 image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-local-path-provisioner image-coredns ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
+images: image-runner image-runner-debian12 image-runner-nohypervisor image-controller image-pause image-toolbox image-guest image-local-path-provisioner image-coredns ## Build every virtpod image into $(IMAGES_DIR) (no Docker).
 
-image-runner: imagebuild runner-deps
-	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --tag=$(RUNNER_IMAGE) --out=$(IMAGES_DIR)/runner.tar
+# The runner image: Debian 13's QEMU 10.0 and virtiofsd (make qemu-next builds its root tree),
+# everything the API offers. The release's default (the controller's --runner-image, the node
+# agent's image).
+image-runner: imagebuild runner-deps qemu-next ## The runner image (Debian 13's QEMU 10.0 and virtiofsd), $(IMAGES_DIR)/runner.tar.
+	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --qemu-root=$(QEMU_NEXT)/root --tag=$(RUNNER_IMAGE) --out=$(IMAGES_DIR)/runner.tar
 
-# The runner image with Debian 13's QEMU 10.0 and virtiofsd (make qemu-next), beside today's
-# Debian 12 one: what the next runner image is. The local cluster runs today's by default; VMs
-# with spec.guest.filesystems name this one (spec.runnerImage), as the Tilt loop's dev VM and the
-# e2e tests do.
-image-runner-debian13: imagebuild qemu-next ## The runner image with Debian 13's QEMU 10.0 and virtiofsd, $(IMAGES_DIR)/runner-debian13.tar.
-	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --qemu-root=$(QEMU_NEXT)/root --tag=$(RUNNER_DEBIAN13_IMAGE) --out=$(IMAGES_DIR)/runner-debian13.tar
+# The runner image with this machine's (Debian 12's) QEMU 7.2 and no virtiofsd, for clusters
+# that need QEMU 7.2: the release ships it, and its providerclass-qemu-7.2.yaml makes it the qemu
+# class's runner (docs/providers.md). It was the default before Debian 13's.
+image-runner-debian12: imagebuild runner-deps ## The runner image with Debian 12's QEMU 7.2 (no virtio-fs), $(IMAGES_DIR)/runner-debian12.tar.
+	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --tag=$(RUNNER_DEBIAN12_IMAGE) --out=$(IMAGES_DIR)/runner-debian12.tar
 
 image-runner-nohypervisor: imagebuild runner-deps
 	$(IMAGEBUILD_BIN) runner $(IMAGEBUILD_FLAGS) --without-hypervisor --tag=localhost/virtpod/runner-nohypervisor:dev --out=$(IMAGES_DIR)/runner-nohypervisor.tar

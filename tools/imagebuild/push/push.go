@@ -1,6 +1,7 @@
 // Package push copies image archives (the `docker save` format imagebuild writes) into an OCI
 // registry with go-containerregistry, and says where each landed by digest. Any archive works:
-// an image is named in the registry by its archive tag's path, with the registry in front.
+// an image is named in the registry by its archive tag's path, with the registry in front, or
+// by the path given with the archive (ARCHIVE=PATH).
 package push
 
 import (
@@ -40,6 +41,7 @@ type Options struct {
 // Pushed is one image in the registry.
 type Pushed struct {
 	Source string `json:"source"` // the archive's tag, e.g. localhost/virtpod/runner:dev
+	Path   string `json:"path"`   // its path in the registry, e.g. virtpod/runner
 	Tag    string `json:"tag"`    // where it was pushed, e.g. 10.217.0.1:5000/virtpod/runner:v0.1.0
 	Digest string `json:"digest"` // the reference by digest, e.g. 10.217.0.1:5000/virtpod/runner@sha256:...
 }
@@ -47,14 +49,17 @@ type Pushed struct {
 // Repository is Digest without "@sha256:...": the name an image policy lists.
 func (p Pushed) Repository() string { return strings.SplitN(p.Digest, "@", 2)[0] }
 
-// Archives pushes every image of every archive, in order.
+// Archives pushes every image of every archive, in order. An archive given as FILE=PATH is
+// pushed to REGISTRY/PATH instead of its tag's path (one image only): the same archive may go
+// to two paths, as an older runner image does when a test release ships it as the default.
 func Archives(o Options, archives ...string) ([]Pushed, error) {
 	if o.Registry == "" {
 		return nil, fmt.Errorf("no registry: give one as HOST[:PORT][/PREFIX], e.g. 10.217.0.1:5000")
 	}
 	var all []Pushed
 	for _, a := range archives {
-		p, err := archive(o, a)
+		file, path, _ := strings.Cut(a, "=")
+		p, err := archive(o, file, path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", a, err)
 		}
@@ -63,11 +68,14 @@ func Archives(o Options, archives ...string) ([]Pushed, error) {
 	return all, nil
 }
 
-func archive(o Options, file string) ([]Pushed, error) {
+func archive(o Options, file, path string) ([]Pushed, error) {
 	opener := func() (io.ReadCloser, error) { return os.Open(file) }
 	manifest, err := tarball.LoadManifest(opener)
 	if err != nil {
 		return nil, fmt.Errorf("not an image archive: %w", err)
+	}
+	if path != "" && len(manifest) != 1 {
+		return nil, fmt.Errorf("=%s names one path for %d images: give the archive without a path", path, len(manifest))
 	}
 	var out []Pushed
 	for _, d := range manifest {
@@ -90,7 +98,11 @@ func archive(o Options, file string) ([]Pushed, error) {
 				return nil, err
 			}
 		}
-		p, err := one(o, img, srcTag.RepositoryStr(), tag)
+		to := srcTag.RepositoryStr()
+		if path != "" {
+			to = path
+		}
+		p, err := one(o, img, to, tag)
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +133,7 @@ func one(o Options, img v1.Image, path, tag string) (Pushed, error) {
 	if err != nil {
 		return Pushed{}, err
 	}
-	return Pushed{Tag: dst.String(), Digest: dst.Context().Digest(digest.String()).String()}, nil
+	return Pushed{Tag: dst.String(), Path: path, Digest: dst.Context().Digest(digest.String()).String()}, nil
 }
 
 // withVersion sets VersionLabel in img's config.
@@ -147,18 +159,14 @@ func Dir(dir string) ([]string, error) {
 	return tars, err
 }
 
-// Lock is what a push wrote, by the archive tag's repository path (virtpod/runner).
+// Lock is what a push wrote, by the path each image went to in the registry (virtpod/runner).
 type Lock map[string]Pushed
 
-// NewLock indexes pushed by repository path; a path pushed twice is an error.
+// NewLock indexes pushed by path; a path pushed twice is an error.
 func NewLock(pushed []Pushed) (Lock, error) {
 	l := Lock{}
 	for _, p := range pushed {
-		t, err := name.NewTag(p.Source)
-		if err != nil {
-			return nil, err
-		}
-		k := t.RepositoryStr()
+		k := p.Path
 		if prev, dup := l[k]; dup {
 			return nil, fmt.Errorf("%s and %s both push to %s", prev.Source, p.Source, k)
 		}

@@ -100,6 +100,16 @@ func TestArchives(t *testing.T) {
 			t.Errorf("%s resolves to %s, the lock says %s", p.Tag, d.Digest, p.Digest)
 		}
 	}
+	// An archive pushed to a path of its own as well: the same image, under both.
+	renamed, err := Archives(Options{Registry: reg, Insecure: true, Version: "v0.2.0"}, tars[0], tars[0]+"=virtpod/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := NewLock(renamed); err != nil || l["virtpod/other"].Tag != reg+"/virtpod/other:v0.2.0" ||
+		l["virtpod/other"].Source != "localhost/virtpod/a:dev" || l["virtpod/a"].Tag != reg+"/virtpod/a:v0.2.0" ||
+		strings.TrimPrefix(l["virtpod/other"].Digest, reg+"/virtpod/other") != strings.TrimPrefix(l["virtpod/a"].Digest, reg+"/virtpod/a") {
+		t.Errorf("an archive pushed under a path of its own: %+v %v", l, err)
+	}
 	if _, err := NewLock(append(dev, dev[0])); err == nil {
 		t.Error("a lock with one path twice")
 	}

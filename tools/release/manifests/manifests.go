@@ -31,8 +31,12 @@ var (
 	// Components is infrastructure-components.yaml: Install plus the Cluster API provider.
 	Components = Manifest{"infrastructure-components.yaml", "config/capi",
 		"the Cluster API infrastructure provider, for clusterctl init --infrastructure virtpod"}
+	// QEMU72 is providerclass-qemu-7.2.yaml: the qemu class on the QEMU 7.2 runner, for clusters
+	// that need QEMU 7.2, applied after install.yaml.
+	QEMU72 = Manifest{"providerclass-qemu-7.2.yaml", "config/providers/qemu-7.2",
+		"the qemu ProviderClass on the QEMU 7.2 runner (Debian 12, no virtio-fs): kubectl apply --server-side -f providerclass-qemu-7.2.yaml after install.yaml"}
 	// Rendered are the manifests a release renders, in the order it writes them.
-	Rendered = []Manifest{Install, Components}
+	Rendered = []Manifest{Install, Components, QEMU72}
 )
 
 // Copied are the files (globs, relative to the repository) a release carries as they are:

@@ -24,6 +24,7 @@ var notShipped = map[string]string{
 	// Example VMs for users to apply (docs), not part of an install.
 	"config/samples/kustomization.yaml":              "sample VMs",
 	"config/samples/vm_v1alpha1_virtualmachine.yaml": "sample VM",
+	"config/samples/configmap.yaml":                  "the sample VM's shared ConfigMap",
 	"config/samples/debian/kustomization.yaml":       "sample Debian VM",
 	"config/samples/debian/vm.yaml":                  "sample Debian VM",
 	"config/samples/debian/user-data.yaml":           "sample Debian VM's cloud-init",

@@ -11,8 +11,8 @@ import (
 )
 
 // Unpinned lists, in a multi-document YAML stream, every image reference not pinned by digest:
-// each "image" field (containers, init containers, image volumes, ProviderClass runnerImage)
-// and each env value of a variable named *_IMAGE.
+// each "image" field (containers, init containers, image volumes), a ProviderClass's runnerImage
+// and each of its allowedRunnerImages, and each env value of a variable named *_IMAGE.
 func Unpinned(stream []byte) []string {
 	var bad []string
 	for _, doc := range bytes.Split(stream, []byte("\n---\n")) {
@@ -43,7 +43,7 @@ func walk(v any, key string, bad *[]string) {
 			walk(c, key, bad)
 		}
 	case string:
-		if (key == "image" || key == "runnerImage") && !strings.Contains(t, "@sha256:") {
+		if (key == "image" || key == "runnerImage" || key == "allowedRunnerImages") && !strings.Contains(t, "@sha256:") {
 			*bad = append(*bad, key+": "+t)
 		}
 	}
