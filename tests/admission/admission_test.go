@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -188,6 +189,54 @@ func TestVMsCannotCarryReservedLabels(t *testing.T) {
 	}
 	err := alice.Patch(ctx, vm, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":"virtpod"}}}`)))
 	forbidden(t, "a VM relabelled managed-by virtpod", err, "app.kubernetes.io/managed-by")
+}
+
+// TestVMStoredWithReservedLabels: a VM that got a reserved label before the policy was in force
+// (an upgrade from a release that lacked it) still takes every other update — a label of its
+// own, its finalizer's removal as the controller deletes it — but cannot change the reserved
+// label or gain another.
+func TestVMStoredWithReservedLabels(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "virtpod-vm-labels"}, binding); err != nil {
+		t.Fatal(err)
+	}
+	actions := func(a ...admissionv1.ValidationAction) {
+		t.Helper()
+		patched := binding.DeepCopy()
+		patched.Spec.ValidationActions = a
+		if err := env.Client.Patch(ctx, patched, client.MergeFrom(binding)); err != nil {
+			t.Fatal(err)
+		}
+		binding = patched
+	}
+	// Before the policy: its binding only warns (the rest of this package runs one test at a time).
+	actions(admissionv1.Warn)
+	t.Cleanup(func() { actions(admissionv1.Deny) })
+	vm := kubeapi.SampleVM(ns, "old")
+	vm.Labels = map[string]string{vmv1.LabelMigrationRole: vmv1.MigrationRoleTarget}
+	vm.Finalizers = []string{"test.virtpod.io/hold"}
+	kubeapi.Eventually(t, "the VM labels policy only warning", 30*time.Second, func() error { return env.Client.Create(ctx, vm.DeepCopy()) })
+	actions(admissionv1.Deny)
+	inForce(t, "the VM labels policy denying again", func() error {
+		return env.Client.Create(ctx, func() *vmv1.VirtualMachine { v := vm.DeepCopy(); v.Name = "new"; return v }())
+	})
+
+	patch := func(body string) error {
+		return env.Client.Patch(ctx, &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "old"}}, client.RawPatch(types.MergePatchType, []byte(body)))
+	}
+	if err := patch(`{"metadata":{"labels":{"app":"web"}}}`); err != nil {
+		t.Errorf("a label of its own on a VM stored with a reserved one: %v", err)
+	}
+	forbidden(t, "the reserved label changed", patch(`{"metadata":{"labels":{"vm.virtpod.io/migration-role":"source"}}}`), "vm.virtpod.io/migration-role are reserved")
+	forbidden(t, "another reserved label", patch(`{"metadata":{"labels":{"vm.virtpod.io/name":"other"}}}`), "vm.virtpod.io/name are reserved")
+	if err := env.Client.Delete(ctx, &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "old"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := patch(`{"metadata":{"finalizers":null}}`); err != nil {
+		t.Errorf("the finalizer's removal from a VM stored with a reserved label: %v", err)
+	}
 }
 
 // TestAgentWritesBounded: an agent's token changes its own Node's virtpod labels and its own
