@@ -50,7 +50,7 @@ const (
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 18
+const fixtureVersion = 19
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {
