@@ -67,7 +67,9 @@ func (r *runnerStart) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 func (r *runnerStart) count() int { r.mu.Lock(); defer r.mu.Unlock(); return r.asked }
 
-func started(t *testing.T, pod *corev1.Pod) string { return annotation(t, pod, vmv1.AnnotationGuestStarted) }
+func started(t *testing.T, pod *corev1.Pod) string {
+	return annotation(t, pod, vmv1.AnnotationGuestStarted)
+}
 
 func annotation(t *testing.T, pod *corev1.Pod, key string) string {
 	t.Helper()
