@@ -9,6 +9,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // What the controller reads off the two runner pods: the kubelet's and the scheduler's word on
@@ -41,12 +42,8 @@ func started(pod *corev1.Pod) bool {
 	if pod == nil || pod.Status.Phase != corev1.PodRunning {
 		return false
 	}
-	for _, c := range pod.Status.ContainerStatuses {
-		if c.Name == vmv1.RunnerContainer {
-			return c.Started != nil && *c.Started && c.State.Running != nil
-		}
-	}
-	return false
+	c := runnerpod.Status(pod)
+	return c != nil && c.Started != nil && *c.Started && c.State.Running != nil
 }
 
 // unschedulable is the scheduler's refusal of a pod, in its words. A refusal for a claim the
@@ -77,15 +74,12 @@ func ended(pod *corev1.Pod) string {
 	case pod.DeletionTimestamp != nil:
 		return "being deleted"
 	}
-	for _, c := range pod.Status.ContainerStatuses {
-		if c.Name == vmv1.RunnerContainer && c.State.Terminated != nil {
-			t := c.State.Terminated
-			msg := "ended (" + t.Reason
-			if t.Message != "" {
-				msg += ": " + t.Message
-			}
-			return msg + ")"
+	if t := runnerpod.Terminated(pod); t != nil {
+		msg := "ended (" + t.Reason
+		if t.Message != "" {
+			msg += ": " + t.Message
 		}
+		return msg + ")"
 	}
 	return "ended (phase " + string(pod.Status.Phase) + ")"
 }

@@ -12,6 +12,7 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/migratable"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // One setter per condition of a VirtualMachine, every one here. Each decides from what the
@@ -180,10 +181,7 @@ func setSoftwareEmulation(st *vmv1.VirtualMachineStatus, vm *vmv1.VirtualMachine
 // startingReason explains a scheduled pod whose guest is not running yet, from the runner
 // container's state: an image that cannot be pulled says so here.
 func startingReason(pod *corev1.Pod) (string, string) {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != vmv1.RunnerContainer {
-			continue
-		}
+	if cs := runnerpod.Status(pod); cs != nil {
 		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
 			msg := w.Reason
 			if w.Message != "" {

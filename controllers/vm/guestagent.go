@@ -3,7 +3,6 @@ package vm
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,6 +12,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/guestagent"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // agentView is what the running guest's agent said, as its runner pod carries it.
@@ -31,9 +31,7 @@ func guestAgent(vm *vmv1.VirtualMachine, pod *corev1.Pod) *agentView {
 	if vm.Spec.Provider != vmv1.ProviderQEMU {
 		return &agentView{condition: cause{vmv1.ReasonAgentNotSupported, fmt.Sprintf("provider %s gives the guest no agent channel; provider qemu does", vm.Spec.Provider)}}
 	}
-	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
-		return c.Name == vmv1.RunnerContainer && slices.Contains(c.Args, runnerconfig.GuestAgentFlag)
-	}) {
+	if !runnerpod.Has(pod, runnerconfig.GuestAgentFlag) {
 		return &agentView{condition: cause{vmv1.ReasonAgentNotSupported, fmt.Sprintf("runner pod %s was made before guests had an agent channel; the guest gets one at its next start", pod.Name)}}
 	}
 	waiting := cause{vmv1.ReasonAgentNotConnected, "no qemu-guest-agent answers in the guest (yet): install and start it there (Debian and Ubuntu: the qemu-guest-agent package)"}

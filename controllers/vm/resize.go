@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +14,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // Live resize (docs/api.md#live-resize). The runner pod requests what the guest has; a change
@@ -47,24 +47,14 @@ func specSize(vm *vmv1.VirtualMachine) size {
 	return size{vm.Spec.Guest.CPUs, vm.Spec.Guest.Memory}
 }
 
-// bootSize is the size the runner booted the guest with: its --cpus and --memory-mib.
+// bootSize is the size the runner booted the guest with: its --cpus and --memory-mib (zero
+// when its arguments do not read).
 func bootSize(pod *corev1.Pod) size {
-	var s size
-	for _, c := range pod.Spec.Containers {
-		if c.Name != vmv1.RunnerContainer {
-			continue
-		}
-		for _, a := range c.Args {
-			if v, ok := strings.CutPrefix(a, "--cpus="); ok {
-				n, _ := strconv.ParseInt(v, 10, 32)
-				s.cpus = int32(n)
-			} else if v, ok := strings.CutPrefix(a, "--memory-mib="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				s.memory = *resource.NewQuantity(n<<20, resource.BinarySI)
-			}
-		}
+	c, err := runnerpod.Config(pod)
+	if err != nil {
+		return size{}
 	}
-	return s
+	return size{c.CPUs, *resource.NewQuantity(c.MemoryMiB<<20, resource.BinarySI)}
 }
 
 // annotatedSize reads a size from two pod annotations; ok is false when neither is there. A
@@ -191,10 +181,8 @@ func (r *Reconciler) resize(ctx context.Context, vm *vmv1.VirtualMachine, pod *c
 	p := planResize(vm, pod, opts)
 	if p.podResources != nil {
 		patched := pod.DeepCopy()
-		for i := range patched.Spec.Containers {
-			if patched.Spec.Containers[i].Name == vmv1.RunnerContainer {
-				patched.Spec.Containers[i].Resources = *p.podResources
-			}
+		if c := runnerpod.Container(patched); c != nil {
+			c.Resources = *p.podResources
 		}
 		if err := r.Client.SubResource("resize").Patch(ctx, patched, client.StrategicMergeFrom(pod)); apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
 			// The API server will not resize this pod (its node's kubelet does not resize in

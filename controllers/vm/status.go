@@ -2,13 +2,13 @@ package vm
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // observe records which runner pod the status describes (nil when there is none), where it
@@ -53,15 +53,12 @@ func observe(st *vmv1.VirtualMachineStatus, generation int64, pod *corev1.Pod, h
 
 // termination reads how the runner container ended; its termination message carries the cause.
 func termination(pod *corev1.Pod, now time.Time) *vmv1.Termination {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == vmv1.RunnerContainer && cs.State.Terminated != nil {
-			t := cs.State.Terminated
-			finished := t.FinishedAt
-			if finished.IsZero() {
-				finished = nowTime(now)
-			}
-			return &vmv1.Termination{ExitCode: t.ExitCode, Reason: t.Reason, Message: trim(t.Message), FinishedAt: finished}
+	if t := runnerpod.Terminated(pod); t != nil {
+		finished := t.FinishedAt
+		if finished.IsZero() {
+			finished = nowTime(now)
 		}
+		return &vmv1.Termination{ExitCode: t.ExitCode, Reason: t.Reason, Message: trim(t.Message), FinishedAt: finished}
 	}
 	t := &vmv1.Termination{ExitCode: -1, Reason: pod.Status.Reason, Message: trim(pod.Status.Message), FinishedAt: nowTime(now)}
 	// A pod failed from outside, with its runner never seen to end (PodGC after its node was
@@ -109,14 +106,7 @@ func keptEnd(st *vmv1.VirtualMachineStatus, pod *corev1.Pod) bool {
 
 // runnerEnded says the runner container has ended, as the kubelet reports before it removes a
 // deleted pod.
-func runnerEnded(pod *corev1.Pod) bool {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == vmv1.RunnerContainer && cs.State.Terminated != nil {
-			return true
-		}
-	}
-	return false
-}
+func runnerEnded(pod *corev1.Pod) bool { return runnerpod.Terminated(pod) != nil }
 
 func podEnded(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
@@ -139,17 +129,11 @@ func guestStarted(pod *corev1.Pod) bool {
 	if pod.Status.Phase != corev1.PodRunning {
 		return false
 	}
-	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
-		return c.Name == vmv1.RunnerContainer && c.StartupProbe != nil
-	}) {
+	if c := runnerpod.Container(pod); c == nil || c.StartupProbe == nil {
 		return false
 	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == vmv1.RunnerContainer {
-			return cs.State.Running != nil && cs.Started != nil && *cs.Started
-		}
-	}
-	return false
+	cs := runnerpod.Status(pod)
+	return cs != nil && cs.State.Running != nil && cs.Started != nil && *cs.Started
 }
 
 func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {

@@ -15,6 +15,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // Suspend and resume (docs/api.md#suspend-and-resume): spec.suspend asks the running pod's node
@@ -25,13 +26,8 @@ import (
 
 // suspendedEnd says the runner ended by saving its guest.
 func suspendedEnd(pod *corev1.Pod) bool {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == vmv1.RunnerContainer && cs.State.Terminated != nil {
-			t := cs.State.Terminated
-			return t.ExitCode == 0 && strings.HasPrefix(t.Message, vmv1.MessageSuspended)
-		}
-	}
-	return false
+	t := runnerpod.Terminated(pod)
+	return t != nil && t.ExitCode == 0 && strings.HasPrefix(t.Message, vmv1.MessageSuspended)
 }
 
 // discardRequested says a run request (runRequestedAt) later than the saved state, not yet

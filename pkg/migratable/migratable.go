@@ -14,6 +14,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // Verdict is whether the guest can move: Reason is vmv1.ReasonMigratable when it can.
@@ -27,7 +28,6 @@ func (v Verdict) OK() bool { return v.Reason == vmv1.ReasonMigratable }
 // Check decides for the VM's guest running in pod (its runner pod). What runs is what moves, so
 // the pod's own arguments and volumes count beside the spec, whose changes wait for a restart.
 func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
-	args := runnerArgs(pod)
 	if vm.Spec.Provider != vmv1.ProviderQEMU {
 		return Verdict{vmv1.ReasonProviderNotMigratable, fmt.Sprintf("spec.provider is %s: only qemu guests migrate; "+
 			"create the VM with provider qemu to migrate it", vm.Spec.Provider)}
@@ -41,14 +41,14 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 		return Verdict{vmv1.ReasonNetworkNotMigratable, "spec.guest.networkMode is Pod: the guest owns the pod's IP, which stays with the pod; " +
 			"set spec.guest.networkMode: Masquerade (the guest keeps a fixed address behind the pod IP), which applies at the next start"}
 	}
-	if args["network"] != runnerconfig.NetworkMasquerade {
+	if network, _ := runnerpod.Value(pod, "--network"); network != runnerconfig.NetworkMasquerade {
 		return Verdict{vmv1.ReasonNetworkNotMigratable, fmt.Sprintf("spec.guest.networkMode is Masquerade, but the running guest started with the pod network "+
 			"(runner pod %s); it applies at the next start: restart the VM (vmctl restart %s)", pod.Name, vm.Name)}
 	}
 	if why := unsharedClaim(vm, pod); why != "" {
 		return Verdict{vmv1.ReasonDiskNotMigratable, why}
 	}
-	if why := resized(vm, pod, args); why != "" {
+	if why := resized(vm, pod); why != "" {
 		return Verdict{vmv1.ReasonGuestResized, why + "; a target is built at the boot size, so hotplugged CPUs and memory would not be there: " +
 			"restart the VM (vmctl restart " + vm.Name + ") to migrate it at its new size"}
 	}
@@ -61,16 +61,9 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 // and virtpod does not drive that yet (docs/filesystems.md).
 func shared(pod *corev1.Pod) string {
 	var tags []string
-	for _, c := range pod.Spec.Containers {
-		if c.Name != vmv1.RunnerContainer {
-			continue
-		}
-		for _, a := range c.Args {
-			if flag, value, _ := strings.Cut(a, "="); flag == "--filesystem" {
-				if f, err := runnerconfig.ParseFilesystem(value); err == nil {
-					tags = append(tags, f.Tag)
-				}
-			}
+	for _, value := range runnerpod.Values(pod, "--filesystem") {
+		if f, err := runnerconfig.ParseFilesystem(value); err == nil {
+			tags = append(tags, f.Tag)
 		}
 	}
 	if len(tags) == 0 {
@@ -138,18 +131,13 @@ type diskFlag struct {
 // diskFlags are the runner container's disk flags that parse, in order.
 func diskFlags(pod *corev1.Pod) []diskFlag {
 	var out []diskFlag
-	for _, c := range pod.Spec.Containers {
-		if c.Name != vmv1.RunnerContainer {
+	for _, a := range runnerpod.Args(pod) {
+		flag, value, _ := strings.Cut(a, "=")
+		if flag != "--root-volume" && flag != "--disk" {
 			continue
 		}
-		for _, a := range c.Args {
-			flag, value, _ := strings.Cut(a, "=")
-			if flag != "--root-volume" && flag != "--disk" {
-				continue
-			}
-			if d, err := runnerconfig.ParseDisk(value); err == nil {
-				out = append(out, diskFlag{root: flag == "--root-volume", disk: d})
-			}
+		if d, err := runnerconfig.ParseDisk(value); err == nil {
+			out = append(out, diskFlag{root: flag == "--root-volume", disk: d})
 		}
 	}
 	return out
@@ -181,10 +169,11 @@ func claimOf(pod *corev1.Pod, d runnerconfig.Disk) string {
 
 // resized says how the guest's size differs from the one it booted with ("" when it does not):
 // asked for (the spec or the desired-* annotations) or reported (the guest-* annotations).
-func resized(vm *vmv1.VirtualMachine, pod *corev1.Pod, args map[string]string) string {
-	cpus, mib := args["cpus"], args["memory-mib"]
+func resized(vm *vmv1.VirtualMachine, pod *corev1.Pod) string {
+	cpus, _ := runnerpod.Value(pod, "--cpus")
+	mib, _ := runnerpod.Value(pod, "--memory-mib")
 	boot := fmt.Sprintf("%s CPUs and %s MiB", cpus, mib)
-	if strconv.Itoa(int(vm.Spec.Guest.CPUs)) != cpus || strconv.FormatInt(ceilMiB(vm.Spec.Guest.Memory.Value()), 10) != mib {
+	if strconv.Itoa(int(vm.Spec.Guest.CPUs)) != cpus || strconv.FormatInt(vmv1.CeilMiB(vm.Spec.Guest.Memory.Value()), 10) != mib {
 		return fmt.Sprintf("spec.guest asks for %d CPUs and %s, the guest booted with %s", vm.Spec.Guest.CPUs, vm.Spec.Guest.Memory.String(), boot)
 	}
 	for _, k := range []string{vmv1.AnnotationDesiredCPUs, vmv1.AnnotationGuestCPUs} {
@@ -194,27 +183,9 @@ func resized(vm *vmv1.VirtualMachine, pod *corev1.Pod, args map[string]string) s
 	}
 	for _, k := range []string{vmv1.AnnotationDesiredMemory, vmv1.AnnotationGuestMemory} {
 		v, ok := pod.Annotations[k]
-		if q, err := resource.ParseQuantity(v); ok && (err != nil || strconv.FormatInt(ceilMiB(q.Value()), 10) != mib) {
+		if q, err := resource.ParseQuantity(v); ok && (err != nil || strconv.FormatInt(vmv1.CeilMiB(q.Value()), 10) != mib) {
 			return fmt.Sprintf("the guest was resized since it started (%s %s; it booted with %s)", k, v, boot)
 		}
 	}
 	return ""
-}
-
-func ceilMiB(b int64) int64 { return (b + 1<<20 - 1) >> 20 }
-
-// runnerArgs are the runner container's --name=value arguments.
-func runnerArgs(pod *corev1.Pod) map[string]string {
-	out := map[string]string{}
-	for _, c := range pod.Spec.Containers {
-		if c.Name != vmv1.RunnerContainer {
-			continue
-		}
-		for _, a := range c.Args {
-			if k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); ok {
-				out[k] = v
-			}
-		}
-	}
-	return out
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/nethandoff"
 	"github.com/virtpod/virtpod/pkg/podnat"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 	"github.com/virtpod/virtpod/pkg/spoofguard"
 )
 
@@ -42,16 +43,11 @@ type Request struct {
 // RequestFor reads the request from the runner container's arguments and the pod's security
 // context. ok is false for a VM with no network (--network=none): nothing to build.
 func RequestFor(pod *corev1.Pod) (r Request, ok bool, err error) {
-	var c *corev1.Container
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == vmv1.RunnerContainer {
-			c = &pod.Spec.Containers[i]
-		}
-	}
+	c := runnerpod.Container(pod)
 	if c == nil {
 		return r, false, fmt.Errorf("pod %s/%s has no %s container", pod.Namespace, pod.Name, vmv1.RunnerContainer)
 	}
-	cfg, err := runnerconfig.Parse(c.Args)
+	cfg, err := runnerpod.Config(pod)
 	if err != nil {
 		return r, false, fmt.Errorf("pod %s/%s: the runner's arguments: %w", pod.Namespace, pod.Name, err)
 	}

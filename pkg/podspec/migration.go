@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // IncomingFlag makes a runner a migration target: QEMU waits for the guest's state on the
@@ -71,20 +72,16 @@ func TargetPod(src *corev1.Pod, mig *vmv1.VirtualMachineMigration, machine, runn
 	withoutState(spec)
 	spec.NodeName = ""
 	spec.EphemeralContainers = nil
-	for i := range spec.Containers {
-		c := &spec.Containers[i]
-		if c.Name != vmv1.RunnerContainer {
-			continue
-		}
+	if c := runnerpod.ContainerIn(spec); c != nil {
 		if runnerImage != "" {
 			c.Image = runnerImage
 		}
-		if !hasArg(c.Args, IncomingFlag) {
+		if !slices.Contains(c.Args, IncomingFlag) {
 			c.Args = append(c.Args, IncomingFlag)
 		}
-		if machine != "" && !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, MachineFlag+"=") }) {
-			// A source started before its machine was pinned ran q35 on its node's QEMU, which
-			// the pinned machine names.
+		if _, pinned := runnerpod.Value(src, MachineFlag); machine != "" && !pinned {
+			// A source started before its machine was pinned ran q35 on its QEMU, which the
+			// pinned machine names.
 			c.Args = append(c.Args, MachineFlag+"="+machine)
 		}
 	}
@@ -149,15 +146,6 @@ func withNodeField(a *corev1.Affinity, req corev1.NodeSelectorRequirement) *core
 		terms[i].MatchFields = append(terms[i].MatchFields, req)
 	}
 	return a
-}
-
-func hasArg(args []string, a string) bool {
-	for _, x := range args {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }
 
 // IsTarget says whether pod was made to receive a migrating guest.

@@ -15,6 +15,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/imagemap"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 	"github.com/virtpod/virtpod/pkg/vmimage"
 )
 
@@ -200,10 +201,8 @@ func Images(vm *vmv1.VirtualMachine, opts Options) vmv1.Images {
 // PodImages are the images a runner pod was built from.
 func PodImages(pod *corev1.Pod) vmv1.Images {
 	var im vmv1.Images
-	for _, c := range pod.Spec.Containers {
-		if c.Name == vmv1.RunnerContainer {
-			im.Runner = c.Image
-		}
+	if c := runnerpod.Container(pod); c != nil {
+		im.Runner = c.Image
 	}
 	for _, v := range pod.Spec.Volumes {
 		if v.Image == nil {
@@ -551,7 +550,4 @@ func protocol(p corev1.Protocol) corev1.Protocol {
 	return p
 }
 
-func ceilMiB(q resource.Quantity) int64 {
-	const mib = 1 << 20
-	return (q.Value() + mib - 1) / mib
-}
+func ceilMiB(q resource.Quantity) int64 { return vmv1.CeilMiB(q.Value()) }

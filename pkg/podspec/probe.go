@@ -2,12 +2,12 @@ package podspec
 
 import (
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // runnerProbeConfig is the runner's --readiness-probe for a guest probe; the zero Probe for none.
@@ -31,24 +31,16 @@ func runnerProbeConfig(p *vmv1.GuestProbe) runnerconfig.Probe {
 // none): what the VM's Ready condition waits for. It reads the pod, not the VM, because the pod
 // runs what it was built with even after the VM's spec changed.
 func GuestProbe(pod *corev1.Pod) string {
-	for _, c := range pod.Spec.Containers {
-		if c.Name != vmv1.RunnerContainer {
-			continue
-		}
-		for _, a := range c.Args {
-			v, ok := strings.CutPrefix(a, "--readiness-probe=")
-			if !ok {
-				continue
-			}
-			p, err := runnerconfig.ParseProbe(v)
-			if err != nil {
-				return v
-			}
-			if p.Kind == runnerconfig.ProbeTCP {
-				return fmt.Sprintf("TCP port %d", p.Port)
-			}
-			return fmt.Sprintf("HTTP GET of %s on port %d", p.Path, p.Port)
-		}
+	v, ok := runnerpod.Value(pod, "--readiness-probe")
+	if !ok {
+		return ""
 	}
-	return ""
+	p, err := runnerconfig.ParseProbe(v)
+	switch {
+	case err != nil:
+		return v
+	case p.Kind == runnerconfig.ProbeTCP:
+		return fmt.Sprintf("TCP port %d", p.Port)
+	}
+	return fmt.Sprintf("HTTP GET of %s on port %d", p.Path, p.Port)
 }

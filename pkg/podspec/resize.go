@@ -3,7 +3,7 @@ package podspec
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // resizePolicy lets the kubelet resize the runner in place: a restart would lose the guest, and
@@ -17,10 +17,8 @@ func resizePolicy() []corev1.ContainerResizePolicy {
 
 // RunnerResources are the runner container's resources in pod.
 func RunnerResources(pod *corev1.Pod) corev1.ResourceRequirements {
-	for _, c := range pod.Spec.Containers {
-		if c.Name == vmv1.RunnerContainer {
-			return c.Resources
-		}
+	if c := runnerpod.Container(pod); c != nil {
+		return c.Resources
 	}
 	return corev1.ResourceRequirements{}
 }

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // The runner's flags of a suspend and a resume (runnerconfig's --suspend-to and --resume-from).
@@ -24,18 +25,15 @@ func Resumes(vm *vmv1.VirtualMachine) bool {
 
 // CanSuspend says the runner pod was built to save its guest: its runner has --suspend-to (and
 // the state claim mounted there).
-func CanSuspend(pod *corev1.Pod) bool { return runnerFlag(pod, SuspendFlag) }
+func CanSuspend(pod *corev1.Pod) bool {
+	_, ok := runnerpod.Value(pod, SuspendFlag)
+	return ok
+}
 
 // ResumedFrom says the runner pod's guest was started from a saved state (--resume-from).
-func ResumedFrom(pod *corev1.Pod) bool { return runnerFlag(pod, ResumeFlag) }
-
-func runnerFlag(pod *corev1.Pod, flag string) bool {
-	for _, c := range pod.Spec.Containers {
-		if c.Name == vmv1.RunnerContainer {
-			return slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, flag+"=") })
-		}
-	}
-	return false
+func ResumedFrom(pod *corev1.Pod) bool {
+	_, ok := runnerpod.Value(pod, ResumeFlag)
+	return ok
 }
 
 // withoutState takes the state claim and the suspend and resume flags out of a migration
@@ -47,10 +45,10 @@ func withoutState(spec *corev1.PodSpec) {
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
 		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == stateClaimVolume })
-		if c.Name == vmv1.RunnerContainer {
-			c.Args = slices.DeleteFunc(c.Args, func(a string) bool {
-				return strings.HasPrefix(a, SuspendFlag+"=") || strings.HasPrefix(a, ResumeFlag+"=")
-			})
-		}
+	}
+	if c := runnerpod.ContainerIn(spec); c != nil {
+		c.Args = slices.DeleteFunc(c.Args, func(a string) bool {
+			return strings.HasPrefix(a, SuspendFlag+"=") || strings.HasPrefix(a, ResumeFlag+"=")
+		})
 	}
 }

@@ -10,8 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
@@ -108,7 +107,7 @@ func booting(pod *corev1.Pod, g controlapi.Guest, now time.Time) bool {
 	if !g.Connected {
 		return true
 	}
-	if g.Bootstrap != nil && g.Bootstrap.CloudInitDone || !hasArgPrefix(pod, runnerconfig.CloudInitUserDataFlag+"=") {
+	if g.Bootstrap != nil && g.Bootstrap.CloudInitDone || !hasCloudInit(pod) {
 		return false
 	}
 	return pod.Status.StartTime == nil || now.Sub(pod.Status.StartTime.Time) < bootWindow
@@ -158,18 +157,10 @@ func (e *Executor) write(ctx context.Context, pod *corev1.Pod, g controlapi.Gues
 // hasAgentChannel says whether the pod's runner gives its guest an agent channel: a pod
 // without one is never asked.
 func hasAgentChannel(pod *corev1.Pod) bool {
-	return slices.Contains(runnerArgs(pod), runnerconfig.GuestAgentFlag)
+	return runnerpod.Has(pod, runnerconfig.GuestAgentFlag)
 }
 
-func hasArgPrefix(pod *corev1.Pod, prefix string) bool {
-	return slices.ContainsFunc(runnerArgs(pod), func(a string) bool { return strings.HasPrefix(a, prefix) })
-}
-
-func runnerArgs(pod *corev1.Pod) []string {
-	for _, c := range pod.Spec.Containers {
-		if c.Name == vmv1.RunnerContainer {
-			return c.Args
-		}
-	}
-	return nil
+func hasCloudInit(pod *corev1.Pod) bool {
+	_, ok := runnerpod.Value(pod, runnerconfig.CloudInitUserDataFlag)
+	return ok
 }

@@ -23,6 +23,7 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podnetwork"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 	"github.com/virtpod/virtpod/runner/podcontrol"
 )
 
@@ -197,22 +198,13 @@ func (e *Executor) later(pod *corev1.Pod) time.Duration {
 	return 0
 }
 
-func runnerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
-	for i := range pod.Status.ContainerStatuses {
-		if pod.Status.ContainerStatuses[i].Name == vmv1.RunnerContainer {
-			return &pod.Status.ContainerStatuses[i]
-		}
-	}
-	return nil
-}
-
 func runnerRunning(pod *corev1.Pod) bool {
-	cs := runnerStatus(pod)
+	cs := runnerpod.Status(pod)
 	return cs != nil && cs.State.Running != nil
 }
 
 func runnerEnded(pod *corev1.Pod) bool {
-	cs := runnerStatus(pod)
+	cs := runnerpod.Status(pod)
 	return cs != nil && cs.State.Terminated != nil
 }
 

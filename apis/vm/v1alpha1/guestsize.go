@@ -77,3 +77,7 @@ func (s GuestSize) Validate(n SizeNames) []error {
 	}
 	return errs
 }
+
+// CeilMiB is bytes in MiB, rounded up: how a guest size in bytes (a quantity's value) becomes
+// the runner's --memory-mib, and how a size is compared with it.
+func CeilMiB(bytes int64) int64 { return (bytes + 1<<20 - 1) >> 20 }

@@ -103,3 +103,12 @@ func TestCRDSizeRulesMatchGo(t *testing.T) {
 		t.Error("spec.guest: no rule checks memory against the hotplug block")
 	}
 }
+
+// TestCeilMiB: whole MiB stay, any byte more is one MiB more.
+func TestCeilMiB(t *testing.T) {
+	for in, want := range map[int64]int64{0: 0, 1: 1, 1 << 20: 1, 1<<20 + 1: 2, 256 << 20: 256} {
+		if got := vmv1.CeilMiB(in); got != want {
+			t.Errorf("CeilMiB(%d) = %d, want %d", in, got, want)
+		}
+	}
+}

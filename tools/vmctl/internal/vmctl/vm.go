@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
 // runner is a VM and its current runner pod.
@@ -68,12 +69,8 @@ func runnerRunning(pod *corev1.Pod) bool {
 	if pod.Status.Phase != corev1.PodRunning {
 		return false
 	}
-	for _, c := range pod.Status.ContainerStatuses {
-		if c.Name == vmv1.RunnerContainer {
-			return c.State.Running != nil
-		}
-	}
-	return false
+	c := runnerpod.Status(pod)
+	return c != nil && c.State.Running != nil
 }
 
 // findRunner connects and finds VM name's runner pod (see runnerPod).
