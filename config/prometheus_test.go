@@ -69,7 +69,7 @@ func exported(t *testing.T) []string {
 	}
 	// The node agent's only metric is a constant description in package netagent, which this
 	// package cannot import without the node side's dependencies: read it from the source.
-	src, err := os.ReadFile("../runner/netagent/executor.go")
+	src, err := os.ReadFile("../agent/network/executor.go")
 	if err != nil {
 		t.Fatal(err)
 	}

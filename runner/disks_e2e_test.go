@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner"
-	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/tests/loopback"
 )
 

@@ -96,7 +96,7 @@ func runnerBinary(t testing.TB) string {
 		if os.Getenv("VIRTPOD_TEST_RACE") == "1" {
 			args = append(args, "-race") // the runner binary itself under the race detector
 		}
-		out, err := exec.Command("go", append(args, "github.com/virtpod/virtpod/runner/cmd/virtpod-runner")...).CombinedOutput()
+		out, err := exec.Command("go", append(args, "github.com/virtpod/virtpod/cmd/virtpod-runner")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -18,13 +18,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/pvhkernel"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/streampipe"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/binaries"
-	"github.com/virtpod/virtpod/runner/podcontrol"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 

@@ -76,7 +76,7 @@ func guestUp(p *corev1.Pod) {
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 }
 
-// agentSawStart is the node agent's guest-started annotation (runner/startagent).
+// agentSawStart is the node agent's guest-started annotation (agent/start).
 func agentSawStart(p *corev1.Pod) {
 	p.Annotations = map[string]string{vmv1.AnnotationGuestStarted: "2026-12-05T05:30:00.123Z"}
 }

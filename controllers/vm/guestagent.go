@@ -26,7 +26,7 @@ type agentView struct {
 const maxFactsAnnotation = 64 << 10
 
 // guestAgent reads the guest-facts annotation the node agent writes on the running guest's
-// pod (runner/factsagent). Pure.
+// pod (agent/facts). Pure.
 func guestAgent(vm *vmv1.VirtualMachine, pod *corev1.Pod) *agentView {
 	if vm.Spec.Provider != vmv1.ProviderQEMU {
 		return &agentView{condition: cause{vmv1.ReasonAgentNotSupported, fmt.Sprintf("provider %s gives the guest no agent channel; provider qemu does", vm.Spec.Provider)}}

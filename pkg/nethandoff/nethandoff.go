@@ -12,7 +12,7 @@
 // the kernel lets an unprivileged process open only a namespace it is in, so the runner can
 // name no namespace but its own pod's; the agent then needs no host PID namespace, no ptrace
 // right and no container runtime socket. Which pod the socket is whose, the kubelet says
-// (runner/podcontrol), and what to build comes from that pod's spec, never from the runner.
+// (agent/podcontrol), and what to build comes from that pod's spec, never from the runner.
 package nethandoff
 
 import (

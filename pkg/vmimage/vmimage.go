@@ -54,7 +54,7 @@ type Files struct {
 	// DiskName is the disk's file name in DiskDir: root.img (the default), or a containerDisk
 	// name ending .qcow2, .img or .raw (see pkg/vmimage/diskfile, which the runner reads it by).
 	DiskName string
-	// Copier is the static copy program (runner/cmd/vmcopy); every VM image has it.
+	// Copier is the static copy program (cmd/vmcopy); every VM image has it.
 	Copier string
 	// KeepBzImage stores a bzImage Kernel as given. By default the image holds the PVH vmlinux
 	// inside it, which spares each VM the copy of the bzImage QEMU otherwise keeps in memory.
@@ -96,7 +96,7 @@ func Layers(f Files, work string) ([]*ociimage.Layer, error) {
 	case f.DiskName != "" && !validDiskName(f.DiskName):
 		return nil, fmt.Errorf("--disk-name=%s: want %s or a file name ending .qcow2, .img or .raw (KubeVirt's containerDisk layout), with no '/' and not starting with '.'", f.DiskName, diskfile.RootName)
 	case f.Copier == "":
-		return nil, errors.New("no copy program for " + CopierPath + ": every VM image carries one (imagebuild builds runner/cmd/vmcopy)")
+		return nil, errors.New("no copy program for " + CopierPath + ": every VM image carries one (imagebuild builds cmd/vmcopy)")
 	}
 	copier := ociimage.NewLayer("vmcopy")
 	if err := copier.HostFile(CopierPath, f.Copier, 0o755); err != nil {

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	nodeagent "github.com/virtpod/virtpod/agent/nodereport"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
-	nodeagent "github.com/virtpod/virtpod/runner/agent"
 )
 
 // TestAgentRestart: the node agent's and the device plugin's pods are deleted, as a DaemonSet

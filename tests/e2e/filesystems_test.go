@@ -67,9 +67,10 @@ func withConfShare(t *testing.T, vm *vmv1.VirtualMachine) {
 // within the kubelet's sync period, with no restart.
 func checkConfShare(t *testing.T, ns, name string) {
 	t.Helper()
-	if err := contains(podLogs(ns, podspec.PodName(name)), "VIRTPOD-GUEST-FS conf /www/conf mounted ro"); err != nil {
-		t.Fatalf("the guest's share: %v", err)
-	}
+	// Running is the guest's start: its init mounts the share a moment later.
+	eventually(t, "the guest's share mounted", time.Minute, func() error {
+		return contains(podLogs(ns, podspec.PodName(name)), "VIRTPOD-GUEST-FS conf /www/conf mounted ro")
+	})
 	ip := getVM(t, ns, name).Status.PodIP
 	cm := &corev1.ConfigMap{}
 	if err := kube.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-conf"}, cm); err != nil {

@@ -59,7 +59,7 @@ func TestProviders(t *testing.T) {
 		if code != 0 {
 			return fmt.Errorf("exit %d:\n%s", code, out)
 		}
-		return contains(out, "qemu", "1/1 nodes fit", "cloud-hypervisor", "0/1 nodes fit: 1 without cloud-hypervisor", "virtpod-node", "7.2")
+		return contains(out, "qemu", "1/1 nodes fit", "cloud-hypervisor", "0/1 nodes fit: 1 without cloud-hypervisor", "virtpod-node", "10.0.")
 	})
 
 	ns := namespace(t)

@@ -27,7 +27,8 @@ func TestSecurityAdmission(t *testing.T) {
 		if err == nil {
 			return fmt.Errorf("admitted")
 		}
-		return contains(err.Error(), "allowed: localhost/virtpod/runner, localhost/virtpod/runner-nohypervisor")
+		// The release's own QEMU 7.2 runner by digest, then the local cluster's (config/local-settings).
+		return contains(err.Error(), "allowed: "+readLock(t, release)["virtpod/runner-debian12"].Digest+", localhost/virtpod/runner, localhost/virtpod/runner-debian12, localhost/virtpod/runner-nohypervisor")
 	})
 
 	// The VMs' namespaces enforce Pod Security restricted, and every VM of these tests runs there;

@@ -56,7 +56,7 @@ func (s setupPackage) Run() int {
 	}
 	defer os.RemoveAll(dir)
 	controllerBin = filepath.Join(dir, "virtpod-controller")
-	if out, err := exec.Command("go", "build", "-o", controllerBin, "github.com/virtpod/virtpod/controllers/cmd/virtpod-controller").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", controllerBin, "github.com/virtpod/virtpod/cmd/virtpod-controller").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the controller: %v\n%s", err, out)
 		return 1
 	}

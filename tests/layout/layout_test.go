@@ -1,5 +1,6 @@
 // Package layout keeps the two sides apart: the controller (controllers/) renders runner pods
-// and the node side (runner/) acts in them, and what both need lives in apis/ or pkg/. A node
+// and the node side — the runner in each pod (runner/) and the node agent (agent/) — acts in
+// them, and what both need lives in apis/ or pkg/. A node
 // binary that linked the controller's pod renderer, or a controller that linked node code, would
 // let one side's change break the other unseen.
 package layout
@@ -16,8 +17,10 @@ const module = "github.com/virtpod/virtpod/"
 
 const sidesFix = "move what both sides need to apis/vm/v1alpha1 or a pkg/ package of its own"
 
-// TestSidesStayApart: no package under runner/ depends on pkg/podspec, none under
-// controllers/ on anything under runner/, and no hypervisor driver on package runner, directly or through another package; their tests
+// TestSidesStayApart: no package under runner/ or agent/ depends on pkg/podspec, none under
+// controllers/ on anything under runner/ or agent/, the runner on none of the agent (it runs in
+// a pod the agent serves, through the control socket only), and no hypervisor driver on package
+// runner, directly or through another package; their tests
 // import neither either (the tests' shared harness, tests/kubeapi, and harness packages such
 // as podcontroltest that use it may: it starts the controller).
 func TestSidesStayApart(t *testing.T) {
@@ -26,7 +29,10 @@ func TestSidesStayApart(t *testing.T) {
 		fix             string
 	}{
 		{"./runner/...", module + "pkg/podspec", sidesFix},
+		{"./agent/...", module + "pkg/podspec", sidesFix},
 		{"./controllers/...", module + "runner/", sidesFix},
+		{"./controllers/...", module + "agent/", sidesFix},
+		{"./cmd/virtpod-runner/...", module + "agent/", "the runner binary carries no node-agent code: move what both need to pkg/"},
 		// A driver is one hypervisor's code behind runner/hypervisor's interfaces: the runner
 		// imports its drivers, never the reverse.
 		{"./runner/hypervisor/...", module + "runner", "move what the runner and its drivers share to runner/hypervisor"},

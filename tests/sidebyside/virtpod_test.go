@@ -24,7 +24,7 @@ import (
 type virtpod struct{ bin string }
 
 func newVirtpod(b *testing.B, dir string) *virtpod {
-	return &virtpod{bin: build(b, kubeapi.Root(), "./controllers/cmd/virtpod-controller", filepath.Join(dir, "virtpod-controller"))}
+	return &virtpod{bin: build(b, kubeapi.Root(), "./cmd/virtpod-controller", filepath.Join(dir, "virtpod-controller"))}
 }
 
 func (virtpod) name() string { return "virtpod" }

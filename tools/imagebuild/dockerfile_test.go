@@ -245,8 +245,8 @@ func TestCompareCatchesADifference(t *testing.T) {
 		t.Fatalf("Dockerfile.runner differs already: %q", d)
 	}
 	more := runnerLayout
-	more.programs = append(slices.Clone(more.programs), goProgram{"copy program", module + "/runner/cmd/vmcopy", "/usr/local/bin/vmcopy", "--vmcopy-binary"})
-	if d := compare(more, img); len(d) != 1 || !strings.Contains(d[0], "./runner/cmd/vmcopy") {
+	more.programs = append(slices.Clone(more.programs), goProgram{"copy program", module + "/cmd/vmcopy", "/usr/local/bin/vmcopy", "--vmcopy-binary"})
+	if d := compare(more, img); len(d) != 1 || !strings.Contains(d[0], "./cmd/vmcopy") {
 		t.Errorf("a program imagebuild has and the Dockerfile lacks: %q", d)
 	}
 	other := runnerLayout

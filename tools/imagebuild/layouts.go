@@ -43,9 +43,9 @@ var (
 	runnerLayout = imageLayout{
 		name: "runner",
 		programs: []goProgram{
-			{"runner", module + "/runner/cmd/virtpod-runner", podspec.RunnerBinary, "--binary"},
+			{"runner", module + "/cmd/virtpod-runner", podspec.RunnerBinary, "--binary"},
 			// The node agent (and device plugin): in the runner image so it probes the runner's QEMU.
-			{"node agent", module + "/runner/cmd/virtpod-agent", "/usr/local/bin/virtpod-agent", "--agent-binary"},
+			{"node agent", module + "/cmd/virtpod-agent", "/usr/local/bin/virtpod-agent", "--agent-binary"},
 		},
 		entrypoint: podspec.RunnerBinary,
 		base:       true,
@@ -53,7 +53,7 @@ var (
 	}
 	controllerLayout = imageLayout{
 		name:       "controller",
-		programs:   []goProgram{{"controller", module + "/controllers/cmd/virtpod-controller", "/usr/local/bin/virtpod-controller", "--binary"}},
+		programs:   []goProgram{{"controller", module + "/cmd/virtpod-controller", "/usr/local/bin/virtpod-controller", "--binary"}},
 		entrypoint: "/usr/local/bin/virtpod-controller",
 		user:       "65532:65532", // distroless's nonroot
 		base:       true,
@@ -66,7 +66,7 @@ var (
 		user:       "65535:65535",
 	}
 	// vmcopyProgram is the copy program every VM image carries (pkg/vmimage).
-	vmcopyProgram = goProgram{"copy program", module + "/runner/cmd/vmcopy", "", "--vmcopy-binary"}
+	vmcopyProgram = goProgram{"copy program", module + "/cmd/vmcopy", "", "--vmcopy-binary"}
 	// sshcheckProgram is the toolbox's SSH client (tools/dev/sshcheck), at toolboxSSHCheck.
 	sshcheckProgram = goProgram{"SSH client", module + "/tools/dev/sshcheck", "", "--sshcheck-binary"}
 )

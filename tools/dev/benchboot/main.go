@@ -122,7 +122,7 @@ func bench(runnerBin, guest, qemuBin string, pairs int, timeout time.Duration) e
 
 func buildRunner(work string) (string, error) {
 	runnerBin := filepath.Join(work, "runner")
-	if out, err := exec.Command("go", "build", "-trimpath", "-o", runnerBin, "github.com/virtpod/virtpod/runner/cmd/virtpod-runner").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", runnerBin, "github.com/virtpod/virtpod/cmd/virtpod-runner").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the runner: %v\n%s", err, out)
 	}
 	return runnerBin, nil

@@ -11,7 +11,7 @@ BENCH_FIRMWARE     ?= bios,uefi
 BENCH_DEBIAN_PAIRS ?= 3
 
 # The runner and what it uses; the node agent's packages are test-agent's (agent.mk).
-RUNNER_TEST_PKGS := ./runner/ ./runner/hypervisor/... ./runner/kvm/... ./runner/binaries/... ./runner/cmd/virtpod-runner/... ./runner/cmd/vmcopy/... \
+RUNNER_TEST_PKGS := ./runner/ ./runner/hypervisor/... ./runner/kvm/... ./runner/binaries/... ./cmd/virtpod-runner/... ./cmd/vmcopy/... \
 	./pkg/qemu/... ./pkg/cloudhypervisor/... \
 	./pkg/guestnet/... ./pkg/podnat/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
 
@@ -40,7 +40,7 @@ bench-resize: guest-fixture ## Live resize of the test guest under TCG: PUT to t
 	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -run '^$$' -bench BenchmarkResize -benchtime=1x ./runner/
 
 build-runner: ## Build the runner binary into $(RUNNER_BIN).
-	CGO_ENABLED=0 go build -trimpath -o $(RUNNER_BIN) ./runner/cmd/virtpod-runner
+	CGO_ENABLED=0 go build -trimpath -o $(RUNNER_BIN) ./cmd/virtpod-runner
 
 bench-migrate: guest-fixture ## Live migration of the test guest under TCG (256Mi and 1Gi, three hops each): QEMU's total time and downtime, the guest's heartbeat gap (root).
 	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -run '^$$' -bench BenchmarkMigrate -benchtime=1x -timeout 20m ./runner/

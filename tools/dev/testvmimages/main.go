@@ -52,7 +52,7 @@ func build(out string) error {
 		return err
 	}
 	copier := filepath.Join(work, "vmcopy")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", copier, "github.com/virtpod/virtpod/runner/cmd/vmcopy")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", copier, "github.com/virtpod/virtpod/cmd/vmcopy")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build vmcopy: %v\n%s", err, b)
