@@ -1,4 +1,4 @@
-// Package factsagent is the node agent's part of the guest agent: for each runner pod on its
+// Package facts is the node agent's part of the guest agent: for each runner pod on its
 // node whose guest has an agent channel, it asks the runner what the guest agent says (GET
 // /v1/guest on the pod's control socket) and writes that into the pod's guest-facts annotation,
 // which the controller copies into the VM's status. It asks the runner, on the node, every
@@ -9,7 +9,6 @@ package facts
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"sync"
 	"time"
 
@@ -43,12 +42,6 @@ const workers = 2
 
 // Run follows the node's runner pods until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
-	if e.Node == "" || e.Kube == nil {
-		return errors.New("guest facts executor: no node name, or no client to read VirtualMachines")
-	}
-	if e.Log == nil {
-		e.Log = zap.NewNop()
-	}
 	if e.AskWaiting <= 0 {
 		e.AskWaiting = 5 * time.Second
 	}
@@ -56,16 +49,8 @@ func (e *Executor) Run(ctx context.Context) error {
 		e.AskConnected = 30 * time.Second
 	}
 	e.authorized = map[types.UID]bool{}
-	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
-		MaxDelay: time.Minute, Retrying: "guest facts not read; retrying", Log: e.Log,
-	})
-	if err != nil {
-		return err
-	}
-	defer w.Shutdown()
-	e.Log.Info("guest facts executor started")
-	w.Run(ctx, workers, podcontrol.GoneIsDone(e.ask))
-	return nil
+	return e.Serve(ctx, podcontrol.Loop{Name: "guest facts", Workers: workers, MaxDelay: time.Minute, Retrying: "guest facts not read; retrying"},
+		func(*podcontrol.NodePods) podcontrol.Handler { return podcontrol.GoneIsDone(e.ask) })
 }
 
 // ask reads one pod's guest facts and writes them into the pod when they changed.

@@ -1,4 +1,4 @@
-// Package migrationagent is the node agent's part of a live migration (docs/api.md, Live
+// Package migration is the node agent's part of a live migration (docs/api.md, Live
 // migration): it carries QEMU's migration stream from the source runner's unix socket on one
 // node to the target runner's on another, between the two nodes' agents over mutual TLS, so
 // neither QMP nor the stream is ever on an open port of a VM's pod. On the target's node it says

@@ -1,4 +1,4 @@
-// Package netagent is the node agent's part of the guest's network. The runner holds no
+// Package network is the node agent's part of the guest's network. The runner holds no
 // capability (Pod Security restricted), so for each runner pod on its node the agent takes the
 // pod's network namespace from the runner (pkg/nethandoff, on the pod's control directory) and
 // builds the guest's wiring there (pkg/podnetwork): what to build comes from the pod's spec,
@@ -64,31 +64,19 @@ const (
 
 // Run follows the node's runner pods until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
-	if e.Node == "" || e.Kube == nil {
-		return errors.New("network executor: no node name, or no client to read VirtualMachines")
-	}
-	if e.Log == nil {
-		e.Log = zap.NewNop()
-	}
 	e.devices = &podcontrol.DeviceCache{Socket: e.PodResources, Every: devicesEvery}
-	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
-		MaxDelay: 30 * time.Second, Retrying: "pod network not plumbed; retrying", Log: e.Log,
-	})
-	if err != nil {
-		return err
-	}
-	defer w.Shutdown()
-	e.Log.Info("network executor started")
-	w.Run(ctx, workers, e.handle)
-	e.mu.Lock()
-	for _, s := range e.pods {
-		if s.ns != nil {
-			s.ns.Close()
+	defer func() {
+		e.mu.Lock()
+		for _, s := range e.pods {
+			if s.ns != nil {
+				s.ns.Close()
+			}
 		}
-	}
-	e.pods = nil
-	e.mu.Unlock()
-	return nil
+		e.pods = nil
+		e.mu.Unlock()
+	}()
+	return e.Serve(ctx, podcontrol.Loop{Name: "network", Workers: workers, MaxDelay: 30 * time.Second, Retrying: "pod network not plumbed; retrying"},
+		func(*podcontrol.NodePods) podcontrol.Handler { return e.handle })
 }
 
 func (e *Executor) state(uid types.UID) *podState {

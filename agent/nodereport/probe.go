@@ -1,4 +1,4 @@
-// Package agent is the node agent (virtpod-agent): it probes what its node offers the runner
+// Package nodereport is the node agent's report of its node: it probes what the node offers the runner
 // (KVM, by runner/kvm; emulation; each hypervisor binary with its version or the reason it
 // cannot run) and publishes that as the node's labels and its HypervisorNode. It runs from the
 // runner image, so it sees exactly the binaries the runner uses (runner/binaries).

@@ -1,4 +1,4 @@
-// Package resizeagent is the node agent's part of a live resize: it watches the runner pods on
+// Package resize is the node agent's part of a live resize: it watches the runner pods on
 // its node and, when the controller's desired size (pod annotations) differs from what the
 // guest has, asks the runner for it over the pod's control socket and writes back what the
 // guest then has. The controller decides; this only carries out, so it holds no state of its
@@ -34,30 +34,18 @@ type Executor struct {
 
 // Run follows the node's runner pods until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
-	if e.Node == "" || e.Kube == nil {
-		return errors.New("resize executor: no node name, or no client to read VirtualMachines")
-	}
 	if e.Timeout <= 0 {
 		e.Timeout = 5 * time.Minute
 	}
-	if e.Log == nil {
-		e.Log = zap.NewNop()
-	}
 	// Failed resizes are retried with back-off (a runner still booting, a guest slow to give
-	// memory back); everything else comes from the pods' events.
-	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
-		MaxDelay: 5 * time.Minute, Retrying: "resize not done; retrying", Log: e.Log,
-	})
-	if err != nil {
-		return err
-	}
-	defer w.Shutdown()
-	e.Log.Info("resize executor started")
-	// A few workers: one guest slow to give memory back must not hold up the node's others.
-	w.Run(ctx, workers, podcontrol.GoneIsDone(func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
-		return 0, e.converge(ctx, pod)
-	}))
-	return nil
+	// memory back); everything else comes from the pods' events. A few workers: one guest
+	// slow to give memory back must not hold up the node's others.
+	return e.Serve(ctx, podcontrol.Loop{Name: "resize", Workers: workers, MaxDelay: 5 * time.Minute, Retrying: "resize not done; retrying"},
+		func(*podcontrol.NodePods) podcontrol.Handler {
+			return podcontrol.GoneIsDone(func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+				return 0, e.converge(ctx, pod)
+			})
+		})
 }
 
 // workers is how many pods of a node are resized at once.

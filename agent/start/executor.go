@@ -1,4 +1,4 @@
-// Package startagent is the node agent's part of a VM's start: for each runner pod on its node
+// Package start is the node agent's part of a VM's start: for each runner pod on its node
 // it asks the runner once, over the pod's control socket, to answer when the guest runs (GET
 // /v1/started, which the runner holds until then), and writes that moment into the pod's
 // guest-started annotation, from which the controller reports the VM Running. The kubelet's
@@ -10,7 +10,6 @@ package start
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -50,31 +49,21 @@ const (
 
 // Run follows the node's runner pods until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
-	if e.Node == "" || e.Kube == nil {
-		return errors.New("guest start executor: no node name, or no client to read VirtualMachines")
-	}
-	if e.Log == nil {
-		e.Log = zap.NewNop()
-	}
 	e.devices = &podcontrol.DeviceCache{Socket: e.PodResources, Every: devicesEvery}
 	e.asking, e.done = map[types.UID]context.CancelFunc{}, map[types.UID]string{}
-	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
-		MaxDelay: 30 * time.Second, Retrying: "guest start not reported; retrying", Log: e.Log,
-	})
-	if err != nil {
-		return err
-	}
-	defer w.Shutdown()
-	e.Log.Info("guest start executor started")
-	w.Run(ctx, workers, podcontrol.GoneIsDone(func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
-		return e.handle(ctx, w, pod)
-	}))
-	e.mu.Lock()
-	for _, cancel := range e.asking {
-		cancel()
-	}
-	e.mu.Unlock()
-	return nil
+	defer func() {
+		e.mu.Lock()
+		for _, cancel := range e.asking {
+			cancel()
+		}
+		e.mu.Unlock()
+	}()
+	return e.Serve(ctx, podcontrol.Loop{Name: "guest start", Workers: workers, MaxDelay: 30 * time.Second, Retrying: "guest start not reported; retrying"},
+		func(w *podcontrol.NodePods) podcontrol.Handler {
+			return podcontrol.GoneIsDone(func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+				return e.handle(ctx, w, pod)
+			})
+		})
 }
 
 // handle starts asking a pod's runner once its control socket is there; the asking runs on

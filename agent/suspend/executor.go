@@ -1,4 +1,4 @@
-// Package suspendagent is the node agent's part of a suspend: it watches the runner pods on its
+// Package suspend is the node agent's part of a suspend: it watches the runner pods on its
 // node and, for a pod the controller asked to suspend (vm.virtpod.io/suspend), asks the runner
 // to save its guest (PUT /v1/suspend on the pod's control socket). The runner then ends, and its
 // pod's end is what the controller records; a refusal or failure is written into the pod
@@ -38,27 +38,15 @@ const workers = 2
 
 // Run follows the node's runner pods until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
-	if e.Node == "" || e.Kube == nil {
-		return errors.New("suspend executor: no node name, or no client to read VirtualMachines")
-	}
 	if e.Timeout <= 0 {
 		e.Timeout = 10 * time.Minute
 	}
-	if e.Log == nil {
-		e.Log = zap.NewNop()
-	}
-	w, err := podcontrol.WatchNode(ctx, e.Client, e.Node, podcontrol.WatchOptions{
-		MaxDelay: 5 * time.Minute, Retrying: "suspend not done; retrying", Log: e.Log,
-	})
-	if err != nil {
-		return err
-	}
-	defer w.Shutdown()
-	e.Log.Info("suspend executor started")
-	w.Run(ctx, workers, podcontrol.GoneIsDone(func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
-		return 0, e.suspend(ctx, pod)
-	}))
-	return nil
+	return e.Serve(ctx, podcontrol.Loop{Name: "suspend", Workers: workers, MaxDelay: 5 * time.Minute, Retrying: "suspend not done; retrying"},
+		func(*podcontrol.NodePods) podcontrol.Handler {
+			return podcontrol.GoneIsDone(func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+				return 0, e.suspend(ctx, pod)
+			})
+		})
 }
 
 // suspend saves one asked pod's guest, unless it was saved or is not asked.

@@ -198,6 +198,31 @@ func unpackKernel() error {
 	return nil
 }
 
+// executor is one of the agent's pod executors: whether it is on, whether the agent stops
+// without it, and how it runs.
+type executor struct {
+	name  string
+	on    bool
+	vital bool
+	run   func(context.Context) error
+}
+
+// executors are the agent's pod executors, each on its own log. The pod networks and live
+// migration are vital: every runner waits for its network before its guest starts, and without
+// the migration stream no VM can leave or reach the node, so the agent stops (and its pod
+// restarts) rather than run on half-able. Without the guest-start report the VMs still reach
+// Running, by the kubelet's startup probe, up to a second later.
+func executors(o options, a podcontrol.Agent, nx *network.Executor) []executor {
+	return []executor{
+		{"pod networks", true, true, nx.Run},
+		{"guest start", true, false, (&start.Executor{Agent: a.Named("guest-start")}).Run},
+		{"guest facts", o.guestFacts, false, (&facts.Executor{Agent: a.Named("guest-facts")}).Run},
+		{"suspend", o.suspend, false, (&suspend.Executor{Agent: a.Named("suspend")}).Run},
+		{"resize", o.resize, false, (&resize.Executor{Agent: a.Named("resize")}).Run},
+		{"live migration", o.migrate, true, (&migration.Executor{Agent: a.Named("migration"), Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen}).Run},
+	}
+}
+
 func run(o options) error {
 	if o.interval < time.Second {
 		return fmt.Errorf("--interval %v is too short (at least 1s)", o.interval)
@@ -232,8 +257,6 @@ func run(o options) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	nodeAgent := podcontrol.Agent{Client: cs, Kube: kube, Node: o.nodeName, ControlDir: o.controlDir, PodResources: o.podResources, Log: log}
-	// Every runner waits for it before its guest starts: without it no VM runs here, so
-	// the agent stops, and its pod restarts, rather than run on half-able.
 	nx := &network.Executor{Agent: nodeAgent.Named("network")}
 	if o.kernelCache != "" {
 		kc, err := kernelcache.New(o.kernelCache, 0, 0)
@@ -245,11 +268,18 @@ func run(o options) error {
 		kc.Unpacker = func() *exec.Cmd { return exec.Command("/proc/self/exe", "unpack-kernel") }
 		nx.Kernels = kc
 	}
-	go func() {
-		if err := nx.Run(ctx); err != nil {
-			quit(fmt.Errorf("pod networks: %w", err))
+	for _, x := range executors(o, nodeAgent, nx) {
+		if !x.on {
+			continue
 		}
-	}()
+		go func() {
+			if err := x.run(ctx); err != nil && x.vital {
+				quit(fmt.Errorf("%s: %w", x.name, err))
+			} else if err != nil {
+				log.Error(x.name+" executor stopped", zap.Error(err))
+			}
+		}()
+	}
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		// The Go runtime's and the process's own figures (heap, goroutines, open fds): what
@@ -261,48 +291,6 @@ func run(o options) error {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		defer serveHTTP(o.pprofAddr, mux, "profiling endpoint", log)()
-	}
-	// Reports each guest's start as it happens; without it the VMs still reach Running, by the
-	// kubelet's startup probe, up to a second later.
-	st := &start.Executor{Agent: nodeAgent.Named("guest-start")}
-	go func() {
-		if err := st.Run(ctx); err != nil {
-			log.Error("guest start executor stopped", zap.Error(err))
-		}
-	}()
-	if o.guestFacts {
-		fx := &facts.Executor{Agent: nodeAgent.Named("guest-facts")}
-		go func() {
-			if err := fx.Run(ctx); err != nil {
-				log.Error("guest facts executor stopped", zap.Error(err))
-			}
-		}()
-	}
-	if o.suspend {
-		sx := &suspend.Executor{Agent: nodeAgent.Named("suspend")}
-		go func() {
-			if err := sx.Run(ctx); err != nil {
-				log.Error("suspend executor stopped", zap.Error(err))
-			}
-		}()
-	}
-	if o.resize {
-		ex := &resize.Executor{Agent: nodeAgent.Named("resize")}
-		go func() {
-			if err := ex.Run(ctx); err != nil {
-				log.Error("resize executor stopped", zap.Error(err))
-			}
-		}()
-	}
-	if o.migrate {
-		mx := &migration.Executor{Agent: nodeAgent.Named("migration"), Namespace: o.namespace, PodIP: o.podIP, Listen: o.migrationListen}
-		// Without it no VM can leave or reach this node: the agent stops, and its pod
-		// restarts, rather than run on half-able.
-		go func() {
-			if err := mx.Run(ctx); err != nil {
-				quit(fmt.Errorf("live migration: %w", err))
-			}
-		}()
 	}
 	// The device plugin runs apart (virtpod-agent device-plugin) and follows the HypervisorNode.
 	nodereport.Loop(ctx, o.interval, func(ctx context.Context) vmv1.HypervisorNodeStatus { return nodereport.Probe(ctx, o.probe) },
