@@ -260,7 +260,7 @@ func TestProviderBinaryMissing(t *testing.T) {
 	r3 := startRunner(t, "", "--name=vm-missing", "--accel=tcg", "--cpus=1", "--memory-mib=128",
 		"--kernel=/virtpod/images/kernel/boot/vmlinuz", "--root-disk=/virtpod/images/disk/disk/root.img",
 		"--network=none", "--virtiofsd-binary="+nofs, "--filesystem=tag=web,path="+t.TempDir())
-	wantFS := "virtiofsd not found (" + nofs + "): spec.guest.filesystems needs a runner image with virtiofsd, such as the Debian 13 runner (docs/filesystems.md)"
+	wantFS := "virtiofsd not found (" + nofs + "): spec.guest.filesystems needs a runner image with virtiofsd, such as the default runner (docs/filesystems.md)"
 	if code, msg := r3.waitExit(t, 20*time.Second); code != runner.ExitProviderMissing || msg != wantFS {
 		t.Fatalf("shares without virtiofsd: exit %d, %q; want %d, %q", code, msg, runner.ExitProviderMissing, wantFS)
 	}

@@ -75,18 +75,9 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	if err := cfg.Validate(); err != nil {
 		return failf(ExitError, "invalid configuration: %v", err)
 	}
-	binary, binName := o.QEMUBinary, binaries.QEMUName
-	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
-		binary, binName = o.CloudHypervisorBinary, binaries.CloudHypervisorName
-	}
-	if err := checkBinary(binary); err != nil {
-		return failf(ExitProviderMissing, "provider binary not found: %s (%s)", binName, binary)
-	}
-	if err := checkBinary(o.QEMUImgBinary); err != nil {
-		return failf(ExitProviderMissing, "provider binary not found: %s (%s)", binaries.QEMUImgName, o.QEMUImgBinary)
-	}
-	if err := checkBinary(o.VirtiofsdBinary); err != nil && len(cfg.Filesystems) > 0 {
-		return failf(ExitProviderMissing, "%s not found (%s): spec.guest.filesystems needs a runner image with virtiofsd, such as the Debian 13 runner (docs/filesystems.md)", binaries.VirtiofsdName, o.VirtiofsdBinary)
+	binary, missing := checkBinaries(cfg, o)
+	if missing != nil {
+		return *missing
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return failf(ExitError, "--state-dir: %v", err)
@@ -96,74 +87,34 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 		return failf(ExitError, "--http-addr: %v", err)
 	}
 	defer stopHTTP()
-
-	if cfg.Acceleration == runnerconfig.AccelKVM && !o.SkipKVMProbe {
-		res := kvm.Probe(ctx, kvm.Options{Device: o.KVMDevice})
-		log.Info("kvm probe", zap.Bool("usable", res.Usable), zap.String("stage", res.Stage), zap.String("module", res.Module), zap.String("reason", res.Reason), zap.Duration("took", res.Duration))
-		if !res.Usable {
-			return failf(ExitKVMUnusable, "acceleration kvm: KVM cannot run a guest on this node: %s", res)
-		}
+	if failed := probeKVM(ctx, cfg, o); failed != nil {
+		return *failed
 	}
 
-	var fw firmwareFiles
-	if cfg.Kernel == "" {
-		if fw, err = prepareFirmware(cfg); err != nil {
-			return failf(ExitError, "--firmware=%s: %v", cfg.Firmware, err)
-		}
-		log.Info("booting the root disk through firmware", zap.String("firmware", fw.kind), zap.String("code", fw.code), zap.String("vars", fw.vars))
-	} else if _, err := os.Stat(cfg.Kernel); err != nil {
-		return failf(ExitError, "--kernel: %v", err)
+	in := guestInputs{serial: filepath.Join(cfg.StateDir, serialSocketName)}
+	if failed := in.bootFiles(cfg, log); failed != nil {
+		return *failed
 	}
 	bz, bzSize := openBzImage(cfg)
 	if bz != nil {
 		defer bz.Close()
 	}
-	initrd := cfg.Initrd
-	if initrd != "" {
-		if _, err := os.Stat(initrd); err != nil {
-			log.Info("no initrd; booting without one", zap.String("initrd", initrd))
-			initrd = ""
-		}
-	}
-	// --root-disk names the disk, or the VM image's /disk, which holds it as root.img or as a
-	// containerDisk's one disk file; with a root volume it is what fills the volume once.
-	if cfg.RootDisk != "" {
-		base, _, err := diskfile.Resolve(cfg.RootDisk)
-		if err != nil {
-			return failf(ExitRootDiskUnusable, "root disk: %v", err)
-		}
-		cfg.RootDisk = base
-	}
-	direct := diskimage.SupportsDirectIO(cfg.StateDir)
-	root := rootDisk{cache: qemu.CacheWriteback}
-	if direct {
-		root.cache = qemu.CacheNone
-	}
-	if cfg.RootVolume != nil {
-		if root, err = prepareRootVolume(ctx, cfg, o.QEMUImgBinary, board, log); err != nil {
-			return failf(ExitError, "%v", err)
-		}
-	} else {
-		overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, cfg.RootDisk, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
-		if err != nil {
-			return failf(ExitError, "%v", err)
-		}
-		log.Info("root disk", zap.String("overlay", overlay.Path), zap.String("base", overlay.Base), zap.String("baseFormat", overlay.BaseFormat), zap.Int64("sizeBytes", overlay.SizeBytes), zap.Bool("reused", overlay.Reused))
-		root.path, root.format = overlay.Path, overlay.Format
+	if failed := in.rootDisk(ctx, &cfg, o, board, log); failed != nil {
+		return *failed
 	}
 	drives, cleanDisks, err := prepareDisks(cfg, log)
 	if err != nil {
 		return failf(ExitError, "%v", err)
 	}
 	defer cleanDisks()
-	seed, err := writeSeed(cfg)
-	if err != nil {
+	in.drives = drives
+	if in.seed, err = writeSeed(cfg); err != nil {
 		return failf(ExitError, "cloud-init seed: %v", err)
 	}
-	if seed != "" {
+	if in.seed != "" {
 		// The image holds the Secret's data on the node's disk: gone when the guest is.
-		defer os.Remove(seed)
-		log.Info("cloud-init seed", zap.String("image", seed), zap.String("instanceID", cfg.InstanceID), zap.Bool("networkConfig", cfg.CloudInitNetworkData != ""))
+		defer os.Remove(in.seed)
+		log.Info("cloud-init seed", zap.String("image", in.seed), zap.String("instanceID", cfg.InstanceID), zap.Bool("networkConfig", cfg.CloudInitNetworkData != ""))
 	}
 
 	network, err := setupNetwork(ctx, cfg, o, board, bz)
@@ -172,75 +123,205 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusB
 	}
 	defer network.close()
 	logKernel(cfg, bzSize, network, log)
-	plumbing, ipArg := network.plumbing, network.ipArg
-	cmdline := ""
+	in.network = network
 	if cfg.Kernel != "" {
-		cmdline = kernelCmdline(cfg.KernelArgs, ipArg, cfg.MaxMemoryMiB > cfg.MemoryMiB)
+		in.cmdline = kernelCmdline(cfg.KernelArgs, network.ipArg, cfg.MaxMemoryMiB > cfg.MemoryMiB)
 	}
-
 	shared, fs, err := startShares(cfg, o, log)
 	if err != nil {
 		return failf(ExitError, "%v", err)
 	}
 	defer shared.stop()
+	in.filesystems = fs
 
-	var hv hypervisor.Hypervisor
-	serial := filepath.Join(cfg.StateDir, serialSocketName)
-	switch cfg.Provider {
-	case runnerconfig.ProviderQEMU:
-		spec := qemu.Spec{
-			Name: cfg.Name, Acceleration: cfg.Acceleration, Machine: cfg.Machine, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
-			MaxCPUs: cfg.MaxCPUs, MaxMemoryMiB: cfg.MaxMemoryMiB,
-			Kernel: cfg.Kernel, Initrd: initrd, Cmdline: cmdline,
-			DiskPath: root.path, DiskFormat: root.format, DiskCache: root.cache, DiskBlock: root.block, SeedPath: seed, Disks: drives,
-			SerialSocket: serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName), Filesystems: fs,
-		}
-		if cfg.Incoming {
-			spec.IncomingSocket = filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.MigrateInSocket)
-		}
-		if cfg.ResumeFrom != "" {
-			spec.IncomingSocket = filepath.Join(cfg.StateDir, resumeSocketName)
-		}
-		if cfg.GuestAgent {
-			spec.AgentSocket = filepath.Join(cfg.StateDir, agentSocketName)
-		}
-		fw.qemu(&spec)
-		var tap *os.File
-		if plumbing != nil {
-			spec.MAC, tap = plumbing.GuestMAC, plumbing.TapFile
-		}
-		hv = qemudriver.New(binary, o.Launcher, spec, tap, log).WithKernel(network.kernel)
-	case runnerconfig.ProviderCloudHypervisor:
-		hv = chdriver.New(binary, cfg, chdriver.Inputs{
-			Initrd: initrd, Cmdline: cmdline, Firmware: fw.code, RootPath: root.path, RootFormat: root.format, RootCache: root.cache,
-			Disks: drives, Direct: direct, Serial: serial, Seed: seed, APISocket: filepath.Join(cfg.StateDir, chAPISocketName), Plumbing: plumbing,
-		}, log)
-	}
+	hv := newHypervisor(binary, cfg, o, in, log)
 	mig := newMigration(cfg, hv, board, log)
 	if cfg.Incoming {
 		defer mig.removeInSockets()
 	}
-	sus := newSuspender(cfg, hv, mig, board, log)
-	agent := newGuestAgent("", hv)
+	parts := guestParts{mig: mig, sus: newSuspender(cfg, hv, mig, board, log), agent: newGuestAgent("", hv)}
 	if cfg.GuestAgent {
-		agent = newGuestAgent(filepath.Join(cfg.StateDir, agentSocketName), hv)
+		parts.agent = newGuestAgent(filepath.Join(cfg.StateDir, agentSocketName), hv)
 	}
-	if cfg.ControlSocket != "" {
-		ctl := newControlServer(cfg, hv.(hypervisor.Resizer), o.ResizeTimeout, log)
-		ctl.mig, ctl.agent, ctl.sus, ctl.board = mig, agent, sus, board
-		if stop, err := ctl.serve(cfg.ControlSocket); err != nil && cfg.Incoming {
-			return failf(ExitError, "--incoming: no control socket, so no stream can arrive: %v", err)
-		} else if err != nil {
-			// The guest runs without it: a resize then fails at the node agent, in words.
-			log.Error("no control socket: the guest cannot be resized", zap.String("socket", cfg.ControlSocket), zap.Error(err))
-		} else {
-			defer stop()
-			log.Info("control API", zap.String("socket", cfg.ControlSocket), zap.Int32("maxCPUs", cfg.EffectiveMaxCPUs()), zap.Int64("maxMemoryMiB", cfg.EffectiveMaxMemoryMiB()))
-		}
+	stopControl, failed := serveControl(cfg, o, hv, parts, board, log)
+	if failed != nil {
+		return *failed
 	}
+	defer stopControl()
 	hv = watchShares(hv, shared, log)
 	hv, o.Stdout = watchConsole(hv, o.Stdout, cfg.Kernel == "")
-	return supervise(ctx, cfg, o, board, hv, guestParts{mig: mig, agent: agent, sus: sus}, filepath.Join(cfg.StateDir, consoleSocketName), serial)
+	return supervise(ctx, cfg, o, board, hv, parts, filepath.Join(cfg.StateDir, consoleSocketName), in.serial)
+}
+
+// checkBinaries finds the programs the guest needs in the runner image: its hypervisor (whose
+// path it returns), qemu-img, and virtiofsd for shares; a missing one is the run's outcome.
+func checkBinaries(cfg runnerconfig.Config, o Options) (string, *Outcome) {
+	missing := func(name, path string) (string, *Outcome) {
+		out := failf(ExitProviderMissing, "provider binary not found: %s (%s)", name, path)
+		return "", &out
+	}
+	binary, binName := o.QEMUBinary, binaries.QEMUName
+	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
+		binary, binName = o.CloudHypervisorBinary, binaries.CloudHypervisorName
+	}
+	if err := checkBinary(binary); err != nil {
+		return missing(binName, binary)
+	}
+	if err := checkBinary(o.QEMUImgBinary); err != nil {
+		return missing(binaries.QEMUImgName, o.QEMUImgBinary)
+	}
+	if err := checkBinary(o.VirtiofsdBinary); err != nil && len(cfg.Filesystems) > 0 {
+		out := failf(ExitProviderMissing, "%s not found (%s): spec.guest.filesystems needs a runner image with virtiofsd, such as the default runner (docs/filesystems.md)", binaries.VirtiofsdName, o.VirtiofsdBinary)
+		return "", &out
+	}
+	return binary, nil
+}
+
+// probeKVM fails the run, loudly and at once, where the VM asked for KVM and the node's KVM
+// cannot run a guest (kvm-pvm hangs stock kernels; a hang would be all the user saw).
+func probeKVM(ctx context.Context, cfg runnerconfig.Config, o Options) *Outcome {
+	if cfg.Acceleration != runnerconfig.AccelKVM || o.SkipKVMProbe {
+		return nil
+	}
+	res := kvm.Probe(ctx, kvm.Options{Device: o.KVMDevice})
+	o.Log.Info("kvm probe", zap.Bool("usable", res.Usable), zap.String("stage", res.Stage), zap.String("module", res.Module), zap.String("reason", res.Reason), zap.Duration("took", res.Duration))
+	if !res.Usable {
+		out := failf(ExitKVMUnusable, "acceleration kvm: KVM cannot run a guest on this node: %s", res)
+		return &out
+	}
+	return nil
+}
+
+// guestInputs are what the runner prepared for the hypervisor: the boot files, the disks, the
+// network and the shares, in the runner's words, which each driver translates.
+type guestInputs struct {
+	fw          firmwareFiles
+	initrd      string
+	cmdline     string
+	root        rootDisk
+	direct      bool // the state directory takes O_DIRECT
+	drives      []qemu.Drive
+	seed        string
+	serial      string
+	network     *guestNetwork
+	filesystems []qemu.Filesystem
+}
+
+// bootFiles are the guest's boot: its kernel (and an initrd, when the file is there), or the
+// firmware that boots its root disk.
+func (in *guestInputs) bootFiles(cfg runnerconfig.Config, log *zap.Logger) *Outcome {
+	if cfg.Kernel == "" {
+		fw, err := prepareFirmware(cfg)
+		if err != nil {
+			out := failf(ExitError, "--firmware=%s: %v", cfg.Firmware, err)
+			return &out
+		}
+		in.fw = fw
+		log.Info("booting the root disk through firmware", zap.String("firmware", fw.kind), zap.String("code", fw.code), zap.String("vars", fw.vars))
+	} else if _, err := os.Stat(cfg.Kernel); err != nil {
+		out := failf(ExitError, "--kernel: %v", err)
+		return &out
+	}
+	in.initrd = cfg.Initrd
+	if in.initrd != "" {
+		if _, err := os.Stat(in.initrd); err != nil {
+			log.Info("no initrd; booting without one", zap.String("initrd", in.initrd))
+			in.initrd = ""
+		}
+	}
+	return nil
+}
+
+// rootDisk readies the root disk: a volume kept on a claim, or an overlay in the state
+// directory on the image's disk. --root-disk names the disk, or the VM image's /disk, which
+// holds it as root.img or as a containerDisk's one disk file (resolved into cfg); with a root
+// volume it is what fills the volume once.
+func (in *guestInputs) rootDisk(ctx context.Context, cfg *runnerconfig.Config, o Options, board *statusBoard, log *zap.Logger) *Outcome {
+	if cfg.RootDisk != "" {
+		base, _, err := diskfile.Resolve(cfg.RootDisk)
+		if err != nil {
+			out := failf(ExitRootDiskUnusable, "root disk: %v", err)
+			return &out
+		}
+		cfg.RootDisk = base
+	}
+	in.direct = diskimage.SupportsDirectIO(cfg.StateDir)
+	in.root = rootDisk{cache: qemu.CacheWriteback}
+	if in.direct {
+		in.root.cache = qemu.CacheNone
+	}
+	if cfg.RootVolume != nil {
+		root, err := prepareRootVolume(ctx, *cfg, o.QEMUImgBinary, board, log)
+		if err != nil {
+			out := failf(ExitError, "%v", err)
+			return &out
+		}
+		in.root = root
+		return nil
+	}
+	overlay, err := diskimage.CreateOverlay(ctx, o.QEMUImgBinary, cfg.RootDisk, filepath.Join(cfg.StateDir, overlayName), cfg.DiskSizeMiB)
+	if err != nil {
+		out := failf(ExitError, "%v", err)
+		return &out
+	}
+	log.Info("root disk", zap.String("overlay", overlay.Path), zap.String("base", overlay.Base), zap.String("baseFormat", overlay.BaseFormat), zap.Int64("sizeBytes", overlay.SizeBytes), zap.Bool("reused", overlay.Reused))
+	in.root.path, in.root.format = overlay.Path, overlay.Format
+	return nil
+}
+
+// newHypervisor is the driver of cfg's provider, given what the runner prepared.
+func newHypervisor(binary string, cfg runnerconfig.Config, o Options, in guestInputs, log *zap.Logger) hypervisor.Hypervisor {
+	plumbing := in.network.plumbing
+	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
+		return chdriver.New(binary, cfg, chdriver.Inputs{
+			Initrd: in.initrd, Cmdline: in.cmdline, Firmware: in.fw.code, RootPath: in.root.path, RootFormat: in.root.format, RootCache: in.root.cache,
+			Disks: in.drives, Direct: in.direct, Serial: in.serial, Seed: in.seed, APISocket: filepath.Join(cfg.StateDir, chAPISocketName), Plumbing: plumbing,
+		}, log)
+	}
+	spec := qemu.Spec{
+		Name: cfg.Name, Acceleration: cfg.Acceleration, Machine: cfg.Machine, CPUModel: o.CPUModel, CPUs: cfg.CPUs, MemoryMiB: cfg.MemoryMiB,
+		MaxCPUs: cfg.MaxCPUs, MaxMemoryMiB: cfg.MaxMemoryMiB,
+		Kernel: cfg.Kernel, Initrd: in.initrd, Cmdline: in.cmdline,
+		DiskPath: in.root.path, DiskFormat: in.root.format, DiskCache: in.root.cache, DiskBlock: in.root.block, SeedPath: in.seed, Disks: in.drives,
+		SerialSocket: in.serial, QMPSocket: filepath.Join(cfg.StateDir, qmpSocketName), Filesystems: in.filesystems,
+	}
+	if cfg.Incoming {
+		spec.IncomingSocket = filepath.Join(filepath.Dir(cfg.ControlSocket), controlapi.MigrateInSocket)
+	}
+	if cfg.ResumeFrom != "" {
+		spec.IncomingSocket = filepath.Join(cfg.StateDir, resumeSocketName)
+	}
+	if cfg.GuestAgent {
+		spec.AgentSocket = filepath.Join(cfg.StateDir, agentSocketName)
+	}
+	in.fw.qemu(&spec)
+	var tap *os.File
+	if plumbing != nil {
+		spec.MAC, tap = plumbing.GuestMAC, plumbing.TapFile
+	}
+	return qemudriver.New(binary, o.Launcher, spec, tap, log).WithKernel(in.network.kernel)
+}
+
+// serveControl serves the control API on cfg's control socket, if it names one. A target
+// without it is the run's outcome (no stream could arrive); any other guest runs without it,
+// and a resize then fails at the node agent, in words.
+func serveControl(cfg runnerconfig.Config, o Options, hv hypervisor.Hypervisor, parts guestParts, board *statusBoard, log *zap.Logger) (func(), *Outcome) {
+	if cfg.ControlSocket == "" {
+		return func() {}, nil
+	}
+	ctl := newControlServer(cfg, hv.(hypervisor.Resizer), o.ResizeTimeout, log)
+	ctl.mig, ctl.agent, ctl.sus, ctl.board = parts.mig, parts.agent, parts.sus, board
+	stop, err := ctl.serve(cfg.ControlSocket)
+	switch {
+	case err != nil && cfg.Incoming:
+		out := failf(ExitError, "--incoming: no control socket, so no stream can arrive: %v", err)
+		return nil, &out
+	case err != nil:
+		log.Error("no control socket: the guest cannot be resized", zap.String("socket", cfg.ControlSocket), zap.Error(err))
+		return func() {}, nil
+	}
+	log.Info("control API", zap.String("socket", cfg.ControlSocket), zap.Int32("maxCPUs", cfg.EffectiveMaxCPUs()), zap.Int64("maxMemoryMiB", cfg.EffectiveMaxMemoryMiB()))
+	return stop, nil
 }
 
 func checkBinary(path string) error {

@@ -51,9 +51,30 @@ type guestParts struct {
 	sus   *suspender
 }
 
+// supervisor runs one guest from its hypervisor's start to its exit: it starts the guest in
+// one of three ways (a boot, a migration's arrival, a saved state's load), then answers what
+// comes — the pod's stop signal, the hypervisor's events, the boot watchdog, a suspend — until
+// the hypervisor exits, and reads the outcome from what it saw.
+type supervisor struct {
+	ctx   context.Context
+	cfg   runnerconfig.Config
+	o     Options
+	log   *zap.Logger
+	board *statusBoard
+	hv    hypervisor.Hypervisor
+	parts guestParts
+	st    runState
+
+	// What the loop waits on; nil while off.
+	poll                     *time.Ticker
+	incomingPoll             <-chan time.Time // a target's or a resume's check of the stream
+	loadFailed               chan error       // the saved state could not be fed
+	firstOutput              <-chan struct{}  // the guest's first console line
+	watchdog, grace, repress <-chan time.Time
+}
+
 func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor.Hypervisor, parts guestParts, consoleSocket, serial string) Outcome {
-	log := o.Log
-	mig, agent := parts.mig, parts.agent
+	s := &supervisor{ctx: ctx, cfg: cfg, o: o, log: o.Log, board: board, hv: hv, parts: parts}
 	board.set(StateStarting, "")
 	if o.prepared != nil {
 		o.prepared() // from here a stop signal is the supervisor's: it powers the guest down
@@ -74,198 +95,237 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		return failf(ExitHypervisorFailed, "%v", err)
 	}
 	defer con.Close()
-	var st runState
-	var incomingPoll <-chan time.Time
-	var loadFailed chan error
-	switch {
-	case cfg.ResumeFrom != "":
-		// The guest continues from a suspend's saved state: QEMU loads it from the stream the
-		// runner feeds it, and it is resumed, as a migration's target, once loaded.
-		st.target, st.incoming, st.resuming = true, true, true
-		if err := mig.m.MigrationEvents(); err != nil {
-			log.Warn("no migration events; polling only", zap.Error(err))
+	defer func() {
+		if s.poll != nil {
+			s.poll.Stop()
 		}
-		if err := mig.m.ListenIncoming(); err != nil {
-			hv.Kill()
-			<-hv.Exited()
-			return failf(ExitIncomingFailed, "resume from %s: %v", cfg.ResumeFrom, err)
-		}
-		board.set(StateIncoming, "loading the guest's saved state from "+cfg.ResumeFrom)
-		log.Info("resuming the guest from its saved state", zap.String("from", cfg.ResumeFrom))
-		loadFailed = make(chan error, 1)
-		go func() {
-			if err := feedState(ctx, cfg.ResumeFrom, filepath.Join(cfg.StateDir, resumeSocketName)); err != nil {
-				loadFailed <- err
-			}
-		}()
-		poll := time.NewTicker(incomingPollInterval)
-		defer poll.Stop()
-		incomingPoll = poll.C
-	case cfg.Incoming:
-		// The guest arrives already running elsewhere: nothing boots here, so neither the boot
-		// watchdog nor the kernel-output checks apply; it is resumed once the stream completed.
-		st.target, st.incoming = true, true
-		if err := mig.m.MigrationEvents(); err != nil {
-			log.Warn("no migration events; polling only", zap.Error(err))
-		}
-		if err := mig.m.ExportDisks(mig.nbdInSocket(), mig.drives()); err != nil {
-			hv.Kill()
-			<-hv.Exited()
-			return failf(ExitIncomingFailed, "incoming migration: serving the disks for the source's mirrors: %v", err)
-		}
-		// Only now the memory socket: a source that finds it finds the disks served too.
-		if err := mig.m.ListenIncoming(); err != nil {
-			hv.Kill()
-			<-hv.Exited()
-			return failf(ExitIncomingFailed, "incoming migration: %v", err)
-		}
-		board.set(StateIncoming, "waiting for the guest on "+mig.inSocket())
-		log.Info("waiting for the migrating guest", zap.String("socket", mig.inSocket()))
-		poll := time.NewTicker(incomingPollInterval)
-		defer poll.Stop()
-		incomingPoll = poll.C
-	default:
-		if err := hv.Resume(ctx); err != nil {
-			hv.Kill()
-			<-hv.Exited()
-			return failf(ExitHypervisorFailed, "start the guest: %v (%s)", err, hv.ExitDetail())
-		}
-		log.Info("guest started", zap.String("hypervisor", cfg.Provider), zap.String("version", hv.Version()), zap.String("console", consoleSocket))
+	}()
+	if failed := s.begin(consoleSocket); failed != nil {
+		hv.Kill()
+		<-hv.Exited()
+		return *failed
 	}
-
-	st.kernelOutput = con.KernelOutput()
-	var grace, watchdog, repress <-chan time.Time
-	first := con.KernelOutput()
+	s.st.kernelOutput, s.firstOutput = con.KernelOutput(), con.KernelOutput()
 	if cfg.Acceleration == runnerconfig.AccelKVM && o.BootWatchdog > 0 && !cfg.Incoming {
-		watchdog = time.After(o.BootWatchdog)
+		s.watchdog = time.After(o.BootWatchdog)
 	}
-	quit := func(why string) {
-		log.Info("stopping the hypervisor", zap.String("why", why))
-		if err := hv.Quit(ctx); err != nil {
-			log.Warn("quit failed; killing", zap.Error(err))
-			hv.Kill()
-		}
+	return s.loop()
+}
+
+// begin starts the guest as the configuration says; a failure is the run's outcome.
+func (s *supervisor) begin(consoleSocket string) *Outcome {
+	switch {
+	case s.cfg.ResumeFrom != "":
+		return s.beginResume()
+	case s.cfg.Incoming:
+		return s.beginIncoming()
 	}
-	// arrived resumes a target's guest once its stream completed.
-	arrived := func(how string) {
-		if !st.incoming || st.stopping != "" {
-			return // a target being stopped never runs its guest
-		}
-		st.incoming, incomingPoll = false, nil
-		mig.setArrived()
-		if st.resuming {
-			// The state is removed before the guest runs: once it runs, its disks move on and
-			// that state would no longer match them, so it must never be loaded again.
-			if err := removeState(cfg.ResumeFrom); err != nil {
-				st.loadError = "the loaded state could not be removed, so the guest is not resumed: " + err.Error()
-				quit("the loaded state could not be removed")
-				return
-			}
-			log.Info("the guest's saved state is loaded and removed; resuming it", zap.String("seen", how))
-			if err := hv.Resume(ctx); err != nil {
-				log.Error("resuming the loaded guest failed", zap.Error(err))
-				quit("resume failed")
-			}
-			return
-		}
-		log.Info("the migrating guest arrived; resuming it", zap.String("seen", how))
-		if err := mig.m.StopExports(); err != nil {
-			// The source completed its mirrors before the switch and no longer writes.
-			log.Warn("stopping the disks' NBD exports", zap.Error(err))
-		}
-		if err := markReceived(cfg); err != nil {
-			// The guest runs here and nowhere else now: it keeps running, and a later start
-			// from these claims refuses them as partial, which this line explains.
-			log.Error("recording the received disks as complete failed", zap.Error(err))
-		}
-		if err := hv.Resume(ctx); err != nil {
-			log.Error("resuming the arrived guest failed", zap.Error(err))
-			quit("resume failed")
-		}
+	if err := s.hv.Resume(s.ctx); err != nil {
+		out := failf(ExitHypervisorFailed, "start the guest: %v (%s)", err, s.hv.ExitDetail())
+		return &out
 	}
+	s.log.Info("guest started", zap.String("hypervisor", s.cfg.Provider), zap.String("version", s.hv.Version()), zap.String("console", consoleSocket))
+	return nil
+}
+
+// beginResume continues the guest from a suspend's saved state: QEMU loads it from the stream
+// the runner feeds it, and it is resumed, as a migration's target, once loaded.
+func (s *supervisor) beginResume() *Outcome {
+	s.st.target, s.st.incoming, s.st.resuming = true, true, true
+	mig := s.parts.mig
+	if err := mig.m.MigrationEvents(); err != nil {
+		s.log.Warn("no migration events; polling only", zap.Error(err))
+	}
+	if err := mig.m.ListenIncoming(); err != nil {
+		out := failf(ExitIncomingFailed, "resume from %s: %v", s.cfg.ResumeFrom, err)
+		return &out
+	}
+	s.board.set(StateIncoming, "loading the guest's saved state from "+s.cfg.ResumeFrom)
+	s.log.Info("resuming the guest from its saved state", zap.String("from", s.cfg.ResumeFrom))
+	s.loadFailed = make(chan error, 1)
+	go func() {
+		if err := feedState(s.ctx, s.cfg.ResumeFrom, filepath.Join(s.cfg.StateDir, resumeSocketName)); err != nil {
+			s.loadFailed <- err
+		}
+	}()
+	s.pollIncoming()
+	return nil
+}
+
+// beginIncoming waits for a guest that arrives already running elsewhere: nothing boots here,
+// so neither the boot watchdog nor the kernel-output checks apply; it is resumed once the
+// stream completed.
+func (s *supervisor) beginIncoming() *Outcome {
+	s.st.target, s.st.incoming = true, true
+	mig := s.parts.mig
+	if err := mig.m.MigrationEvents(); err != nil {
+		s.log.Warn("no migration events; polling only", zap.Error(err))
+	}
+	if err := mig.m.ExportDisks(mig.nbdInSocket(), mig.drives()); err != nil {
+		out := failf(ExitIncomingFailed, "incoming migration: serving the disks for the source's mirrors: %v", err)
+		return &out
+	}
+	// Only now the memory socket: a source that finds it finds the disks served too.
+	if err := mig.m.ListenIncoming(); err != nil {
+		out := failf(ExitIncomingFailed, "incoming migration: %v", err)
+		return &out
+	}
+	s.board.set(StateIncoming, "waiting for the guest on "+mig.inSocket())
+	s.log.Info("waiting for the migrating guest", zap.String("socket", mig.inSocket()))
+	s.pollIncoming()
+	return nil
+}
+
+// pollIncoming checks the incoming stream on a tick, beside its events, until the guest
+// arrived; supervise stops the ticker as it returns.
+func (s *supervisor) pollIncoming() {
+	s.poll = time.NewTicker(incomingPollInterval)
+	s.incomingPoll = s.poll.C
+}
+
+// quit stops the hypervisor at once, and kills it if it does not listen.
+func (s *supervisor) quit(why string) {
+	s.log.Info("stopping the hypervisor", zap.String("why", why))
+	if err := s.hv.Quit(s.ctx); err != nil {
+		s.log.Warn("quit failed; killing", zap.Error(err))
+		s.hv.Kill()
+	}
+}
+
+// loop answers what comes until the hypervisor exits.
+func (s *supervisor) loop() Outcome {
 	for {
 		select {
-		case <-incomingPoll:
-			if info, err := mig.m.QueryMigrate(); err == nil && info.Status == "completed" {
-				arrived("query-migrate")
+		case <-s.incomingPoll:
+			if info, err := s.parts.mig.m.QueryMigrate(); err == nil && info.Status == "completed" {
+				s.arrived("query-migrate")
 			}
-		case err := <-loadFailed:
-			st.loadError = err.Error()
-			quit("the saved state could not be loaded")
-		case <-parts.sus.saved:
-			st.suspended = true
-			quit("suspended: the guest's state is saved")
-		case <-first:
-			first, watchdog = nil, nil
-		case <-watchdog:
-			watchdog = nil
-			st.watchdogFired = true
-			quit("boot watchdog: no kernel output")
-		case sig := <-o.Signals:
-			if st.stopping != "" {
-				continue
-			}
-			st.stopping = signalName(sig)
-			board.set(StateStopping, "received "+st.stopping)
-			if st.migrated || st.incoming {
-				// No guest of this pod's to power down: it runs elsewhere, or never arrived.
-				quit("received " + st.stopping + " with the guest not here")
-				continue
-			}
-			mig.cancelActive()
-			log.Info("powering the guest down", zap.String("signal", st.stopping), zap.Int64("gracePeriodSeconds", cfg.GracePeriodSeconds))
-			grace = time.After(graceEnd(sig, time.Duration(cfg.GracePeriodSeconds)*time.Second))
-			// The guest's agent first: it shuts the guest down as its own shutdown command
-			// would, where the power button depends on what the guest does with it (ACPI
-			// follows should the guest still run after agentShutdownWait).
-			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := agent.shutdown(actx)
-			cancel()
-			if err == nil {
-				log.Info("asked the guest agent to power the guest off")
-				repress = time.After(agentShutdownWait)
-				continue
-			}
-			log.Info("no guest agent to power the guest off; pressing the ACPI power button", zap.String("why", err.Error()))
-			if err := hv.Powerdown(ctx); err != nil {
-				log.Warn("ACPI power-down failed", zap.Error(err))
-				quit("power-down failed")
-			}
-			repress = time.After(powerdownRepeat)
-		case <-repress:
+		case err := <-s.loadFailed:
+			s.st.loadError = err.Error()
+			s.quit("the saved state could not be loaded")
+		case <-s.parts.sus.saved:
+			s.st.suspended = true
+			s.quit("suspended: the guest's state is saved")
+		case <-s.firstOutput:
+			s.firstOutput, s.watchdog = nil, nil
+		case <-s.watchdog:
+			s.watchdog = nil
+			s.st.watchdogFired = true
+			s.quit("boot watchdog: no kernel output")
+		case sig := <-s.o.Signals:
+			s.stop(sig)
+		case <-s.repress:
 			// A guest still booting when the first press came had nothing listening for the
 			// power button yet; pressing again is harmless to one that is already going down.
-			if st.shutdown == nil {
-				_ = hv.Powerdown(ctx)
-				repress = time.After(powerdownRepeat)
+			if s.st.shutdown == nil {
+				_ = s.hv.Powerdown(s.ctx)
+				s.repress = time.After(powerdownRepeat)
 			}
-		case <-grace:
-			grace = nil
-			st.forced = true
-			quit("grace period over")
-		case ev := <-hv.Events():
-			st.apply(ev, board, mig, log)
-			switch ev.Kind {
-			case hypervisor.EventMigration:
-				if st.target && ev.Reason == "completed" {
-					arrived("event")
-				}
-			case hypervisor.EventPanicked:
-				quit("guest panicked")
-			case hypervisor.EventNoBootableDevice:
-				quit("no bootable device")
-			}
-		case <-hv.Exited():
+		case <-s.grace:
+			s.grace = nil
+			s.st.forced = true
+			s.quit("grace period over")
+		case ev := <-s.hv.Events():
+			s.event(ev)
+		case <-s.hv.Exited():
 			for drained := false; !drained; {
 				select {
-				case ev := <-hv.Events():
-					st.apply(ev, board, mig, log)
+				case ev := <-s.hv.Events():
+					s.st.apply(ev, s.board, s.parts.mig, s.log)
 				default:
 					drained = true
 				}
 			}
-			return st.outcome(cfg, o, hv)
+			return s.st.outcome(s.cfg, s.o, s.hv)
 		}
+	}
+}
+
+// event records a hypervisor event and answers the ones that end or complete the run.
+func (s *supervisor) event(ev hypervisor.Event) {
+	s.st.apply(ev, s.board, s.parts.mig, s.log)
+	switch ev.Kind {
+	case hypervisor.EventMigration:
+		if s.st.target && ev.Reason == "completed" {
+			s.arrived("event")
+		}
+	case hypervisor.EventPanicked:
+		s.quit("guest panicked")
+	case hypervisor.EventNoBootableDevice:
+		s.quit("no bootable device")
+	}
+}
+
+// stop answers the pod's stop signal, once: the guest is powered down within its grace period,
+// by its agent first, else by the ACPI power button; a guest that is not here is not waited for.
+func (s *supervisor) stop(sig os.Signal) {
+	if s.st.stopping != "" {
+		return
+	}
+	s.st.stopping = signalName(sig)
+	s.board.set(StateStopping, "received "+s.st.stopping)
+	if s.st.migrated || s.st.incoming {
+		// No guest of this pod's to power down: it runs elsewhere, or never arrived.
+		s.quit("received " + s.st.stopping + " with the guest not here")
+		return
+	}
+	s.parts.mig.cancelActive()
+	s.log.Info("powering the guest down", zap.String("signal", s.st.stopping), zap.Int64("gracePeriodSeconds", s.cfg.GracePeriodSeconds))
+	s.grace = time.After(graceEnd(sig, time.Duration(s.cfg.GracePeriodSeconds)*time.Second))
+	// The guest's agent first: it shuts the guest down as its own shutdown command would, where
+	// the power button depends on what the guest does with it (ACPI follows should the guest
+	// still run after agentShutdownWait).
+	actx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	err := s.parts.agent.shutdown(actx)
+	cancel()
+	if err == nil {
+		s.log.Info("asked the guest agent to power the guest off")
+		s.repress = time.After(agentShutdownWait)
+		return
+	}
+	s.log.Info("no guest agent to power the guest off; pressing the ACPI power button", zap.String("why", err.Error()))
+	if err := s.hv.Powerdown(s.ctx); err != nil {
+		s.log.Warn("ACPI power-down failed", zap.Error(err))
+		s.quit("power-down failed")
+	}
+	s.repress = time.After(powerdownRepeat)
+}
+
+// arrived resumes a target's guest once its stream completed.
+func (s *supervisor) arrived(how string) {
+	if !s.st.incoming || s.st.stopping != "" {
+		return // a target being stopped never runs its guest
+	}
+	s.st.incoming, s.incomingPoll = false, nil
+	s.parts.mig.setArrived()
+	if s.st.resuming {
+		// The state is removed before the guest runs: once it runs, its disks move on and that
+		// state would no longer match them, so it must never be loaded again.
+		if err := removeState(s.cfg.ResumeFrom); err != nil {
+			s.st.loadError = "the loaded state could not be removed, so the guest is not resumed: " + err.Error()
+			s.quit("the loaded state could not be removed")
+			return
+		}
+		s.log.Info("the guest's saved state is loaded and removed; resuming it", zap.String("seen", how))
+		if err := s.hv.Resume(s.ctx); err != nil {
+			s.log.Error("resuming the loaded guest failed", zap.Error(err))
+			s.quit("resume failed")
+		}
+		return
+	}
+	s.log.Info("the migrating guest arrived; resuming it", zap.String("seen", how))
+	if err := s.parts.mig.m.StopExports(); err != nil {
+		// The source completed its mirrors before the switch and no longer writes.
+		s.log.Warn("stopping the disks' NBD exports", zap.Error(err))
+	}
+	if err := markReceived(s.cfg); err != nil {
+		// The guest runs here and nowhere else now: it keeps running, and a later start from
+		// these claims refuses them as partial, which this line explains.
+		s.log.Error("recording the received disks as complete failed", zap.Error(err))
+	}
+	if err := s.hv.Resume(s.ctx); err != nil {
+		s.log.Error("resuming the arrived guest failed", zap.Error(err))
+		s.quit("resume failed")
 	}
 }
 
