@@ -302,3 +302,42 @@ func TestREADMEIsShort(t *testing.T) {
 		t.Errorf("README.md is %d bytes and %d lines; keep it within 8192 bytes and 120 lines: move the detail into a doc and link it", len(b), lines)
 	}
 }
+
+// TestEveryKeyDocumented: every label, annotation and finalizer key the code names under
+// vm.virtpod.io/, virtpod.io/ or provider.virtpod.io/ is in docs/annotations.md, so the pod's
+// contract is read in one place.
+func TestEveryKeyDocumented(t *testing.T) {
+	root := kubeapi.Root()
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "annotations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := regexp.MustCompile(`"((?:vm\.|provider\.)?virtpod\.io/[a-z0-9-]+)"`)
+	seen := map[string]string{}
+	for _, dir := range []string{"apis", "controllers", "pkg", "agent", "runner", "cmd"} {
+		err := filepath.Walk(filepath.Join(root, dir), func(p string, info os.FileInfo, err error) error {
+			if err != nil || info.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for _, m := range key.FindAllSubmatch(b, -1) {
+				seen[string(m[1])] = strings.TrimPrefix(p, root+"/")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(seen) < 10 {
+		t.Fatalf("found only %d keys in the code: the scan is broken", len(seen))
+	}
+	for k, file := range seen {
+		if !strings.Contains(string(doc), "`"+k) {
+			t.Errorf("%s (named in %s) is not in docs/annotations.md: add a row saying on which object it is, who writes it and who reads it", k, file)
+		}
+	}
+}
