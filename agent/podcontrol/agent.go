@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -38,8 +37,6 @@ type Loop struct {
 	Workers  int
 	MaxDelay time.Duration
 	Retrying string
-	// Indexers are added to the pod informer before it starts.
-	Indexers cache.Indexers
 }
 
 // Serve is what every pod executor shares: it checks the agent's settings, watches the node's
@@ -53,7 +50,7 @@ func (a *Agent) Serve(ctx context.Context, l Loop, handle func(*NodePods) Handle
 	if a.Log == nil {
 		a.Log = zap.NewNop()
 	}
-	w, err := WatchNode(ctx, a.Client, a.Node, WatchOptions{Indexers: l.Indexers, MaxDelay: l.MaxDelay, Retrying: l.Retrying, Log: a.Log})
+	w, err := WatchNode(ctx, a.Client, a.Node, WatchOptions{MaxDelay: l.MaxDelay, Retrying: l.Retrying, Log: a.Log})
 	if err != nil {
 		return err
 	}
