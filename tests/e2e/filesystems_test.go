@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,9 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
@@ -40,15 +36,14 @@ const devRunner = "localhost/virtpod/runner:dev"
 // /key: a test guest, not how to treat a Secret.
 func withShares(t *testing.T, vm *vmv1.VirtualMachine) {
 	t.Helper()
-	withConfShare(t, vm)
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name + "-key"}, StringData: map[string]string{"token": "s3cret"}}
 	if err := kube.Create(context.Background(), sec); err != nil {
 		t.Fatal(err)
 	}
 	vm.Spec.RunnerImage = devRunner
-	vm.Spec.Guest.Filesystems = append([]vmv1.Filesystem{{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}}},
-		append(vm.Spec.Guest.Filesystems, vmv1.Filesystem{Name: "key", Secret: &vmv1.FilesystemSecret{SecretName: sec.Name}})...)
-	vm.Spec.Guest.KernelArgs = "virtpod.fs=dev:/www/dev " + vm.Spec.Guest.KernelArgs + " virtpod.fs=key:/www/key"
+	share(vm, vmv1.Filesystem{Name: "dev", EmptyDir: &vmv1.FilesystemEmptyDir{}}, "/www/dev")
+	withConfShare(t, vm)
+	share(vm, vmv1.Filesystem{Name: "key", Secret: &vmv1.FilesystemSecret{SecretName: sec.Name}}, "/www/key")
 }
 
 // withConfShare gives vm the share conf, the ConfigMap <name>-conf (made here, colour: blue),
@@ -59,8 +54,13 @@ func withConfShare(t *testing.T, vm *vmv1.VirtualMachine) {
 	if err := kube.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
-	vm.Spec.Guest.Filesystems = append(vm.Spec.Guest.Filesystems, vmv1.Filesystem{Name: "conf", ConfigMap: &vmv1.FilesystemConfigMap{Name: cm.Name}})
-	vm.Spec.Guest.KernelArgs = strings.TrimSpace(vm.Spec.Guest.KernelArgs + " virtpod.fs=conf:/www/conf")
+	share(vm, vmv1.Filesystem{Name: "conf", ConfigMap: &vmv1.FilesystemConfigMap{Name: cm.Name}}, "/www/conf")
+}
+
+// share adds f to vm, and the kernel argument with which the test guest mounts it at dir.
+func share(vm *vmv1.VirtualMachine, f vmv1.Filesystem, dir string) {
+	vm.Spec.Guest.Filesystems = append(vm.Spec.Guest.Filesystems, f)
+	vm.Spec.Guest.KernelArgs = strings.TrimSpace(vm.Spec.Guest.KernelArgs + " virtpod.fs=" + f.Name + ":" + dir)
 }
 
 // checkConfShare: the guest serves its ConfigMap share, and serves the ConfigMap's update
@@ -216,39 +216,17 @@ func TestSharesRefusedBeforeAPod(t *testing.T) {
 }
 
 // qemu72 applies the release's providerclass-qemu-7.2.yaml as an admin does (kubectl apply
-// --server-side, the field manager install.yaml was applied with), with the local cluster's
-// settings the release's install has too (emulation, the runner images `make images` tags), and
+// --server-side, the field manager install.yaml was applied with), under the local cluster's
+// settings as the release's install is (emulation, the runner images `make images` tags), and
 // installs the release again when the test ends, which puts the default class back.
 func qemu72(t *testing.T) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(release, manifests.QEMU72.File))
-	if err != nil {
-		t.Fatal(err)
-	}
-	class := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(b, &class.Object); err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(class.Object, true, "spec", "allowEmulation"); err != nil {
-		t.Fatal(err)
-	}
-	allowed, _, _ := unstructured.NestedStringSlice(class.Object, "spec", "allowedRunnerImages")
-	allowed = append(allowed, "localhost/virtpod/runner", "localhost/virtpod/runner-debian12", "localhost/virtpod/runner-nohypervisor")
-	if err := unstructured.SetNestedStringSlice(class.Object, allowed, "spec", "allowedRunnerImages"); err != nil {
-		t.Fatal(err)
-	}
-	body, err := json.Marshal(class.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		if err := installRelease(release, installedFile); err != nil {
 			t.Errorf("the default class back: %v", err)
 		}
 	})
-	cmd := exec.Command(kubectl, "apply", "--server-side", "-f", "-")
-	cmd.Stdin = bytes.NewReader(body)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply --server-side -f %s: %v\n%s", manifests.QEMU72.File, err, out)
+	if err := applyRelease(release, manifests.QEMU72.File); err != nil {
+		t.Fatal(err)
 	}
 }

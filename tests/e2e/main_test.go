@@ -116,15 +116,24 @@ func setup() error {
 	return installRelease(release, installedFile)
 }
 
-// installRelease installs (or upgrades to) the release in dir with tools/dev/install-release.sh:
-// `kubectl apply --server-side` of its file, with the local cluster's settings on top.
+// installRelease installs (or upgrades to) the release in dir from its file, which the uninstall
+// then deletes (applyRelease).
 func installRelease(dir, file string) error {
+	if err := applyRelease(dir, file); err != nil {
+		return err
+	}
+	installedFile = file
+	return nil
+}
+
+// applyRelease applies one file of the release in dir with tools/dev/install-release.sh:
+// `kubectl apply --server-side`, with the local cluster's settings on top.
+func applyRelease(dir, file string) error {
 	cmd := exec.Command("bash", kubeapi.Root()+"/tools/dev/install-release.sh", dir, file)
 	cmd.Env = append(os.Environ(), "KUBECTL="+kubectl)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("installing %s from %s: %v\n%s", file, dir, err, out)
 	}
-	installedFile = file
 	return nil
 }
 
