@@ -24,7 +24,7 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go types and marke
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./apis/infrastructure/... output:crd:artifacts:config=config/capi/crd/bases
 	go run ./tools/dev/templatecrd config/capi/crd/bases/infrastructure.cluster.x-k8s.io_virtpodmachinetemplates.yaml
 	$(CONTROLLER_GEN) rbac:roleName=virtpod-controller paths="./controllers/vm/...;./controllers/migration/...;./controllers/providerclass/...;./controllers/imagemapwatch/...;./controllers/manager/..." output:rbac:artifacts:config=config/rbac
-	$(CONTROLLER_GEN) rbac:roleName=virtpod-capi-controller paths="./controllers/virtpodcluster/...;./controllers/virtpodmachine/...;./controllers/virtpodmachinetemplate/..." output:rbac:artifacts:config=config/capi/rbac
+	$(CONTROLLER_GEN) rbac:roleName=virtpod-capi-controller paths="./controllers/clusterapi/virtpodcluster/...;./controllers/clusterapi/virtpodmachine/...;./controllers/clusterapi/virtpodmachinetemplate/..." output:rbac:artifacts:config=config/capi/rbac
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail when generated files differ from what is committed.
@@ -107,7 +107,7 @@ install: ## Install vmctl and the kubectl plugin kubectl-virtpod into $(PREFIX)/
 FUZZTIME ?= 5m
 .PHONY: fuzz-imagemap
 fuzz-imagemap: ## Fuzz the image map's parsing and resolving for $(FUZZTIME).
-	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -parallel 1 ./pkg/imagemap/
+	go test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -parallel 1 ./pkg/image/imagemap/
 
 # Each input costs the podspec target a few API requests: minimizing every new input for the
 # default 60 s would leave it minimizing most of the run.
@@ -129,7 +129,7 @@ fuzz-runnerconfig: ## Fuzz the runner flags' render-and-parse round trip for $(F
 
 .PHONY: fuzz-pvhkernel
 fuzz-pvhkernel: ## Fuzz unpacking a bzImage to its PVH kernel with hostile files for $(FUZZTIME).
-	go test -run '^$$' -fuzz '^FuzzUnpack$$' -fuzztime $(FUZZTIME) -parallel 1 ./pkg/pvhkernel/
+	go test -run '^$$' -fuzz '^FuzzUnpack$$' -fuzztime $(FUZZTIME) -parallel 1 ./pkg/kernel/pvhkernel/
 
 .PHONY: fuzz
 fuzz: ## Run the six fuzz targets one after another, $(FUZZTIME) each; fails if any failed.

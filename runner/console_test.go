@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/network/guestnet"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/tests/netcapture"
 	"github.com/virtpod/virtpod/tests/rawhttp"

@@ -8,8 +8,8 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"go.uber.org/zap"
 
-	"github.com/virtpod/virtpod/pkg/dhcpserver"
-	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/network/dhcpserver"
+	"github.com/virtpod/virtpod/pkg/network/guestnet"
 )
 
 // hostLabel is what DHCP's host-name option may carry: one DNS label.

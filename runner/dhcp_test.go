@@ -4,7 +4,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/network/guestnet"
 )
 
 // TestGuestLease: the DHCP answer is the pod's identity, with the VM name as host name only when

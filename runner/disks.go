@@ -11,12 +11,12 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/virtpod/virtpod/pkg/diskimage"
-	"github.com/virtpod/virtpod/pkg/isodisk"
+	"github.com/virtpod/virtpod/pkg/disk/diskfile"
+	"github.com/virtpod/virtpod/pkg/disk/diskimage"
+	"github.com/virtpod/virtpod/pkg/disk/isodisk"
+	"github.com/virtpod/virtpod/pkg/disk/volumedisk"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
-	"github.com/virtpod/virtpod/pkg/volumedisk"
 )
 
 // rootDisk is the disk the guest boots from: the overlay, or a disk on a claim.

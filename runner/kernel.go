@@ -6,13 +6,13 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/virtpod/virtpod/pkg/pvhkernel"
+	"github.com/virtpod/virtpod/pkg/kernel/pvhkernel"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
 // openBzImage opens the VM's kernel when it is a bzImage, which QEMU would copy into its own
 // memory for the VM's life, to hand to the node agent with the pod's network namespace
-// (pkg/nethandoff): the agent answers with the PVH kernel inside it (pkg/kernelcache), which
+// (pkg/network/nethandoff): the agent answers with the PVH kernel inside it (pkg/kernel/kernelcache), which
 // QEMU loads from the file. Only for QEMU (cloud-hypervisor boots a PVH kernel only) and a VM
 // with a pod network (without one, no agent is asked). It also returns the bzImage's size,
 // what QEMU's copy costs, for the log; 0 for a kernel that is not a bzImage.

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/virtpod/virtpod/pkg/pvhkernel/pvhkerneltest"
+	"github.com/virtpod/virtpod/pkg/kernel/pvhkernel/pvhkerneltest"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/network/guestnet"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/tests/rawhttp"
 )

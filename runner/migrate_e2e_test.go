@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	"github.com/virtpod/virtpod/pkg/disk/volumedisk"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/volumedisk"
 	"github.com/virtpod/virtpod/runner"
 )
 

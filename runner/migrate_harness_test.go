@@ -18,11 +18,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/virtpod/virtpod/agent/migration/streampipe"
 	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/pvhkernel"
+	"github.com/virtpod/virtpod/pkg/kernel/pvhkernel"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/streampipe"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/tests/prereq"
@@ -86,7 +86,7 @@ func newMigrationTest(t testing.TB, guest, name, network string, memMiB int) *mi
 		case strings.HasPrefix(a, "--memory-mib="):
 			args[i] = "--memory-mib=" + strconv.Itoa(memMiB)
 		case strings.HasPrefix(a, "--kernel="):
-			// Moves run the PVH vmlinux that VM images store (pkg/pvhkernel), across QEMU 7.2
+			// Moves run the PVH vmlinux that VM images store (pkg/kernel/pvhkernel), across QEMU 7.2
 			// and 10.0; the other runner tests boot the fixture's bzImage.
 			args[i] = "--kernel=" + pvhKernel(t, strings.TrimPrefix(a, "--kernel="))
 		}
@@ -438,7 +438,7 @@ func waitMigration(t testing.TB, c migClient, done func(runner.MigrationStatus) 
 
 // newMigrationRelay plays both node agents: it listens on the source's migrate-out.sock and
 // nbd-out.sock and relays QEMU's connections to the target's migrate-in.sock (once) and
-// nbd-in.sock (one connection per mirrored disk), as the agents do (pkg/streampipe).
+// nbd-in.sock (one connection per mirrored disk), as the agents do (agent/migration/streampipe).
 func newMigrationRelay(t testing.TB, src, dst *runnerProc) {
 	t.Helper()
 	srcDir, dstDir := filepath.Dir(src.control), filepath.Dir(dst.control)

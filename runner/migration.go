@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/diskimage"
+	"github.com/virtpod/virtpod/pkg/disk/diskimage"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner/hypervisor"
 )

@@ -12,9 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/guestnet"
-	"github.com/virtpod/virtpod/pkg/ipv6serve"
-	"github.com/virtpod/virtpod/pkg/nethandoff"
+	"github.com/virtpod/virtpod/pkg/network/guestnet"
+	"github.com/virtpod/virtpod/pkg/network/ipv6serve"
+	"github.com/virtpod/virtpod/pkg/network/nethandoff"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
@@ -47,15 +47,15 @@ func (n *guestNetwork) close() {
 const waitingForAgent = "waiting for the node agent to plumb the pod network"
 
 // setupNetwork wires the guest into the pod's namespace as cfg.Network says (docs/runner.md).
-// The runner holds no capability, so the node agent builds the wiring (pkg/podnetwork): the
+// The runner holds no capability, so the node agent builds the wiring (pkg/network/podnetwork): the
 // runner hands it the pod's network namespace on its control directory's netns.sock and waits
-// (pkg/nethandoff), then opens the tap the agent made its own:
+// (pkg/network/nethandoff), then opens the tap the agent made its own:
 //
 //   - pod: the guest takes over the pod interface's IP and MAC through a bridge; the runner
 //     reaches it from the link-local relay address.
 //   - masquerade: the guest keeps 10.0.2.2 behind the bridge's 10.0.2.1, with MACs from the VM's
 //     name, so its configuration survives a move to another pod; the pod IP's declared ports
-//     are DNATed to it and its own traffic masqueraded (pkg/podnat); the runner reaches it at
+//     are DNATed to it and its own traffic masqueraded (pkg/network/podnat); the runner reaches it at
 //     10.0.2.2 from 10.0.2.1.
 //
 // Either way the agent's spoof guard keeps the guest to its own MAC and address, and the
@@ -144,7 +144,7 @@ func setupNetwork(ctx context.Context, cfg runnerconfig.Config, o Options, board
 }
 
 // startIPv6 serves the guest's IPv6 configuration in a dual-stack pod on the link the agent
-// handed over (pkg/ipv6serve) until the run ends, and logs every answer.
+// handed over (pkg/network/ipv6serve) until the run ends, and logs every answer.
 // On error the link is left to the stop setupNetwork registered for it.
 func startIPv6(ctx context.Context, pl *guestnet.Plumbing, n *guestNetwork, log *zap.Logger) error {
 	if pl.Router6 == nil {

@@ -8,9 +8,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/virtpod/virtpod/pkg/diskimage"
+	"github.com/virtpod/virtpod/pkg/disk/diskimage"
+	"github.com/virtpod/virtpod/pkg/disk/volumedisk"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/volumedisk"
 )
 
 // receives says whether this runner, a migration target, makes disk d for the source's mirror

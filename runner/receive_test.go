@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/virtpod/virtpod/pkg/disk/volumedisk"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/volumedisk"
 )
 
 // TestPartialClaimsRefused: a claim a migration target was filling when it ended is refused by

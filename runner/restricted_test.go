@@ -20,9 +20,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/guestnet"
-	"github.com/virtpod/virtpod/pkg/kernelcache"
-	"github.com/virtpod/virtpod/pkg/podnetwork"
+	"github.com/virtpod/virtpod/pkg/kernel/kernelcache"
+	"github.com/virtpod/virtpod/pkg/network/guestnet"
+	"github.com/virtpod/virtpod/pkg/network/podnetwork"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
@@ -159,7 +159,7 @@ var (
 	kernelsOff atomic.Bool
 )
 
-// testKernels is the node agent's store of unpacked kernels (pkg/kernelcache), one for every
+// testKernels is the node agent's store of unpacked kernels (pkg/kernel/kernelcache), one for every
 // runner of the test binary as one agent serves a node's runners, in shareDir (made by
 // reachable, removed by TestMain). nil if it cannot be made: the runner then boots its bzImage.
 func testKernels() podnetwork.Kernels {

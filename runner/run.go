@@ -12,10 +12,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/diskimage"
+	"github.com/virtpod/virtpod/pkg/disk/diskfile"
+	"github.com/virtpod/virtpod/pkg/disk/diskimage"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/hypervisor"
 	chdriver "github.com/virtpod/virtpod/runner/hypervisor/cloudhypervisor"

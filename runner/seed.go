@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/virtpod/virtpod/pkg/cloudinit"
+	"github.com/virtpod/virtpod/pkg/disk/cloudinit"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 

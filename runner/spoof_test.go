@@ -16,15 +16,15 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/virtpod/virtpod/pkg/podnetwork"
-	"github.com/virtpod/virtpod/pkg/spoofguard"
+	"github.com/virtpod/virtpod/pkg/network/podnetwork"
+	"github.com/virtpod/virtpod/pkg/network/spoofguard"
 )
 
 // TestGuestCannotSpoofOtherPods: in a dual-stack pod, a guest that announces another pod's
 // address, sends from it and sends from another MAC, in IPv4 and IPv6, reaches nothing and
 // disturbs nothing — the node still knows the other pod at its own MAC — while its own traffic
 // still flows in both families and the guard counts the drops. The guest takes its IPv6
-// address, router and nameserver from the runner's advertisements and DHCPv6 (pkg/ipv6serve).
+// address, router and nameserver from the runner's advertisements and DHCPv6 (pkg/network/ipv6serve).
 func TestGuestCannotSpoofOtherPods(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 4)

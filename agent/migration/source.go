@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/virtpod/virtpod/agent/migration/streampipe"
 	"github.com/virtpod/virtpod/agent/podcontrol"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/streampipe"
 )
 
 // session is one migration this agent sends from a source pod of its node.

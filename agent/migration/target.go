@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/virtpod/virtpod/agent/migration/streampipe"
 	"github.com/virtpod/virtpod/agent/podcontrol"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/streampipe"
 )
 
 // waitListening is how often a target pod's control directory is looked at until its QEMU

@@ -49,7 +49,7 @@ import (
 	"github.com/virtpod/virtpod/agent/suspend"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/dropcaps"
-	"github.com/virtpod/virtpod/pkg/kernelcache"
+	"github.com/virtpod/virtpod/pkg/kernel/kernelcache"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/kvm"
 )
@@ -82,7 +82,7 @@ type options struct {
 	// pprofAddr serves Go's profiles (/debug/pprof/); "" serves none.
 	pprofAddr string
 	// kernelCache is where the PVH kernels unpacked from the VMs' bzImages are kept
-	// (pkg/kernelcache); "" unpacks none.
+	// (pkg/kernel/kernelcache); "" unpacks none.
 	kernelCache string
 }
 
@@ -159,7 +159,7 @@ func newCommand() *cobra.Command {
 
 	root.AddCommand(&cobra.Command{
 		Use:    "unpack-kernel",
-		Short:  "The agent's own child process: unpack the bzImage at descriptor 3 into the file at descriptor 4 (pkg/kernelcache)",
+		Short:  "The agent's own child process: unpack the bzImage at descriptor 3 into the file at descriptor 4 (pkg/kernel/kernelcache)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE:   func(*cobra.Command, []string) error { return unpackKernel() },

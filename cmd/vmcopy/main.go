@@ -6,7 +6,7 @@
 //	/virtpod/bin/vmcopy /disk /virtpod/images/disk/disk
 //
 // It copies the regular files of SRC_DIR recursively into DST_DIR, keeping their permissions and
-// skipping runs of zero blocks (pkg/sparsecopy), fsyncs them, and exits non-zero on any failure.
+// skipping runs of zero blocks (pkg/disk/sparsecopy), fsyncs them, and exits non-zero on any failure.
 // It is static: VM images have no libc.
 package main
 
@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/virtpod/virtpod/pkg/sparsecopy"
+	"github.com/virtpod/virtpod/pkg/disk/sparsecopy"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/virtpod/virtpod/pkg/imagemap"
+	"github.com/virtpod/virtpod/pkg/image/imagemap"
 )
 
 // Reporter tells the ConfigMap's author about lines that were ignored, once per version.

@@ -1,5 +1,5 @@
 // Package imagemapwatch serves the controller-level image map: it reads the ConfigMap the
-// --image-map flag names, parses it once per version (pkg/imagemap), and reports its bad lines
+// --image-map flag names, parses it once per version (pkg/image/imagemap), and reports its bad lines
 // as Warning events on the ConfigMap. A missing ConfigMap maps nothing.
 package imagemapwatch
 
@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virtpod/virtpod/pkg/imagemap"
+	"github.com/virtpod/virtpod/pkg/image/imagemap"
 )
 
 // Source is the image map as the ConfigMap holds it now. A nil Source maps nothing.

@@ -24,13 +24,13 @@ import (
 
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/controllers/clusterapi/virtpodcluster"
+	"github.com/virtpod/virtpod/controllers/clusterapi/virtpodmachine"
+	"github.com/virtpod/virtpod/controllers/clusterapi/virtpodmachinetemplate"
 	"github.com/virtpod/virtpod/controllers/fleetmetrics"
 	"github.com/virtpod/virtpod/controllers/imagemapwatch"
 	"github.com/virtpod/virtpod/controllers/migration"
 	"github.com/virtpod/virtpod/controllers/providerclass"
-	"github.com/virtpod/virtpod/controllers/virtpodcluster"
-	"github.com/virtpod/virtpod/controllers/virtpodmachine"
-	"github.com/virtpod/virtpod/controllers/virtpodmachinetemplate"
 	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )

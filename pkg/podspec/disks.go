@@ -8,8 +8,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/image/vmimage"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/pkg/vmimage"
 )
 
 // Where a VM's disks appear in the runner container: data disks' volumes under disksMount, their

@@ -12,16 +12,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/imagemap"
+	"github.com/virtpod/virtpod/pkg/image/imagemap"
+	"github.com/virtpod/virtpod/pkg/image/vmimage"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/runnerpod"
-	"github.com/virtpod/virtpod/pkg/vmimage"
 )
 
 // Labels virtpod puts on runner pods, and the pod's parts (the managed-by label and the runner
 // container's name are vmv1's: the node side knows them too). The KVM resource is
-// vmv1.ResourceKVM, the files of VM images are at pkg/vmimage's paths, and the runner's
+// vmv1.ResourceKVM, the files of VM images are at pkg/image/vmimage's paths, and the runner's
 // defaults are pkg/runnerconfig's.
 const (
 	LabelVMName   = "vm.virtpod.io/name"

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/imagemap"
+	"github.com/virtpod/virtpod/pkg/image/imagemap"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 	goldenfile "github.com/virtpod/virtpod/tests/golden"

@@ -19,7 +19,7 @@ import (
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/clusterapi"
-	"github.com/virtpod/virtpod/pkg/controlplaneservice"
+	"github.com/virtpod/virtpod/pkg/clusterapi/controlplaneservice"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 

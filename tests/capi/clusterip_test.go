@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/virtpod/virtpod/controllers/virtpodcluster"
-	"github.com/virtpod/virtpod/pkg/controlplaneservice"
+	"github.com/virtpod/virtpod/controllers/clusterapi/virtpodcluster"
+	"github.com/virtpod/virtpod/pkg/clusterapi/controlplaneservice"
 )
 
 // TestServiceWaitsForItsClusterIP: the API server frees a deleted Service's cluster IP (its

@@ -24,7 +24,7 @@ import (
 	infrav1 "github.com/virtpod/virtpod/apis/infrastructure/v1alpha1"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/controllers/manager"
-	"github.com/virtpod/virtpod/pkg/controlplaneservice"
+	"github.com/virtpod/virtpod/pkg/clusterapi/controlplaneservice"
 	"github.com/virtpod/virtpod/tests/capimanager"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/prereq"

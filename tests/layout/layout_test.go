@@ -6,7 +6,10 @@
 package layout
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,6 +56,52 @@ func TestSidesStayApart(t *testing.T) {
 					t.Errorf("%s depends on %s: %s", f[0], dep, rule.fix)
 				}
 			}
+		}
+	}
+}
+
+// wings are pkg/'s folders of one concern each (docs/layout.md#pkg-in-wings); they hold packages,
+// never Go files of their own.
+var wings = []string{"network", "disk", "image", "kernel", "clusterapi"}
+
+// TestPkgWings: a package at the top of pkg/ is shared (two or more importers in the module) or a
+// golden-tested builder (a testdata folder beside it); a one-caller helper goes into a wing or
+// beside its caller, so pkg/'s top stays a short list of contracts and builders.
+func TestPkgWings(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+	cmd.Dir = kubeapi.Root()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	importers := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		for _, dep := range strings.Fields(line)[1:] {
+			importers[dep]++
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(kubeapi.Root(), "pkg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		dir := filepath.Join(kubeapi.Root(), "pkg", e.Name())
+		if !e.IsDir() {
+			t.Errorf("pkg/%s: a file at the top of pkg/; put it in a package", e.Name())
+			continue
+		}
+		if slices.Contains(wings, e.Name()) {
+			if goFiles, _ := filepath.Glob(filepath.Join(dir, "*.go")); len(goFiles) > 0 {
+				t.Errorf("pkg/%s is a wing and holds Go files %v: move them into a package of the wing", e.Name(), goFiles)
+			}
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "testdata")); err == nil {
+			continue // a golden-tested builder
+		}
+		if n := importers[module+"pkg/"+e.Name()]; n < 2 {
+			t.Errorf("pkg/%s has %d importer(s) and no golden files: move it into a wing (%s) or beside its caller",
+				e.Name(), n, strings.Join(wings, ", "))
 		}
 	}
 }

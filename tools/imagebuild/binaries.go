@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/pkg/image/ociimage"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/virtpod/virtpod/pkg/vmimage"
+	"github.com/virtpod/virtpod/pkg/image/vmimage"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/virtpod/virtpod/pkg/ociimage"
-	"github.com/virtpod/virtpod/pkg/vmimage"
+	"github.com/virtpod/virtpod/pkg/image/ociimage"
+	"github.com/virtpod/virtpod/pkg/image/vmimage"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/pkg/image/ociimage"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/runner/binaries"
 )
@@ -65,7 +65,7 @@ var (
 		entrypoint: "/pause",
 		user:       "65535:65535",
 	}
-	// vmcopyProgram is the copy program every VM image carries (pkg/vmimage).
+	// vmcopyProgram is the copy program every VM image carries (pkg/image/vmimage).
 	vmcopyProgram = goProgram{"copy program", module + "/cmd/vmcopy", "", "--vmcopy-binary"}
 	// sshcheckProgram is the toolbox's SSH client (tools/dev/sshcheck), at toolboxSSHCheck.
 	sshcheckProgram = goProgram{"SSH client", module + "/tools/dev/sshcheck", "", "--sshcheck-binary"}

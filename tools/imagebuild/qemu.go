@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
-	"github.com/virtpod/virtpod/pkg/ociimage"
+	"github.com/virtpod/virtpod/pkg/image/ociimage"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )

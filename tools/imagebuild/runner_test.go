@@ -22,8 +22,8 @@ import (
 	"github.com/virtpod/virtpod/tests/prereq"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/image/vmimage"
 	"github.com/virtpod/virtpod/pkg/podspec"
-	"github.com/virtpod/virtpod/pkg/vmimage"
 	"github.com/virtpod/virtpod/runner/binaries"
 )
 

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/virtpod/virtpod/pkg/pvhkernel/pvhkerneltest"
-	"github.com/virtpod/virtpod/pkg/vmimage"
+	"github.com/virtpod/virtpod/pkg/image/vmimage"
+	"github.com/virtpod/virtpod/pkg/kernel/pvhkernel/pvhkerneltest"
 	"github.com/virtpod/virtpod/tools/imagebuild/elfdeps"
 )
 

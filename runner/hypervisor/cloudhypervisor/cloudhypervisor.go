@@ -13,8 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	chapi "github.com/virtpod/virtpod/pkg/cloudhypervisor"
-	"github.com/virtpod/virtpod/pkg/diskimage"
-	"github.com/virtpod/virtpod/pkg/guestnet"
+	"github.com/virtpod/virtpod/pkg/disk/diskimage"
+	"github.com/virtpod/virtpod/pkg/network/guestnet"
 	"github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner/binaries"

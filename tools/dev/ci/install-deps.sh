@@ -2,7 +2,7 @@
 # Installs the Debian packages the runner's tests and the guest fixture need: QEMU and qemu-img
 # to boot the guest, qemu-guest-agent (the fixture guest runs it; pkg/guestagent tests against
 # it), busybox-static and e2fsprogs (mkfs.ext4) to build it, ISC dhclient (the guest and
-# pkg/ipv6serve take their IPv6 address with it), iproute2 for the
+# pkg/network/ipv6serve take their IPv6 address with it), iproute2 for the
 # tests' network namespaces; SeaBIOS and OVMF for guests that boot from their disk, mmdebstrap to
 # build the Debian cloud guest; runc, the CNI plugins and iptables for the local cluster. Needs root; a no-op when everything is installed.
 set -euo pipefail

@@ -44,7 +44,7 @@ CAPI_ENV := TEST_ASSET_CAPI_MANAGER=$(CAPI_DIR)/cluster-api-manager TEST_ASSET_C
 
 .PHONY: test-capi
 test-capi: control-plane $(K8S_BIN)/kube-controller-manager $(K8S_BIN)/kubectl capi ## The Cluster API provider against a real API server and the real Cluster API core manager.
-	$(ENVTEST_ENV) $(CAPI_ENV) KUBECTL=$(K8S_BIN)/kubectl go test -count=1 ./tests/capi/ ./pkg/controlplaneservice/ ./pkg/machinevm/
+	$(ENVTEST_ENV) $(CAPI_ENV) KUBECTL=$(K8S_BIN)/kubectl go test -count=1 ./tests/capi/ ./pkg/clusterapi/controlplaneservice/ ./pkg/clusterapi/machinevm/
 
 CLUSTERCTL_REPO ?= _output/clusterctl
 .PHONY: clusterctl-repo

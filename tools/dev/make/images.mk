@@ -66,7 +66,7 @@ DEBIAN_QCOW2 := $(VIRTPOD_CACHE)/debian-qcow2/debian-12.qcow2
 test-images: image-debian-guest image-guest-bzimage image-test-vms node-image image-tenant-control-plane ## Build the tests' images: the Debian cloud guest (qcow2, containerDisk layout), the test guest's kernel as a bzImage, nobootloader, twodisks, the Kubernetes node, a tenant's control plane.
 
 # The test guest's kernel kept as the bzImage it is, as images built by other tools hold one: the
-# node agent unpacks it for QEMU (pkg/kernelcache; TestVMLifecycle boots it).
+# node agent unpacks it for QEMU (pkg/kernel/kernelcache; TestVMLifecycle boots it).
 image-guest-bzimage: imagebuild guest-fixture ## The test guest's kernel and initrd, the kernel a bzImage, localhost/virtpod/guest-bzimage:dev.
 	$(IMAGEBUILD_BIN) vm $(IMAGEBUILD_FLAGS) --keep-bzimage --tag=localhost/virtpod/guest-bzimage:dev --out=$(IMAGES_DIR)/guest-bzimage.tar \
 		--kernel=$(GUEST_FIXTURE)/boot/vmlinuz --initrd=$(GUEST_FIXTURE)/boot/initrd.img

@@ -10,10 +10,13 @@ BENCH_PAIRS   ?= 5
 BENCH_FIRMWARE     ?= bios,uefi
 BENCH_DEBIAN_PAIRS ?= 3
 
-# The runner and what it uses; the node agent's packages are test-agent's (agent.mk).
-RUNNER_TEST_PKGS := ./runner/ ./runner/hypervisor/... ./runner/kvm/... ./runner/binaries/... ./cmd/virtpod-runner/... ./cmd/vmcopy/... \
-	./pkg/qemu/... ./pkg/cloudhypervisor/... \
-	./pkg/guestnet/... ./pkg/podnat/... ./pkg/console/... ./pkg/diskimage/... ./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
+# The runner and every package of the module it links (from go list, so none is left out), less
+# those whose tests need an API server (test-controller's), and the guest builders; the node
+# agent's packages are test-agent's (agent.mk).
+RUNNER_BINS := ./cmd/virtpod-runner ./cmd/vmcopy
+RUNNER_TEST_PKGS = $(shell go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(RUNNER_BINS) | grep '^github.com/virtpod/virtpod/' | \
+	xargs go list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' | awk '!/ github.com\/virtpod\/virtpod\/tests\/kubeapi( |$$)/ {print $$1}') \
+	./tools/dev/guestfixture/... ./tools/dev/debianguest/... ./tools/dev/benchboot/...
 
 .PHONY: runner-deps guest-fixture debian-guest qemu-next test-runner bench-boot bench-resize bench-migrate bench-suspend build-runner
 

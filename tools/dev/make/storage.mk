@@ -19,7 +19,7 @@ image-local-path-provisioner: imagebuild $(LOCALPATH_BIN)
 .PHONY: bench-disk
 bench-disk: guest-fixture ## Disk throughput in the guest (TCG) vs on the host, same file, plus filling a 1 GiB claim from an image.
 	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -run '^$$' -bench BenchmarkDisk -benchtime 1x -count 1 ./runner/ $(BENCH_ARGS)
-	go test -run '^$$' -bench BenchmarkFill1GiB -benchtime 1x -count 3 ./pkg/volumedisk/ $(BENCH_ARGS)
+	go test -run '^$$' -bench BenchmarkFill1GiB -benchtime 1x -count 3 ./pkg/disk/volumedisk/ $(BENCH_ARGS)
 
 .PHONY: fuzz-disks
 fuzz-disks: ## Fuzz the runner's --disk/--root-volume flags' render-and-parse round trip for $(FUZZTIME).

@@ -19,8 +19,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/virtpod/virtpod/pkg/ociimage"
-	"github.com/virtpod/virtpod/pkg/vmimage"
+	"github.com/virtpod/virtpod/pkg/image/ociimage"
+	"github.com/virtpod/virtpod/pkg/image/vmimage"
 )
 
 // The tags tests/e2e refers to.

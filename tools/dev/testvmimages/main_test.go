@@ -15,8 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/virtpod/virtpod/pkg/vmimage"
-	"github.com/virtpod/virtpod/pkg/vmimage/diskfile"
+	"github.com/virtpod/virtpod/pkg/disk/diskfile"
+	"github.com/virtpod/virtpod/pkg/image/vmimage"
 	"github.com/virtpod/virtpod/tests/prereq"
 	"github.com/virtpod/virtpod/tools/dev/devcache"
 )
