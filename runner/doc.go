@@ -1,22 +1,19 @@
 // Package runner turns one VM's configuration into a running guest inside its pod: it checks
-// the host, prepares the root disk and the network, starts the hypervisor as a child,
+// the host, prepares the guest, wires it into the pod, starts the hypervisor as a child,
 // supervises it, and ends with an exit code and a termination message that state the cause.
+// This package only orchestrates (run.go is the list of steps, supervise.go the supervisor);
+// each step's work is a package of its own, none of which imports this one:
 //
-// runner/ is virtpod's node side: everything that runs on a node lives below it.
-//
-//	runner                     this package: the runner in each VM pod; boot orchestration,
-//	                           supervision, and its status, control and migration servers
-//	cmd/virtpod-runner  its command, virtpod-runner
-//	runner/hypervisor          what the runner and its drivers share: the Hypervisor, Resizer
-//	                           and Migrator interfaces, events, MigrationInfo, the child process
-//	runner/hypervisor/qemu     the QEMU driver: boot, resize and migration over QMP (qmp.go)
-//	runner/hypervisor/cloudhypervisor  the cloud-hypervisor driver: boot and resize over its API
-//	runner/kvm                 is KVM usable on this node, and why not
-//	runner/binaries            the hypervisor programs and where the runner image has them
-//	agent/nodereport               the node agent: probes the node, labels it, writes its HypervisorNode
-//	cmd/virtpod-agent   its command, also the device plugin (virtpod-agent device-plugin)
-//	agent/deviceplugin        serves /dev/kvm to pods as devices.virtpod.io/kvm
-//	cmd/vmcopy          the copy program VM images carry, for clusters without image volumes
+//	runner/boot        what the guest boots from: kernel or firmware, root disk, data disks, seed
+//	runner/podnet      the pod network: the handoff to the node agent, DHCP, IPv6, relay, probe
+//	runner/virtiofs    the shares' virtiofsd processes
+//	runner/live        the operations on a running guest and the control socket that serves them
+//	runner/status      the guest's state and the read-only endpoints the kubelet probes
+//	runner/console     the serial console: fan-out, history, clients, and the boot watch
+//	runner/hypervisor  the neutral Machine and the interfaces each driver implements
+//	runner/hypervisor/qemu, runner/hypervisor/cloudhypervisor  the drivers
+//	runner/kvm         is KVM usable on this node, and why not
+//	runner/binaries    the hypervisor programs and where the runner image has them
 //
 // A driver imports runner/hypervisor, never this package: another hypervisor, or another QEMU
 // version, is a driver of its own, which run.go picks by provider.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/runner/status"
+
 	"github.com/virtpod/virtpod/tests/loopback"
 	"github.com/virtpod/virtpod/tests/rawhttp"
 
@@ -71,10 +73,10 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 			t.Errorf("the runner's /proc status lacks %q:\n%s", want, self)
 		}
 	}
-	status := childStatus(t, r.cmd.Process.Pid, "qemu-system")
+	procStatus := childStatus(t, r.cmd.Process.Pid, "qemu-system")
 	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"} {
-		if !strings.Contains(status, want) {
-			t.Errorf("QEMU's /proc status lacks %q:\n%s", want, status)
+		if !strings.Contains(procStatus, want) {
+			t.Errorf("QEMU's /proc status lacks %q:\n%s", want, procStatus)
 		}
 	}
 
@@ -93,7 +95,7 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 	if p := st.ReadinessProbe; p == nil || p.Probe != "http:80/" || !p.Passed || p.Message != "" || p.LastChecked.IsZero() {
 		t.Errorf("/status readinessProbe = %+v, want http:80/ passed", p)
 	}
-	if st.State != runner.StateRunning || st.Hypervisor != "qemu" || st.Acceleration != "tcg" || !strings.HasPrefix(st.Version, "7.") && !strings.HasPrefix(st.Version, "8.") && !strings.HasPrefix(st.Version, "9.") || st.UptimeSeconds <= 0 {
+	if st.State != status.StateRunning || st.Hypervisor != "qemu" || st.Acceleration != "tcg" || !strings.HasPrefix(st.Version, "7.") && !strings.HasPrefix(st.Version, "8.") && !strings.HasPrefix(st.Version, "9.") || st.UptimeSeconds <= 0 {
 		t.Fatalf("/status = %+v", st)
 	}
 
@@ -227,7 +229,7 @@ func TestQEMUKilledIsReported(t *testing.T) {
 		t.Fatalf("runner probe with the guest running and port 81 closed: %v, output %q; want exit 1 and %q", err, out, want)
 	}
 	st := readStatus(t, ns.name, r.stateDir)
-	if p := st.ReadinessProbe; st.State != runner.StateRunning || p == nil || p.Passed || p.Message != "connection refused" || p.ConsecutiveFailures < 1 {
+	if p := st.ReadinessProbe; st.State != status.StateRunning || p == nil || p.Passed || p.Message != "connection refused" || p.ConsecutiveFailures < 1 {
 		t.Fatalf("/status = %+v, probe %+v", st, p)
 	}
 	pid := r.qemuPID(t)
@@ -387,13 +389,13 @@ func waitProbe(netns, bin, stateDir string, done func(string, error) bool) (stri
 }
 
 // readStatus reads the runner's /status through the exec probe.
-func readStatus(t *testing.T, netns, stateDir string) runner.Status {
+func readStatus(t *testing.T, netns, stateDir string) status.Status {
 	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", netns, runnerBinary(t), "probe", "--state-dir="+stateDir, "--path=/status", "--print").Output()
 	if err != nil {
 		t.Fatalf("runner probe --path=/status: %v", err)
 	}
-	var st runner.Status
+	var st status.Status
 	if err := json.Unmarshal(out, &st); err != nil {
 		t.Fatalf("/status %q: %v", out, err)
 	}

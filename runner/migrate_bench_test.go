@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/runner"
 )
 
 // BenchmarkMigrate moves a TCG guest (256Mi, then 1Gi) from runner to runner three times, each
@@ -52,7 +51,7 @@ func benchMigrate(b *testing.B, guest string, mib int) {
 		ctl := migrationClient(cur.r.control)
 		start := time.Now()
 		ctl.put(b, MigrationRequestBody(bw, 0), http.StatusAccepted)
-		s := waitMigration(b, ctl, func(s runner.MigrationStatus) bool { return s.Terminal() })
+		s := waitMigration(b, ctl, func(s controlapi.MigrationStatus) bool { return s.Terminal() })
 		if s.State != controlapi.MigrationCompleted {
 			b.Fatalf("hop %d: %+v", hop, s)
 		}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/runner/status"
+
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/disk/volumedisk"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
@@ -81,13 +83,13 @@ func testLiveMigration(t *testing.T, network string) {
 		// under TCG): the mirror must carry the ones written at the source while it copies.
 		consoleRun(t, src.r, "(i=1; while [ $i -le 2000 ]; do echo w$i | dd of="+guestDisk("data")+" bs=512 seek=$i count=1 conv=fsync 2>/dev/null; i=$((i+1)); sleep 0.05; done) & echo $! >/writer; sleep 1")
 		srcCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted)
-		s := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.Terminal() })
+		s := waitMigration(t, srcCtl, func(s controlapi.MigrationStatus) bool { return s.Terminal() })
 		if s.State != controlapi.MigrationCompleted || s.TransferredBytes <= 0 || s.TotalBytes <= 0 || s.DowntimeMs <= 0 || s.TotalTimeMs <= 0 {
 			t.Fatalf("source GET after the move: %+v", s)
 		}
 		t.Logf("moved: %+v", s)
 		dst.waitRunning(t)
-		if g := waitMigration(t, dstCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); g.State != controlapi.MigrationCompleted || g.Role != controlapi.RoleTarget {
+		if g := waitMigration(t, dstCtl, func(s controlapi.MigrationStatus) bool { return s.Terminal() }); g.State != controlapi.MigrationCompleted || g.Role != controlapi.RoleTarget {
 			t.Fatalf("target GET after the move: %+v", g)
 		} else {
 			t.Logf("target GET after the move: %+v", g)
@@ -153,7 +155,7 @@ func testLiveMigration(t *testing.T, network string) {
 			t.Logf("the writer's sectors on the target: %d in a row", n)
 		}
 
-		src.wantState(t, runner.StateMigrated)
+		src.wantState(t, status.StateMigrated)
 		src.r.signal(t, syscall.SIGTERM)
 		// At once (QMP quit), not after the grace period (20 s) of a power button nobody sees.
 		if code, msg := src.r.waitExit(t, 5*time.Second); code != runner.ExitOK || msg != runner.MessageMigrated {
@@ -169,7 +171,7 @@ func testLiveMigration(t *testing.T, network string) {
 				t.Fatalf("the guest powered down:\n%s", tail(r.stdout.String(), 10))
 			}
 		}
-		dst.wantState(t, runner.StateRunning)
+		dst.wantState(t, status.StateRunning)
 
 		// The guest moves on from the pod it arrived in (a drain of that node): a target whose
 		// guest arrived is a source like any other. It moves onto QEMU 10.0 (Debian 13's, no
@@ -184,7 +186,7 @@ func testLiveMigration(t *testing.T, network string) {
 			if s := prevCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted); s.Terminal() || s.Role != controlapi.RoleSource {
 				t.Fatalf("%s: PUT on the former target answered %+v", want, s)
 			}
-			if s := waitMigration(t, prevCtl, func(s runner.MigrationStatus) bool { return s.Terminal() }); s.State != controlapi.MigrationCompleted || s.Role != controlapi.RoleSource || len(s.Disks) != 3 {
+			if s := waitMigration(t, prevCtl, func(s controlapi.MigrationStatus) bool { return s.Terminal() }); s.State != controlapi.MigrationCompleted || s.Role != controlapi.RoleSource || len(s.Disks) != 3 {
 				t.Fatalf("%s: %+v", want, s)
 			} else {
 				t.Logf("%s: %+v", want, s)
@@ -219,13 +221,13 @@ func testLiveMigration(t *testing.T, network string) {
 			if code, s := dstCtl.do(t, http.MethodPut, `{}`); code != http.StatusConflict || !strings.Contains(s.Error, "migration target") || s.Role != controlapi.RoleTarget || s.State != controlapi.MigrationWaiting {
 				t.Fatalf("PUT on the target: %d %+v", code, s)
 			}
-			if code, body := runnerGet(t, dst.r.stateDir, "/startedz"); code != http.StatusServiceUnavailable || !strings.Contains(body, runner.StateIncoming) {
+			if code, body := runnerGet(t, dst.r.stateDir, "/startedz"); code != http.StatusServiceUnavailable || !strings.Contains(body, status.StateIncoming) {
 				t.Fatalf("target /startedz while waiting: %d %q", code, body)
 			}
 			newMigrationRelay(t, src.r, dst.r)
 			srcCtl.put(t, MigrationRequestBody(1, 0), http.StatusAccepted)
 			// Cancelled while the disks are still being copied, before any memory is sent.
-			mirroring := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.TransferredBytes > 0 })
+			mirroring := waitMigration(t, srcCtl, func(s controlapi.MigrationStatus) bool { return s.TransferredBytes > 0 })
 			if mirroring.State != controlapi.MigrationActive || mirroring.DiskBytes != mirroring.TransferredBytes || len(mirroring.Disks) != 3 {
 				t.Fatalf("while the disks are copied: %+v", mirroring)
 			}
@@ -273,28 +275,28 @@ func testLiveMigration(t *testing.T, network string) {
 			// chunk (16 s) before it saw the error. Active, not only bytes: until the new send
 			// starts, the status still shows the cancelled one's.
 			srcCtl.put(t, MigrationRequestBody(4, 0), http.StatusAccepted)
-			waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool {
+			waitMigration(t, srcCtl, func(s controlapi.MigrationStatus) bool {
 				return s.State == controlapi.MigrationActive && s.TransferredBytes > 0
 			})
 			dst.r.signal(t, syscall.SIGKILL) // QEMU dies with its runner (Pdeathsig)
-			s := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.Terminal() })
+			s := waitMigration(t, srcCtl, func(s controlapi.MigrationStatus) bool { return s.Terminal() })
 			if s.State != controlapi.MigrationFailed || s.Error == "" {
 				t.Fatalf("source after its target died: %+v, want failed with QEMU's reason", s)
 			}
 			t.Logf("source's status: %+v", s)
 			src.heartbeatGoesOn(t)
-			src.wantState(t, runner.StateRunning)
+			src.wantState(t, status.StateRunning)
 		})
 
 		t.Run("resume after completed", func(t *testing.T) {
 			dst := target(t)
 			newMigrationRelay(t, src.r, dst.r)
 			srcCtl.put(t, MigrationRequestBody(0, 0), http.StatusAccepted)
-			s := waitMigration(t, srcCtl, func(s runner.MigrationStatus) bool { return s.Terminal() })
+			s := waitMigration(t, srcCtl, func(s controlapi.MigrationStatus) bool { return s.Terminal() })
 			if s.State != controlapi.MigrationCompleted {
 				t.Fatalf("migration ended %+v", s)
 			}
-			src.wantState(t, runner.StateMigrated)
+			src.wantState(t, status.StateMigrated)
 			dst.waitRunning(t)
 			// The target dies; only then may the source run the guest again. The controller asks
 			// once the target pod is gone, and a pod is gone when all its processes are: the
@@ -320,7 +322,7 @@ func testLiveMigration(t *testing.T, network string) {
 				t.Fatalf("DELETE after completed: %d %+v", code, s)
 			}
 			src.heartbeatGoesOn(t)
-			src.wantState(t, runner.StateRunning)
+			src.wantState(t, status.StateRunning)
 		})
 		src.r.signal(t, syscall.SIGTERM)
 		if code, msg := src.r.waitExit(t, 30*time.Second); code != runner.ExitOK || msg != "stopped on SIGTERM: guest powered off" {

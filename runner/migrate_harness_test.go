@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/runner/status"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/virtpod/virtpod/agent/migration/streampipe"
@@ -23,7 +25,6 @@ import (
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/pkg/kernel/pvhkernel"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
@@ -179,7 +180,7 @@ func (mt *migrationTest) targetWith(t testing.TB, qemu string) *migrationRunner 
 func (mt *migrationTest) incoming(t testing.TB, args []string) *migrationRunner {
 	t.Helper()
 	m := mt.start(t, append(append([]string{}, args...), "--incoming"))
-	m.wantState(t, runner.StateIncoming)
+	m.wantState(t, status.StateIncoming)
 	return m
 }
 
@@ -333,10 +334,10 @@ func (m *migrationRunner) heartbeatGoesOn(t testing.TB) {
 	t.Fatalf("the heartbeat stopped at %d (was %d):\n%s", m.lastHeartbeat(), start, tail(m.r.stdout.String(), 10))
 }
 
-func (m *migrationRunner) status(t testing.TB) runner.Status {
+func (m *migrationRunner) status(t testing.TB) status.Status {
 	t.Helper()
 	code, body := runnerGet(t, m.r.stateDir, "/status")
-	var st runner.Status
+	var st status.Status
 	if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil {
 		t.Fatalf("/status: %d %q %v", code, body, err)
 	}
@@ -346,7 +347,7 @@ func (m *migrationRunner) status(t testing.TB) runner.Status {
 // wantState waits briefly for the runner's /status to report state.
 func (m *migrationRunner) wantState(t testing.TB, state string) {
 	t.Helper()
-	var st runner.Status
+	var st status.Status
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		select {
 		case <-m.r.exited:
@@ -363,7 +364,7 @@ func (m *migrationRunner) wantState(t testing.TB, state string) {
 	t.Fatalf("runner state %+v, want %s", st, state)
 }
 
-func (m *migrationRunner) waitRunning(t testing.TB) { t.Helper(); m.wantState(t, runner.StateRunning) }
+func (m *migrationRunner) waitRunning(t testing.TB) { t.Helper(); m.wantState(t, status.StateRunning) }
 
 // runnerGet GETs path from the runner's HTTP endpoint (the default unix socket).
 func runnerGet(t testing.TB, stateDir, path string) (int, string) {
@@ -387,11 +388,11 @@ func migrationClient(sock string) migClient { return migClient{controlClient(soc
 
 // MigrationRequestBody is a PUT body with a bandwidth and downtime limit (0: the defaults).
 func MigrationRequestBody(bandwidthMiBps, downtimeMs int64) string {
-	b, _ := json.Marshal(runner.MigrationRequest{BandwidthMiBps: bandwidthMiBps, DowntimeLimitMs: downtimeMs, AutoConverge: true})
+	b, _ := json.Marshal(controlapi.MigrationRequest{BandwidthMiBps: bandwidthMiBps, DowntimeLimitMs: downtimeMs, AutoConverge: true})
 	return string(b)
 }
 
-func (c migClient) do(t testing.TB, method, body string) (int, runner.MigrationStatus) {
+func (c migClient) do(t testing.TB, method, body string) (int, controlapi.MigrationStatus) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -406,14 +407,14 @@ func (c migClient) do(t testing.TB, method, body string) (int, runner.MigrationS
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var s runner.MigrationStatus
+	var s controlapi.MigrationStatus
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatalf("%s %s: %d %q: %v", method, controlapi.MigrationPath, resp.StatusCode, b, err)
 	}
 	return resp.StatusCode, s
 }
 
-func (c migClient) put(t testing.TB, body string, want int) runner.MigrationStatus {
+func (c migClient) put(t testing.TB, body string, want int) controlapi.MigrationStatus {
 	t.Helper()
 	code, s := c.do(t, http.MethodPut, body)
 	if code != want {
@@ -423,9 +424,9 @@ func (c migClient) put(t testing.TB, body string, want int) runner.MigrationStat
 }
 
 // waitMigration polls GET, as the node agent does, until done accepts the status.
-func waitMigration(t testing.TB, c migClient, done func(runner.MigrationStatus) bool) runner.MigrationStatus {
+func waitMigration(t testing.TB, c migClient, done func(controlapi.MigrationStatus) bool) controlapi.MigrationStatus {
 	t.Helper()
-	var s runner.MigrationStatus
+	var s controlapi.MigrationStatus
 	for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		var code int
 		if code, s = c.do(t, http.MethodGet, ""); code == http.StatusOK && done(s) {

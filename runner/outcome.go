@@ -3,8 +3,10 @@ package runner
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
 // Exit codes; the termination message says the same in words.
@@ -35,6 +37,15 @@ type Outcome struct {
 	Message string
 }
 
+// fail is the outcome of a step that failed with err, its message led by what failed, if said.
+func fail(code int, err error, what ...string) *Outcome {
+	msg := err.Error()
+	if len(what) > 0 {
+		msg = what[0] + ": " + msg
+	}
+	return &Outcome{Code: code, Message: msg}
+}
+
 func failf(code int, format string, args ...any) Outcome {
 	return Outcome{Code: code, Message: fmt.Sprintf(format, args...)}
 }
@@ -49,4 +60,14 @@ func WriteTerminationMessage(path, msg string) error {
 		msg = msg[:4093] + "..."
 	}
 	return os.WriteFile(path, []byte(msg), 0o644)
+}
+
+// noBootableOutcome is the run's end when the firmware found nothing to boot.
+func noBootableOutcome(cfg runnerconfig.Config, line string) Outcome {
+	// OVMF's line ends in a device path nobody needs to read.
+	if i := strings.Index(line, " from Fv("); i > 0 {
+		line = line[:i]
+	}
+	return failf(ExitNoBootableDisk, "the root disk has no bootloader (the %s firmware found nothing to boot: %s): use a bootable image, or set guest.kernelImage",
+		strings.ToUpper(cfg.Firmware), line)
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/pkg/controlapi"
+
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/tests/loopback"
 )
@@ -143,7 +145,7 @@ func controlClient(sock string) ctlClient {
 	}}}}
 }
 
-func (c ctlClient) do(t testing.TB, method, body string) (int, runner.Size) {
+func (c ctlClient) do(t testing.TB, method, body string) (int, controlapi.Size) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -158,16 +160,16 @@ func (c ctlClient) do(t testing.TB, method, body string) (int, runner.Size) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var s runner.Size
+	var s controlapi.Size
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatalf("%s /v1/size: %d %q: %v", method, resp.StatusCode, b, err)
 	}
 	return resp.StatusCode, s
 }
 
-func (c ctlClient) put(t testing.TB, cpus int32, memory string, want int) runner.Size {
+func (c ctlClient) put(t testing.TB, cpus int32, memory string, want int) controlapi.Size {
 	t.Helper()
-	body, _ := json.Marshal(runner.SizeRequest{CPUs: cpus, Memory: memory})
+	body, _ := json.Marshal(controlapi.SizeRequest{CPUs: cpus, Memory: memory})
 	code, s := c.do(t, http.MethodPut, string(body))
 	if code != want {
 		t.Fatalf("PUT %s: %d %+v, want %d", body, code, s, want)
@@ -175,7 +177,7 @@ func (c ctlClient) put(t testing.TB, cpus int32, memory string, want int) runner
 	return s
 }
 
-func (c ctlClient) get(t testing.TB) runner.Size {
+func (c ctlClient) get(t testing.TB) controlapi.Size {
 	t.Helper()
 	code, s := c.do(t, http.MethodGet, "")
 	if code != http.StatusOK {

@@ -131,13 +131,17 @@ func linkTree(src, dst string) error {
 
 // agentRequest is what the node agent would read from the runner pod's arguments.
 func agentRequest(t testing.TB, args []string) (podnetwork.Request, bool) {
-	req := podnetwork.Request{Mode: runnerconfig.NetworkPod, Interface: "eth0",
+	req := podnetwork.Request{Mode: vmv1.NetworkPod, Interface: "eth0",
 		Owner: guestnet.TapOwner{UID: uint32(vmv1.RunnerUID), GID: uint32(vmv1.RunnerGID)}}
 	for _, a := range args {
 		k, v, _ := strings.Cut(a, "=")
 		switch k {
 		case "--network":
-			req.Mode = v
+			mode, err := vmv1.ParseNetworkFlag(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Mode = mode
 		case "--name":
 			req.VMName = v
 		case "--port":
@@ -148,7 +152,7 @@ func agentRequest(t testing.TB, args []string) (podnetwork.Request, bool) {
 			req.Ports = append(req.Ports, p)
 		}
 	}
-	return req, req.Mode != runnerconfig.NetworkNone
+	return req, req.Mode != vmv1.NetworkNone
 }
 
 var (

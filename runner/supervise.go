@@ -13,42 +13,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
-	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/boot"
 	"github.com/virtpod/virtpod/runner/console"
 	"github.com/virtpod/virtpod/runner/hypervisor"
+	"github.com/virtpod/virtpod/runner/live"
+	"github.com/virtpod/virtpod/runner/status"
 )
-
-// runState is what the supervisor has seen; the outcome is decided from it when the
-// hypervisor exits.
-type runState struct {
-	stopping      string // the signal that asked for a stop, "" if none
-	forced        bool   // the grace period ran out and the hypervisor was stopped
-	watchdogFired bool
-	panicked      string
-	noBootable    string // the firmware's console line saying it found nothing to boot
-	shutdown      *hypervisor.Event
-	kernelOutput  <-chan struct{} // closed once the guest kernel printed a line
-	// A migration target: incoming until its guest arrived and runs. A source: migrated once
-	// its guest runs in another pod (until a DELETE resumes it here).
-	target, incoming, migrated bool
-	// Resuming from a saved state (a target whose stream is a file); suspended once a suspend
-	// saved the guest, which then never runs here again.
-	resuming, suspended bool
-	loadError           string // why feeding the saved state failed
-}
 
 // kvmFailure tells a hypervisor failure caused by KVM (QEMU's KVM code failing, as with -cpu
 // host on kvm-pvm) from other failures, so the exit names KVM as the cause.
 func kvmFailure(cfg runnerconfig.Config, detail string) bool {
 	return cfg.Acceleration == runnerconfig.AccelKVM && strings.Contains(strings.ToLower(detail), "kvm")
-}
-
-// guestParts are the runner's servers of a running guest the supervisor acts with: the live
-// migration, the guest agent, the suspend.
-type guestParts struct {
-	mig   *migration
-	agent *guestAgent
-	sus   *suspender
 }
 
 // supervisor runs one guest from its hypervisor's start to its exit: it starts the guest in
@@ -60,9 +35,9 @@ type supervisor struct {
 	cfg   runnerconfig.Config
 	o     Options
 	log   *zap.Logger
-	board *statusBoard
+	board *status.Board
 	hv    hypervisor.Hypervisor
-	parts guestParts
+	parts liveOps
 	st    runState
 
 	// What the loop waits on; nil while off.
@@ -73,9 +48,9 @@ type supervisor struct {
 	watchdog, grace, repress <-chan time.Time
 }
 
-func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *statusBoard, hv hypervisor.Hypervisor, parts guestParts, consoleSocket, serial string) Outcome {
+func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *status.Board, hv hypervisor.Hypervisor, parts liveOps, consoleSocket, serial string) Outcome {
 	s := &supervisor{ctx: ctx, cfg: cfg, o: o, log: o.Log, board: board, hv: hv, parts: parts}
-	board.set(StateStarting, "")
+	board.Set(status.StateStarting, "")
 	if o.prepared != nil {
 		o.prepared() // from here a stop signal is the supervisor's: it powers the guest down
 	}
@@ -86,7 +61,7 @@ func supervise(ctx context.Context, cfg runnerconfig.Config, o Options, board *s
 		}
 		return failf(ExitHypervisorFailed, "start %s: %v", cfg.Provider, err)
 	}
-	board.setHypervisor(hv.Version(), cfg.MachineRun(hv.Version()))
+	board.SetHypervisor(hv.Version(), cfg.MachineRun(hv.Version()))
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	con, err := console.Attach(actx, serial, consoleSocket, o.Stdout)
 	cancel()
@@ -133,18 +108,18 @@ func (s *supervisor) begin(consoleSocket string) *Outcome {
 func (s *supervisor) beginResume() *Outcome {
 	s.st.target, s.st.incoming, s.st.resuming = true, true, true
 	mig := s.parts.mig
-	if err := mig.m.MigrationEvents(); err != nil {
+	if err := mig.Migrator().MigrationEvents(); err != nil {
 		s.log.Warn("no migration events; polling only", zap.Error(err))
 	}
-	if err := mig.m.ListenIncoming(); err != nil {
+	if err := mig.Migrator().ListenIncoming(); err != nil {
 		out := failf(ExitIncomingFailed, "resume from %s: %v", s.cfg.ResumeFrom, err)
 		return &out
 	}
-	s.board.set(StateIncoming, "loading the guest's saved state from "+s.cfg.ResumeFrom)
+	s.board.Set(status.StateIncoming, "loading the guest's saved state from "+s.cfg.ResumeFrom)
 	s.log.Info("resuming the guest from its saved state", zap.String("from", s.cfg.ResumeFrom))
 	s.loadFailed = make(chan error, 1)
 	go func() {
-		if err := feedState(s.ctx, s.cfg.ResumeFrom, filepath.Join(s.cfg.StateDir, resumeSocketName)); err != nil {
+		if err := live.FeedState(s.ctx, s.cfg.ResumeFrom, filepath.Join(s.cfg.StateDir, live.ResumeSocketName)); err != nil {
 			s.loadFailed <- err
 		}
 	}()
@@ -158,20 +133,20 @@ func (s *supervisor) beginResume() *Outcome {
 func (s *supervisor) beginIncoming() *Outcome {
 	s.st.target, s.st.incoming = true, true
 	mig := s.parts.mig
-	if err := mig.m.MigrationEvents(); err != nil {
+	if err := mig.Migrator().MigrationEvents(); err != nil {
 		s.log.Warn("no migration events; polling only", zap.Error(err))
 	}
-	if err := mig.m.ExportDisks(mig.nbdInSocket(), mig.drives()); err != nil {
+	if err := mig.Migrator().ExportDisks(mig.NBDInSocket(), mig.Drives()); err != nil {
 		out := failf(ExitIncomingFailed, "incoming migration: serving the disks for the source's mirrors: %v", err)
 		return &out
 	}
 	// Only now the memory socket: a source that finds it finds the disks served too.
-	if err := mig.m.ListenIncoming(); err != nil {
+	if err := mig.Migrator().ListenIncoming(); err != nil {
 		out := failf(ExitIncomingFailed, "incoming migration: %v", err)
 		return &out
 	}
-	s.board.set(StateIncoming, "waiting for the guest on "+mig.inSocket())
-	s.log.Info("waiting for the migrating guest", zap.String("socket", mig.inSocket()))
+	s.board.Set(status.StateIncoming, "waiting for the guest on "+mig.InSocket())
+	s.log.Info("waiting for the migrating guest", zap.String("socket", mig.InSocket()))
 	s.pollIncoming()
 	return nil
 }
@@ -197,13 +172,13 @@ func (s *supervisor) loop() Outcome {
 	for {
 		select {
 		case <-s.incomingPoll:
-			if info, err := s.parts.mig.m.QueryMigrate(); err == nil && info.Status == "completed" {
+			if info, err := s.parts.mig.Migrator().QueryMigrate(); err == nil && info.Status == "completed" {
 				s.arrived("query-migrate")
 			}
 		case err := <-s.loadFailed:
 			s.st.loadError = err.Error()
 			s.quit("the saved state could not be loaded")
-		case <-s.parts.sus.saved:
+		case <-s.parts.sus.Saved():
 			s.st.suspended = true
 			s.quit("suspended: the guest's state is saved")
 		case <-s.firstOutput:
@@ -263,20 +238,20 @@ func (s *supervisor) stop(sig os.Signal) {
 		return
 	}
 	s.st.stopping = signalName(sig)
-	s.board.set(StateStopping, "received "+s.st.stopping)
+	s.board.Set(status.StateStopping, "received "+s.st.stopping)
 	if s.st.migrated || s.st.incoming {
 		// No guest of this pod's to power down: it runs elsewhere, or never arrived.
 		s.quit("received " + s.st.stopping + " with the guest not here")
 		return
 	}
-	s.parts.mig.cancelActive()
+	s.parts.mig.CancelActive()
 	s.log.Info("powering the guest down", zap.String("signal", s.st.stopping), zap.Int64("gracePeriodSeconds", s.cfg.GracePeriodSeconds))
 	s.grace = time.After(graceEnd(sig, time.Duration(s.cfg.GracePeriodSeconds)*time.Second))
 	// The guest's agent first: it shuts the guest down as its own shutdown command would, where
 	// the power button depends on what the guest does with it (ACPI follows should the guest
 	// still run after agentShutdownWait).
 	actx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
-	err := s.parts.agent.shutdown(actx)
+	err := s.parts.agent.Shutdown(actx)
 	cancel()
 	if err == nil {
 		s.log.Info("asked the guest agent to power the guest off")
@@ -297,11 +272,11 @@ func (s *supervisor) arrived(how string) {
 		return // a target being stopped never runs its guest
 	}
 	s.st.incoming, s.incomingPoll = false, nil
-	s.parts.mig.setArrived()
+	s.parts.mig.SetArrived()
 	if s.st.resuming {
 		// The state is removed before the guest runs: once it runs, its disks move on and that
 		// state would no longer match them, so it must never be loaded again.
-		if err := removeState(s.cfg.ResumeFrom); err != nil {
+		if err := live.RemoveState(s.cfg.ResumeFrom); err != nil {
 			s.st.loadError = "the loaded state could not be removed, so the guest is not resumed: " + err.Error()
 			s.quit("the loaded state could not be removed")
 			return
@@ -314,11 +289,11 @@ func (s *supervisor) arrived(how string) {
 		return
 	}
 	s.log.Info("the migrating guest arrived; resuming it", zap.String("seen", how))
-	if err := s.parts.mig.m.StopExports(); err != nil {
+	if err := s.parts.mig.Migrator().StopExports(); err != nil {
 		// The source completed its mirrors before the switch and no longer writes.
 		s.log.Warn("stopping the disks' NBD exports", zap.Error(err))
 	}
-	if err := markReceived(s.cfg); err != nil {
+	if err := boot.MarkReceived(s.cfg); err != nil {
 		// The guest runs here and nowhere else now: it keeps running, and a later start from
 		// these claims refuses them as partial, which this line explains.
 		s.log.Error("recording the received disks as complete failed", zap.Error(err))
@@ -340,84 +315,6 @@ const powerdownRepeat = 3 * time.Second
 // agentShutdownWait is how long a guest the agent was asked to power off has before the ACPI
 // power button is pressed as well.
 const agentShutdownWait = 10 * time.Second
-
-func (st *runState) apply(ev hypervisor.Event, board *statusBoard, mig *migration, log *zap.Logger) {
-	log.Info("guest event", zap.Stringer("kind", ev.Kind), zap.Bool("guest", ev.Guest), zap.String("reason", ev.Reason))
-	switch ev.Kind {
-	case hypervisor.EventRunning:
-		st.migrated = false // a source resumed after a completed send
-		if st.stopping == "" {
-			board.set(StateRunning, "")
-		}
-	case hypervisor.EventMigration:
-		if ev.Reason == "completed" || ev.Reason == "failed" || ev.Reason == "cancelled" {
-			go mig.logResult(ev.Reason)
-		}
-		// Only a send of this runner's own: a target also sees its arrival's "completed".
-		if ev.Reason == "completed" && mig.sending() && st.stopping == "" {
-			st.migrated = true
-			board.set(StateMigrated, MessageMigrated)
-		}
-	case hypervisor.EventPaused:
-		if st.stopping == "" && st.shutdown == nil {
-			board.set(StatePaused, ev.Reason)
-		}
-	case hypervisor.EventShutdown:
-		e := ev
-		st.shutdown = &e
-		board.set(StateStopping, ev.Reason)
-	case hypervisor.EventPanicked:
-		st.panicked = ev.Reason
-	case hypervisor.EventNoBootableDevice:
-		st.noBootable = ev.Reason
-	}
-}
-
-func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor.Hypervisor) Outcome {
-	name := binaries.QEMUName
-	if cfg.Provider == runnerconfig.ProviderCloudHypervisor {
-		name = binaries.CloudHypervisorName
-	}
-	switch {
-	case st.migrated:
-		return Outcome{Code: ExitOK, Message: MessageMigrated}
-	case st.suspended:
-		return Outcome{Code: ExitOK, Message: MessageSuspended + cfg.SuspendTo}
-	case st.resuming && st.incoming && st.stopping != "":
-		return failf(ExitIncomingFailed, "resume from %s: stopped on %s before the saved state was loaded; the saved state is kept", cfg.ResumeFrom, st.stopping)
-	case st.resuming && st.incoming && st.loadError != "":
-		return failf(ExitIncomingFailed, "resume from %s failed: %s; the saved state is kept", cfg.ResumeFrom, st.loadError)
-	case st.resuming && st.incoming:
-		return failf(ExitIncomingFailed, "resume from %s failed: %s did not load the saved state: %s; the saved state is kept", cfg.ResumeFrom, name, hv.ExitDetail())
-	case st.incoming && st.stopping != "":
-		return failf(ExitIncomingFailed, "incoming migration: stopped on %s before the guest arrived", st.stopping)
-	case st.incoming:
-		return failf(ExitIncomingFailed, "incoming migration failed: the guest never arrived: %s", hv.ExitDetail())
-	case st.watchdogFired:
-		return failf(ExitKVMUnusable, "acceleration kvm: KVM could not run the guest: the guest kernel printed nothing within %s (at most the boot stub's lines); this node's KVM cannot run guest kernels (schedule the VM on a node with hardware virtualization, or set acceleration to Emulated)", o.BootWatchdog)
-	case st.noBootable != "":
-		return noBootableOutcome(cfg, st.noBootable)
-	case st.panicked != "":
-		return failf(ExitGuestPanicked, "guest kernel panicked (%s)", st.panicked)
-	case st.forced:
-		return failf(ExitGraceExpired, "guest did not power off within the grace period (%ds) after %s; %s was stopped", cfg.GracePeriodSeconds, st.stopping, name)
-	case st.shutdown != nil && st.shutdown.Guest:
-		if st.stopping != "" {
-			return Outcome{Code: ExitOK, Message: "stopped on " + st.stopping + ": guest powered off"}
-		}
-		return Outcome{Code: ExitOK, Message: "guest powered off (" + st.shutdown.Reason + ")"}
-	default:
-		detail := hv.ExitDetail()
-		select {
-		case <-st.kernelOutput:
-		default:
-			if !st.target && kvmFailure(cfg, detail) {
-				return failf(ExitKVMUnusable, "acceleration kvm: KVM could not run the guest: %s exited before the guest kernel printed anything: %s", name, detail)
-			}
-		}
-		return failf(ExitHypervisorFailed, "%s exited unexpectedly: %s", name, detail)
-	}
-}
 
 func signalName(sig os.Signal) string {
 	if a, ok := sig.(arrived); ok {

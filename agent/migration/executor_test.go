@@ -85,17 +85,17 @@ func migrationPair(t *testing.T, a, b *node, size int, delay time.Duration) (sou
 	ns := namespace(t)
 	vm := podcontroltest.VM(t, env.Client, ns, "web")
 	mig := newMigration(t, vm, "web-runner", "web-m1")
-	target = targetPod(t, vm, mig, b.name)
-	q = listenTarget(t, b.dir(target, "control3"))
+	target = targetPod(t, vm, mig, b.Name)
+	q = listenTarget(t, b.Dir(target, "control3"))
 	receiver = annotation(t, target, vmv1.AnnotationMigrationReceiver, 20*time.Second, nonEmpty)
 	if !strings.HasPrefix(receiver, "127.0.0.1:") {
 		t.Fatalf("receiver %q, want the agent pod's IP and port", receiver)
 	}
 	agentPod(t, b, receiver)
-	source = podOf(t, vm, ns, "web-runner", a.name, sourceLabels, map[string]string{vmv1.AnnotationMigration: string(mig.UID)})
+	source = podOf(t, vm, ns, "web-runner", a.Name, sourceLabels, map[string]string{vmv1.AnnotationMigration: string(mig.UID)})
 	podcontroltest.Name(t, env.Client, vm, source)
-	runner = &sourceRunner{dir: a.dir(source, "control3"), size: size, delay: delay}
-	podcontroltest.ServeRunner(t, runner.dir, runner)
+	runner = newSourceRunner(controlapi.MigrationStatus{}, size, delay)
+	runner.serve(t, a.Dir(source, "control3"))
 	return source, target, runner, q, receiver
 }
 
@@ -122,8 +122,9 @@ func TestMigrationStream(t *testing.T) {
 		t.Fatal("the target QEMU's stream did not end")
 	}
 	runner.mu.Lock()
-	sent, sockErr, asked := runner.sum, runner.sockErr, runner.asked
+	sent, sockErr := runner.sum, runner.sockErr
 	runner.mu.Unlock()
+	asked := runner.asked(t)
 	if asked.BandwidthMiBps != 64 || !asked.AutoConverge {
 		t.Errorf("the agent asked the runner for %+v, want the migration's 64 MiB/s and auto-converge", asked)
 	}
@@ -230,7 +231,7 @@ func TestSourceRefused(t *testing.T) {
 	a, b := newNode(t, "mig-g"), newNode(t, "mig-h")
 	b.start(t)
 	source, target, runner, q, receiver := migrationPair(t, a, b, 1<<20, 0)
-	bystander := runnerPod(t, target.Namespace, "other-runner", b.name, nil, nil)
+	bystander := runnerPod(t, target.Namespace, "other-runner", b.Name, nil, nil)
 	a.start(t)
 	annotate(t, source, map[string]any{vmv1.AnnotationMigrateTo: receiver + "/" + string(bystander.UID)})
 	st := stateIs(t, source, controlapi.MigrationFailed, 20*time.Second)
@@ -247,12 +248,12 @@ func TestSourceRefused(t *testing.T) {
 func TestResume(t *testing.T) {
 	ns := namespace(t)
 	a := newNode(t, "mig-i")
-	done := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}}
-	idle := &sourceRunner{st: controlapi.MigrationStatus{State: controlapi.MigrationNone}}
-	p1 := runnerPod(t, ns, "one-runner", a.name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
-	p2 := runnerPod(t, ns, "two-runner", a.name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
-	podcontroltest.ServeRunner(t, a.dir(p1, "control1"), done)
-	podcontroltest.ServeRunner(t, a.dir(p2, "control2"), idle)
+	done := newSourceRunner(controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}, 0, 0)
+	idle := newSourceRunner(controlapi.MigrationStatus{State: controlapi.MigrationNone}, 0, 0)
+	p1 := runnerPod(t, ns, "one-runner", a.Name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
+	p2 := runnerPod(t, ns, "two-runner", a.Name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
+	done.serve(t, a.Dir(p1, "control1"))
+	idle.serve(t, a.Dir(p2, "control2"))
 	_, stop := a.start(t)
 	st := stateIs(t, p1, controlapi.MigrationNone, 20*time.Second)
 	if st.Role != controlapi.RoleSource {
@@ -260,9 +261,9 @@ func TestResume(t *testing.T) {
 	}
 	stop()
 	a.start(t)
-	later := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}}
-	p3 := runnerPod(t, ns, "three-runner", a.name, nil, nil)
-	podcontroltest.ServeRunner(t, a.dir(p3, "control3"), later)
+	later := newSourceRunner(controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}, 0, 0)
+	p3 := runnerPod(t, ns, "three-runner", a.Name, nil, nil)
+	later.serve(t, a.Dir(p3, "control3"))
 	annotate(t, p3, map[string]any{vmv1.AnnotationMigrationResume: "true"})
 	stateIs(t, p3, controlapi.MigrationNone, 20*time.Second)
 	for name, r := range map[string]*sourceRunner{"completed": done, "idle": idle, "later": later} {
@@ -279,9 +280,9 @@ func TestResume(t *testing.T) {
 func TestResumeAgain(t *testing.T) {
 	ns := namespace(t)
 	a := newNode(t, "mig-l")
-	r := &sourceRunner{st: controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}}
-	p := runnerPod(t, ns, "again-runner", a.name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
-	podcontroltest.ServeRunner(t, a.dir(p, "control-again"), r)
+	r := newSourceRunner(controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationCompleted}, 0, 0)
+	p := runnerPod(t, ns, "again-runner", a.Name, nil, map[string]string{vmv1.AnnotationMigrationResume: "true"})
+	r.serve(t, a.Dir(p, "control-again"))
 	e, _ := a.start(t)
 	stateIs(t, p, controlapi.MigrationNone, 20*time.Second)
 
@@ -335,7 +336,7 @@ func TestSourceDialsOnlyTheTargetsAgent(t *testing.T) {
 	a.start(t)
 	annotate(t, source, map[string]any{vmv1.AnnotationMigrateTo: trap.Addr().String() + "/" + string(target.UID)})
 	st := stateIs(t, source, controlapi.MigrationFailed, 20*time.Second)
-	if want := "the agent of target node " + b.name + " is at " + receiver; !strings.Contains(st.Error, want) {
+	if want := "the agent of target node " + b.Name + " is at " + receiver; !strings.Contains(st.Error, want) {
 		t.Errorf("failure %q, want %q", st.Error, want)
 	}
 	if n := dialled.Load(); n != 0 {

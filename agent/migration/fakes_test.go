@@ -21,10 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/agent/podcontrol/podcontroltest"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
@@ -38,68 +36,81 @@ func TestMain(m *testing.M) { kubeapi.Main(m, &env) }
 // agentNamespace holds the agents' Secret in these tests.
 const agentNamespace = "virtpod-agents"
 
-// sourceRunner is a source runner's control API on its socket, with a "QEMU" that, once PUT,
-// connects to the agent's migrate-out.sock and writes size pseudo-random bytes (chunk at a
-// time, pausing delay between chunks), then waits for the far end to close, as the runner's
-// state moves from none through active to completed (or failed, or cancelled by DELETE).
+// sourceRunner is a source runner's control API, on the one fake runner, with a "QEMU" that,
+// once PUT, connects to the agent's migrate-out.sock and writes size pseudo-random bytes (chunk
+// at a time, pausing delay between chunks), then waits for the far end to close, as the
+// runner's state moves from none through active to completed (or failed, or cancelled by
+// DELETE).
 type sourceRunner struct {
+	*podcontroltest.Runner
 	dir   string
 	size  int
 	delay time.Duration
 
 	mu      sync.Mutex
 	st      controlapi.MigrationStatus
-	puts    int
-	deletes int
-	asked   controlapi.MigrationRequest // the last PUT's body
-	sum     [32]byte                    // of what QEMU sent
-	sockErr string                      // what was wrong with migrate-out.sock at the PUT
+	sum     [32]byte // of what QEMU sent
+	sockErr string   // what was wrong with migrate-out.sock at the PUT
 	cancel  chan struct{}
 }
 
-func (r *sourceRunner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.URL.Path != controlapi.MigrationPath {
-		http.NotFound(w, req)
-		return
-	}
+// newSourceRunner is a source runner in state st; serve it with serve.
+func newSourceRunner(st controlapi.MigrationStatus, size int, delay time.Duration) *sourceRunner {
+	r := &sourceRunner{Runner: &podcontroltest.Runner{}, st: st, size: size, delay: delay}
+	r.AnswerFunc(http.MethodGet, controlapi.MigrationPath, r.get)
+	r.AnswerFunc(http.MethodPut, controlapi.MigrationPath, r.put)
+	r.AnswerFunc(http.MethodDelete, controlapi.MigrationPath, r.delete)
+	return r
+}
+
+// serve serves the runner in dir, where QEMU finds migrate-out.sock, until the test ends.
+func (r *sourceRunner) serve(t *testing.T, dir string) {
+	t.Helper()
+	r.dir = dir
+	r.Serve(t, dir)
+}
+
+func (r *sourceRunner) get(podcontroltest.Request) (int, any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	code := http.StatusOK
-	switch req.Method {
-	case http.MethodGet:
-	case http.MethodPut:
-		var body controlapi.MigrationRequest
-		if err := json.NewDecoder(req.Body).Decode(&body); err != nil || !body.AutoConverge {
-			code, r.st.Error = http.StatusBadRequest, fmt.Sprintf("body %+v (%v): auto-converge wanted", body, err)
-			break
-		}
-		r.puts++
-		r.asked = body
-		if r.st.State == controlapi.MigrationActive {
-			code = http.StatusConflict
-			break
-		}
-		sock := filepath.Join(r.dir, controlapi.MigrateOutSocket)
-		if fi, err := os.Stat(sock); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
-			r.sockErr = fmt.Sprintf("%s at the PUT: %v %v", sock, fi, err)
-		}
-		r.st = controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationActive, TotalBytes: int64(r.size), RemainingBytes: int64(r.size)}
-		r.cancel = make(chan struct{})
-		go r.qemu(sock, r.cancel)
-		code = http.StatusAccepted
-	case http.MethodDelete:
-		r.deletes++
-		switch r.st.State {
-		case controlapi.MigrationActive:
-			close(r.cancel)
-			r.st.State = controlapi.MigrationCancelled
-		case controlapi.MigrationCompleted:
-			r.st = controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationNone}
-		}
+	return http.StatusOK, r.st
+}
+
+// put starts the send, checking that the agent listens on migrate-out.sock first; a PUT while
+// active is refused, as the runner does.
+func (r *sourceRunner) put(req podcontroltest.Request) (int, any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var body controlapi.MigrationRequest
+	if err := req.Decode(&body); err != nil || !body.AutoConverge {
+		r.st.Error = fmt.Sprintf("body %+v (%v): auto-converge wanted", body, err)
+		return http.StatusBadRequest, r.st
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(r.st)
+	if r.st.State == controlapi.MigrationActive {
+		return http.StatusConflict, r.st
+	}
+	sock := filepath.Join(r.dir, controlapi.MigrateOutSocket)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		r.sockErr = fmt.Sprintf("%s at the PUT: %v %v", sock, fi, err)
+	}
+	r.st = controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationActive, TotalBytes: int64(r.size), RemainingBytes: int64(r.size)}
+	r.cancel = make(chan struct{})
+	go r.qemu(sock, r.cancel)
+	return http.StatusAccepted, r.st
+}
+
+// delete cancels an active send, or resumes the guest after a completed one.
+func (r *sourceRunner) delete(podcontroltest.Request) (int, any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.st.State {
+	case controlapi.MigrationActive:
+		close(r.cancel)
+		r.st.State = controlapi.MigrationCancelled
+	case controlapi.MigrationCompleted:
+		r.st = controlapi.MigrationStatus{Role: controlapi.RoleSource, State: controlapi.MigrationNone}
+	}
+	return http.StatusOK, r.st
 }
 
 func (r *sourceRunner) qemu(sock string, cancel chan struct{}) {
@@ -146,9 +157,19 @@ func (r *sourceRunner) qemu(sock string, cancel chan struct{}) {
 }
 
 func (r *sourceRunner) counts() (puts, deletes int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.puts, r.deletes
+	return r.Count(http.MethodPut, controlapi.MigrationPath), r.Count(http.MethodDelete, controlapi.MigrationPath)
+}
+
+// asked is the last PUT's body.
+func (r *sourceRunner) asked(t *testing.T) controlapi.MigrationRequest {
+	t.Helper()
+	var body controlapi.MigrationRequest
+	if puts := r.Requests(http.MethodPut, controlapi.MigrationPath); len(puts) > 0 {
+		if err := puts[len(puts)-1].Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return body
 }
 
 // targetQEMU listens on migrate-in.sock in dir, as a target QEMU with -incoming does, and
@@ -212,63 +233,33 @@ func (q *targetQEMU) connections() int {
 	return q.conns
 }
 
-// node is one simulated node: its control directory, its kubelet's pod-resources API and,
-// once started, its agent.
-type node struct {
-	name        string
-	controlDir  string
-	kubelet     *podcontroltest.Kubelet
-	kubeletSock string
-}
+// node is one simulated node (podcontroltest.Node) whose agent runs this package's executor.
+type node struct{ *podcontroltest.Node }
 
 func newNode(t *testing.T, name string) *node {
 	t.Helper()
 	agentNamespaceExists(t)
-	n := &node{name: name, controlDir: shortDir(t)}
-	n.kubelet, n.kubeletSock = podcontroltest.Start(t, nil)
-	return n
+	return &node{podcontroltest.NewNode(t, name)}
 }
 
-// dir gives pod namespace/name the control device id on the node and returns its directory.
-func (n *node) dir(pod *corev1.Pod, id string) string {
-	n.kubelet.Set(pod.Namespace, pod.Name, id)
-	return filepath.Join(n.controlDir, id)
-}
-
-// start runs the node's agent until the test ends or the returned stop is called.
+// start runs the node's agent until the test ends or the returned stop is called; an agent
+// that ends with an error fails the test.
 func (n *node) start(t *testing.T) (*Executor, func()) {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: n.name, ControlDir: n.controlDir, PodResources: n.kubeletSock,
-		Log: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(n.name)},
-		Namespace: agentNamespace, PodIP: "127.0.0.1", Listen: "127.0.0.1:0", Poll: 50 * time.Millisecond, Report: reportEvery}
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
+	a := n.Agent(t, env)
+	a.Log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Named(n.Name)
+	e := &Executor{Agent: a, Namespace: agentNamespace, PodIP: "127.0.0.1", Listen: "127.0.0.1:0", Poll: 50 * time.Millisecond, Report: reportEvery}
+	run := podcontroltest.Run(t, e.Run)
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent of %s: %v", n.name, err)
+			if err := run(); err != nil {
+				t.Errorf("agent of %s: %v", n.Name, err)
 			}
 		})
 	}
 	t.Cleanup(stop)
 	return e, stop
-}
-
-func shortDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "mg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }
 
 // agentNamespaceExists makes the agents' namespace before any agent starts (newNode): an
@@ -282,14 +273,7 @@ func agentNamespaceExists(t *testing.T) {
 	}
 }
 
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "migrate-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func namespace(t *testing.T) string { return podcontroltest.Namespace(t, env.Client, "migrate-") }
 
 // runnerPod creates a running runner pod on node with extra labels and annotations, controlled
 // by a VirtualMachine of the same name whose status names it, as the controller makes them.
@@ -371,8 +355,8 @@ func agentPod(t *testing.T, n *node, addr string) {
 		t.Fatal(err)
 	}
 	p, _ := strconv.Atoi(port)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "virtpod-agent-" + n.name, Labels: map[string]string{AgentLabel: AgentName}},
-		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "agent", Image: "runner",
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "virtpod-agent-" + n.Name, Labels: map[string]string{AgentLabel: AgentName}},
+		Spec: corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "agent", Image: "runner",
 			Ports: []corev1.ContainerPort{{Name: AgentPortName, ContainerPort: int32(p), Protocol: corev1.ProtocolTCP}}}}}}
 	if err := env.Client.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)

@@ -82,20 +82,20 @@ func TestReceiverRefuses(t *testing.T) {
 	vm := podcontroltest.VM(t, env.Client, ns, "web")
 	mig := newMigration(t, vm, "web-runner", "web-m1")
 	m7 := string(mig.UID)
-	target := targetPod(t, vm, mig, b.name)
-	plain := runnerPod(t, ns, "plain-runner", b.name, nil, nil)
+	target := targetPod(t, vm, mig, b.Name)
+	plain := runnerPod(t, ns, "plain-runner", b.Name, nil, nil)
 	far := podOf(t, vm, ns, "far-m1", "mig-elsewhere", map[string]string{vmv1.LabelMigrationRole: vmv1.MigrationRoleTarget}, map[string]string{vmv1.AnnotationMigration: m7})
 	asTarget := map[string]string{vmv1.LabelMigrationRole: vmv1.MigrationRoleTarget}
 	// The VM's own pod, labelled a target by its VM and annotated with the live migration.
-	labelled := runnerPod(t, ns, "labelled-runner", b.name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
+	labelled := runnerPod(t, ns, "labelled-runner", b.Name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
 	// vm's pod as the migration's target would be, under a name the migration does not give.
-	squatter := podOf(t, vm, ns, "web-m2", b.name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
+	squatter := podOf(t, vm, ns, "web-m2", b.Name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
 	// No VM at all.
-	stray := podOf(t, nil, ns, "stray-m1", b.name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
-	q := listenTarget(t, b.dir(target, "control1"))
-	nbd := listenTargetOn(t, b.dir(target, "control1"), controlapi.NBDInSocket)
-	listenTarget(t, b.dir(plain, "control2"))
-	refusedQEMUs := []*targetQEMU{listenTarget(t, b.dir(labelled, "control4")), listenTarget(t, b.dir(squatter, "control5")), listenTarget(t, b.dir(stray, "control6"))}
+	stray := podOf(t, nil, ns, "stray-m1", b.Name, asTarget, map[string]string{vmv1.AnnotationMigration: m7})
+	q := listenTarget(t, b.Dir(target, "control1"))
+	nbd := listenTargetOn(t, b.Dir(target, "control1"), controlapi.NBDInSocket)
+	listenTarget(t, b.Dir(plain, "control2"))
+	refusedQEMUs := []*targetQEMU{listenTarget(t, b.Dir(labelled, "control4")), listenTarget(t, b.Dir(squatter, "control5")), listenTarget(t, b.Dir(stray, "control6"))}
 	b.start(t)
 	addr := annotation(t, target, vmv1.AnnotationMigrationReceiver, 20*time.Second, nonEmpty)
 
@@ -154,10 +154,7 @@ func TestReceiverRefuses(t *testing.T) {
 		}
 	}
 	for _, p := range []*corev1.Pod{labelled, squatter, stray} {
-		cur := &corev1.Pod{}
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(p), cur); err != nil {
-			t.Fatal(err)
-		}
+		cur := podcontroltest.Current(t, env.Client, p)
 		if v := cur.Annotations[vmv1.AnnotationMigrationReceiver]; v != "" {
 			t.Errorf("%s: the agent announced itself as receiver (%s) on a pod no migration names", p.Name, v)
 		}
@@ -234,8 +231,8 @@ func TestReceiverBoundsHandshakes(t *testing.T) {
 	b := newNode(t, "mig-flood")
 	vm := podcontroltest.VM(t, env.Client, ns, "web")
 	mig := newMigration(t, vm, "web-runner", "web-m1")
-	target := targetPod(t, vm, mig, b.name)
-	q := listenTarget(t, b.dir(target, "control1"))
+	target := targetPod(t, vm, mig, b.Name)
+	q := listenTarget(t, b.Dir(target, "control1"))
 	e, _ := b.start(t)
 	addr := annotation(t, target, vmv1.AnnotationMigrationReceiver, 20*time.Second, nonEmpty)
 

@@ -197,84 +197,117 @@ func (s *stream) failure() error {
 // when the send was adopted.
 func (e *Executor) start(ctx context.Context, pod *corev1.Pod, o podcontrol.Owner, to string, seen bool, log *zap.Logger) (controlapi.MigrationStatus, *stream, error) {
 	var addr, target string
-	var err error
-	if err := retry(ctx, func() error { addr, target, err = e.route(ctx, pod, o, to); return err }); err != nil {
+	if err := retry(ctx, func() (err error) { addr, target, err = e.route(ctx, pod, o, to); return err }); err != nil {
 		return controlapi.MigrationStatus{}, nil, err
 	}
+	rc, st, err := e.runnerState(ctx, pod)
+	if err != nil {
+		return st, nil, err
+	}
+	defer rc.Close()
+	if adopted(pod, st, seen, log) {
+		return st, nil, nil
+	}
+	sm, err := e.openStream(ctx, rc.Control(), addr, header{PodUID: target, Migration: string(o.Migration.UID)}, log)
+	if err != nil {
+		return st, nil, err
+	}
+	return startSend(ctx, rc, pod, sm, addr, log)
+}
+
+// runnerState reads the runner's migration, retrying while the runner does not answer.
+func (e *Executor) runnerState(ctx context.Context, pod *corev1.Pod) (*podcontrol.Client, controlapi.MigrationStatus, error) {
 	var rc *podcontrol.Client
 	var st controlapi.MigrationStatus
-	if err := retry(ctx, func() error {
+	err := retry(ctx, func() (err error) {
 		if rc, err = e.runner(ctx, pod); err != nil {
 			return err
 		}
 		st, err = rc.Migration(ctx)
 		return err
-	}); err != nil {
-		return st, nil, err
-	}
-	defer rc.Close()
+	})
+	return rc, st, err
+}
+
+// adopted says whether the runner's send, in st, is this migration's already: one under way,
+// or one that ended under this agent's predecessor.
+func adopted(pod *corev1.Pod, st controlapi.MigrationStatus, seen bool, log *zap.Logger) bool {
 	switch {
 	case st.State == controlapi.MigrationActive:
 		log.Info("the runner already sends: following it (the agent restarted?)")
-		return st, nil, nil
+		return true
 	case st.Terminal() && !seen && pod.Annotations[vmv1.AnnotationMigrationState] != "":
 		// This agent never sent from the pod, and its predecessor reported on it: the
 		// runner's finished state is this migration's. (The controller clears the state
 		// when it asks for a new migration.)
 		log.Info("the runner's migration already ended: reporting it", zap.String("state", st.State))
-		return st, nil, nil
+		return true
 	}
+	return false
+}
 
+// openStream dials the target node's agent for h, listens for QEMU's stream and its disks' NBD
+// connections in the pod's control directory, and relays them there until ctx ends.
+func (e *Executor) openStream(ctx context.Context, ctl podcontrol.Control, addr string, h header, log *zap.Logger) (*stream, error) {
 	// The target's agent first: a refusal is clearer from there than from QEMU.
 	var out net.Conn
 	var outR *bufio.Reader
-	if err := retry(ctx, func() error {
-		out, outR, err = dialReceiver(ctx, e.cred.ClientConfig(), addr, header{PodUID: target, Migration: string(o.Migration.UID)})
+	if err := retry(ctx, func() (err error) {
+		out, outR, err = dialReceiver(ctx, e.cred.ClientConfig(), addr, h)
 		if errors.As(err, new(*refusedError)) {
 			return permanent{err}
 		}
 		return err
 	}); err != nil {
-		return st, nil, err
+		return nil, err
 	}
-	l, err := rc.Control().Listen(controlapi.MigrateOutSocket)
+	l, err := ctl.Listen(controlapi.MigrateOutSocket)
 	if err != nil {
 		out.Close()
-		return st, nil, err
+		return nil, err
 	}
-	nbd, err := rc.Control().Listen(controlapi.NBDOutSocket)
+	nbd, err := ctl.Listen(controlapi.NBDOutSocket)
 	if err != nil {
 		l.Close()
 		out.Close()
-		return st, nil, err
+		return nil, err
 	}
 	sm := &stream{l: l, out: out, nbd: nbd}
-	go e.relayNBD(ctx, sm, addr, header{PodUID: target, Migration: string(o.Migration.UID)}, log)
-	go func() {
-		in, err := l.Accept()
-		l.Close() // removes the socket: QEMU connects once
-		if err != nil {
-			out.Close()
-			if ctx.Err() == nil {
-				sm.fail(fmt.Errorf("QEMU never connected to %s: %w", controlapi.MigrateOutSocket, err))
-			}
-			return
-		}
-		log.Info("relaying the migration stream", zap.String("to", addr))
-		start := time.Now()
-		n, err := streampipe.Pipe(in, in, out, outR)
-		if err != nil && ctx.Err() == nil {
-			sm.fail(fmt.Errorf("the stream to %s broke after %d bytes: %w", addr, n, err))
-		}
-		log.Info("migration stream ended", zap.Int64("bytes", n), zap.Duration("took", time.Since(start)), zap.Error(err))
-	}()
+	go e.relayNBD(ctx, sm, addr, h, log)
+	go sm.relay(ctx, outR, addr, log)
 	go func() { <-ctx.Done(); sm.close() }()
+	return sm, nil
+}
 
-	st, err = rc.StartMigration(ctx, request(pod))
+// relay relays QEMU's migration stream, once QEMU connects, to the target node's agent at
+// addr, whose answers come on outR.
+func (s *stream) relay(ctx context.Context, outR *bufio.Reader, addr string, log *zap.Logger) {
+	in, err := s.l.Accept()
+	s.l.Close() // removes the socket: QEMU connects once
+	if err != nil {
+		s.out.Close()
+		if ctx.Err() == nil {
+			s.fail(fmt.Errorf("QEMU never connected to %s: %w", controlapi.MigrateOutSocket, err))
+		}
+		return
+	}
+	log.Info("relaying the migration stream", zap.String("to", addr))
+	start := time.Now()
+	n, err := streampipe.Pipe(in, in, s.out, outR)
+	if err != nil && ctx.Err() == nil {
+		s.fail(fmt.Errorf("the stream to %s broke after %d bytes: %w", addr, n, err))
+	}
+	log.Info("migration stream ended", zap.Int64("bytes", n), zap.Duration("took", time.Since(start)), zap.Error(err))
+}
+
+// startSend has the runner send into sm. A runner that already sends (it refuses a second
+// send) is followed.
+func startSend(ctx context.Context, rc *podcontrol.Client, pod *corev1.Pod, sm *stream, addr string, log *zap.Logger) (controlapi.MigrationStatus, *stream, error) {
+	st, err := rc.StartMigration(ctx, request(pod))
 	var r *podcontrol.RunnerRefusal
 	if errors.As(err, &r) && r.Code == http.StatusConflict && st.State == controlapi.MigrationActive {
 		log.Info("the runner already sends: following it")
-		l.Close()
+		sm.l.Close()
 		return st, sm, nil
 	}
 	if err != nil {

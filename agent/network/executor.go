@@ -1,6 +1,6 @@
 // Package network is the node agent's part of the guest's network. The runner holds no
 // capability (Pod Security restricted), so for each runner pod on its node the agent takes the
-// pod's network namespace from the runner (pkg/network/nethandoff, on the pod's control directory) and
+// pod's network namespace from the runner (pkg/handoff, on the pod's control directory) and
 // builds the guest's wiring there (pkg/network/podnetwork): what to build comes from the pod's spec,
 // which only the controller writes, and only for a pod the controller's objects name
 // (podcontrol.Authorize). It keeps no state the pods do not: after a restart it asks every

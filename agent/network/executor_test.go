@@ -13,20 +13,17 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/agent/podcontrol/podcontroltest"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/handoff"
 	"github.com/virtpod/virtpod/pkg/kernel/kernelcache"
 	"github.com/virtpod/virtpod/pkg/kernel/pvhkernel"
 	"github.com/virtpod/virtpod/pkg/kernel/pvhkernel/pvhkerneltest"
 	"github.com/virtpod/virtpod/pkg/network/guestnet"
-	"github.com/virtpod/virtpod/pkg/network/nethandoff"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/prereq"
 )
@@ -95,10 +92,11 @@ func hasBridge(t *testing.T, ns *os.File) bool {
 	return found
 }
 
-// fakeRunner serves the handoff on netns.sock in its control directory, handing over ns (and
-// bz, a bzImage, when not nil), and reports what it heard from the agent: with bz, an error
-// unless a PVH kernel came back.
-func fakeRunner(t *testing.T, dir string, ns, bz *os.File) chan error {
+// handoffRunner is a runner's end of the handoff, which only this executor speaks (the control
+// API's fake is podcontroltest.Runner): it serves netns.sock in its control directory, handing
+// over ns (and bz, a bzImage, when not nil), and reports what it heard from the agent: with bz,
+// an error unless a PVH kernel came back.
+func handoffRunner(t *testing.T, dir string, ns, bz *os.File) chan error {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -107,7 +105,7 @@ func fakeRunner(t *testing.T, dir string, ns, bz *os.File) chan error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := nethandoff.ListenKernel(filepath.Join(dir, vmv1.NetnsSocketName), dup, bz)
+	srv, err := handoff.ListenKernel(filepath.Join(dir, vmv1.NetnsSocketName), dup, bz)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +117,10 @@ func fakeRunner(t *testing.T, dir string, ns, bz *os.File) chan error {
 			err = fmt.Errorf("plumbing %+v", pl)
 		}
 		if err == nil && bz != nil {
-			k, why := srv.Kernel()
+			kernel := srv.Kernel()
+			k := kernel.File
 			if k == nil {
-				err = fmt.Errorf("no kernel for the bzImage: %s", why)
+				err = fmt.Errorf("no kernel for the bzImage: %s", kernel.Refused)
 			} else if _, kerr := pvhkernel.Trim(mustRead(k)); kerr != nil {
 				err = fmt.Errorf("the kernel handed back: %w", kerr)
 			}
@@ -176,17 +175,8 @@ func pod(t *testing.T, ns, name, ip string, mutate func(*corev1.Pod)) *corev1.Po
 // bzImage too and gets the PVH kernel inside it from the agent's store.
 func TestExecutorPlumbsOnlyTheControllersPods(t *testing.T) {
 	prereq.Need(t, os.Geteuid() == 0, "needs root: network namespaces")
-	ctx := context.Background()
-	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "net-"}}
-	if err := env.Client.Create(ctx, nsObj); err != nil {
-		t.Fatal(err)
-	}
-	ns := nsObj.Name
-	controlDir, err := os.MkdirTemp("", "na")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(controlDir) })
+	ns := podcontroltest.Namespace(t, env.Client, "net-")
+	node := podcontroltest.NewNode(t, "node-n")
 
 	vm := podcontroltest.VM(t, env.Client, ns, "web")
 	real := pod(t, ns, "web-runner", "10.213.70.2", func(p *corev1.Pod) { podcontroltest.Own(p, vm) })
@@ -204,30 +194,19 @@ func TestExecutorPlumbsOnlyTheControllersPods(t *testing.T) {
 		liar.Name:     podNetns(t, "10.213.99.2"), // not its pod's IP
 	}
 	heard := map[string]chan error{}
-	devices := map[string]string{}
 	for i, p := range []*corev1.Pod{real, labelled, sibling, liar} {
-		id := fmt.Sprintf("control%d", i+1)
 		var bz *os.File
 		if p == real {
 			bz = bzImage(t)
 		}
-		heard[p.Name] = fakeRunner(t, filepath.Join(controlDir, id), nets[p.Name], bz)
-		devices[ns+"/"+p.Name] = id
+		heard[p.Name] = handoffRunner(t, node.Dir(p, fmt.Sprintf("control%d", i+1)), nets[p.Name], bz)
 	}
-	_, kubelet := podcontroltest.Start(t, devices)
-	cs, err := kubernetes.NewForConfig(env.Config)
+	kernels, err := kernelcache.New(filepath.Join(node.ControlDir, "kernels"), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	kernels, err := kernelcache.New(filepath.Join(controlDir, "kernels"), 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: "node-n", ControlDir: controlDir, PodResources: kubelet, Log: zap.NewNop()}, Kernels: kernels}
-	go func() { _ = e.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	e := &Executor{Agent: node.Agent(t, env), Kernels: kernels}
+	podcontroltest.Run(t, e.Run)
 
 	select {
 	case err := <-heard[real.Name]:

@@ -5,22 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/agent/podcontrol/podcontroltest"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -28,100 +24,44 @@ var env *kubeapi.Env
 
 func TestMain(m *testing.M) { kubeapi.Main(m, &env) }
 
-func startKubelet(t *testing.T, devices map[string]string) string {
-	t.Helper()
-	_, sock := podcontroltest.Start(t, devices)
-	return sock
+// sizeRunner is a runner whose guest takes every size it is asked for.
+func sizeRunner() *podcontroltest.Runner {
+	r := &podcontroltest.Runner{}
+	r.AnswerFunc(http.MethodPut, controlapi.SizePath, resized)
+	return r
 }
 
-// fakeRunner answers the runner's control API on its socket as the runner does: the size it
-// is asked for, or, when refuse is set, its refusal; hold blocks answers until closed.
-type fakeRunner struct {
-	mu     sync.Mutex
-	asked  []Size
-	size   Size
-	refuse string
-	hold   chan struct{}
-	// pod, when set, is read at each request: a request while the kubelet has a resize
-	// pending or under way is counted in early.
-	pod   *corev1.Pod
-	early int
-}
-
-func (r *fakeRunner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.URL.Path != "/v1/size" || req.Method != http.MethodPut {
-		http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
-		return
-	}
+// resized is a runner's answer to a PUT of a size its guest takes: the guest has it.
+func resized(req podcontroltest.Request) (int, any) {
 	var want Size
-	if err := json.NewDecoder(req.Body).Decode(&want); err != nil {
-		http.Error(w, `{"error":"body"}`, http.StatusBadRequest)
-		return
+	if err := req.Decode(&want); err != nil {
+		return http.StatusBadRequest, controlapi.Size{Error: "body"}
 	}
-	r.mu.Lock()
-	r.asked = append(r.asked, want)
-	hold, refuse, pod := r.hold, r.refuse, r.pod
-	r.mu.Unlock()
-	if pod != nil {
-		p := &corev1.Pod{}
-		if err := env.Client.Get(req.Context(), client.ObjectKeyFromObject(pod), p); err == nil && !kubeletDoneForTest(p) {
-			r.mu.Lock()
-			r.early++
-			r.mu.Unlock()
-		}
-	}
-	r.mu.Lock()
-	r.mu.Unlock()
-	if hold != nil {
-		select {
-		case <-hold:
-		case <-req.Context().Done():
-			return
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	if refuse != "" {
-		w.WriteHeader(http.StatusUnprocessableEntity)
-		_ = json.NewEncoder(w).Encode(map[string]any{"error": refuse, "cpus": r.size.CPUs, "memory": r.size.Memory})
-		return
-	}
-	r.size = want
-	_ = json.NewEncoder(w).Encode(map[string]any{"cpus": want.CPUs, "memory": want.Memory, "maxCPUs": 4, "maxMemory": "1Gi", "pending": false})
+	return http.StatusOK, controlapi.Size{CPUs: want.CPUs, Memory: want.Memory, MaxCPUs: 4, MaxMemory: "1Gi"}
 }
 
-func kubeletDoneForTest(p *corev1.Pod) bool {
+// sizesAsked are the sizes r was asked for, in order.
+func sizesAsked(t *testing.T, r *podcontroltest.Runner) []Size {
+	t.Helper()
+	var sizes []Size
+	for _, req := range r.Requests(http.MethodPut, controlapi.SizePath) {
+		var s Size
+		if err := req.Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, s)
+	}
+	return sizes
+}
+
+// kubeletResizing says the kubelet has a resize of p pending or under way.
+func kubeletResizing(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodResizeInProgress || c.Type == corev1.PodResizePending {
-			return false
+			return true
 		}
 	}
-	return true
-}
-
-func (r *fakeRunner) requests() []Size {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]Size(nil), r.asked...)
-}
-
-// startRunner serves a fake runner in controlDir/<id>/runner.sock, as the device plugin's
-// directory mounted into the runner holds it.
-func startRunner(t *testing.T, controlDir, id string, r *fakeRunner) {
-	t.Helper()
-	podcontroltest.ServeRunner(t, filepath.Join(controlDir, id), r)
-}
-
-// shortDir is a temporary directory short enough for unix socket paths.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "rz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
+	return false
 }
 
 // runnerPodOn creates a running runner pod on node, booted with 1 CPU and 256Mi, the kubelet
@@ -178,19 +118,11 @@ func annotate(t *testing.T, pod *corev1.Pod, kv ...string) {
 	}
 }
 
-func startExecutor(t *testing.T, node, controlDir, kubeletSock string) context.CancelFunc {
+// startExecutor runs an executor on node until the test ends or the returned stop is called.
+func startExecutor(t *testing.T, node *podcontroltest.Node) func() error {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Log: zap.NewNop()}, Timeout: 20 * time.Second}
-	go func() { _ = e.Run(ctx); close(done) }()
-	stop := func() { cancel(); <-done }
-	t.Cleanup(stop)
-	return stop
+	e := &Executor{Agent: node.Agent(t, env), Timeout: 20 * time.Second}
+	return podcontroltest.Run(t, e.Run)
 }
 
 // guestIs waits for the agent's report on the pod.
@@ -210,30 +142,31 @@ func guestIs(t *testing.T, pod *corev1.Pod, cpus, memory, failure string) {
 	})
 }
 
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "resize-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func namespace(t *testing.T) string { return podcontroltest.Namespace(t, env.Client, "resize-") }
 
 // TestExecutorResizes: the agent finds the pod's runner through the kubelet's device, asks it
 // for the desired size once the kubelet has resized the pod, writes back what the guest has,
 // and leaves other nodes' pods and pods never resized alone.
 func TestExecutorResizes(t *testing.T) {
 	ns := namespace(t)
-	controlDir := shortDir(t)
+	node := podcontroltest.NewNode(t, "node-a")
 	pod := runnerPodOn(t, ns, "web-runner", "node-a")
 	other := runnerPodOn(t, ns, "far-runner", "node-b")
 	still := runnerPodOn(t, ns, "still-runner", "node-a")
-	runner, far, quiet := &fakeRunner{pod: pod}, &fakeRunner{}, &fakeRunner{}
-	startRunner(t, controlDir, "control7", runner)
-	startRunner(t, controlDir, "control8", far)
-	startRunner(t, controlDir, "control9", quiet)
-	sock := startKubelet(t, map[string]string{ns + "/web-runner": "control7", ns + "/far-runner": "control8", ns + "/still-runner": "control9"})
-	startExecutor(t, "node-a", controlDir, sock)
+	runner, far, quiet := &podcontroltest.Runner{}, sizeRunner(), sizeRunner()
+	// A request while the kubelet has a resize of the pod pending or under way is early.
+	var early atomic.Int32
+	answer := func(req podcontroltest.Request) (int, any) {
+		if p := (&corev1.Pod{}); env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p) == nil && kubeletResizing(p) {
+			early.Add(1)
+		}
+		return resized(req)
+	}
+	runner.AnswerFunc(http.MethodPut, controlapi.SizePath, answer)
+	node.Serve(t, pod, "control7", runner)
+	node.Serve(t, other, "control8", far)
+	node.Serve(t, still, "control9", quiet)
+	startExecutor(t, node)
 
 	// A grow asked while the kubelet still resizes the pod waits for it.
 	setStatus(t, pod, []corev1.PodCondition{{Type: corev1.PodResizeInProgress, Status: corev1.ConditionTrue}})
@@ -243,29 +176,26 @@ func TestExecutorResizes(t *testing.T) {
 	setStatus(t, still, nil)
 	setStatus(t, pod, nil)
 	guestIs(t, pod, "3", "768Mi", "")
-	if runner.early != 0 {
-		t.Fatalf("the runner was asked %d times while the kubelet resized the pod", runner.early)
+	if n := early.Load(); n != 0 {
+		t.Fatalf("the runner was asked %d times while the kubelet resized the pod", n)
 	}
-	if got := runner.requests(); len(got) != 1 || got[0] != (Size{CPUs: 3, Memory: "768Mi"}) {
+	if got := sizesAsked(t, runner); len(got) != 1 || got[0] != (Size{CPUs: 3, Memory: "768Mi"}) {
 		t.Fatalf("runner asked %v, want once for 3/768Mi", got)
 	}
 
 	// A refusal is written in the runner's words; the guest's size is what it says it has.
-	runner.mu.Lock()
-	runner.refuse = "memory: 640Mi is not a multiple of 128Mi"
-	runner.mu.Unlock()
+	runner.Answer(http.MethodPut, controlapi.SizePath, http.StatusUnprocessableEntity,
+		controlapi.Size{CPUs: 3, Memory: "768Mi", Error: "memory: 640Mi is not a multiple of 128Mi"})
 	annotate(t, pod, vmv1.AnnotationDesiredMemory, "640Mi")
 	guestIs(t, pod, "3", "768Mi", "640Mi is not a multiple of 128Mi")
-	runner.mu.Lock()
-	runner.refuse = ""
-	runner.mu.Unlock()
+	runner.AnswerFunc(http.MethodPut, controlapi.SizePath, answer)
 	annotate(t, pod, vmv1.AnnotationDesiredCPUs, "1", vmv1.AnnotationDesiredMemory, "256Mi") // a shrink: no kubelet step first
 	guestIs(t, pod, "1", "256Mi", "")
 
-	if n := len(far.requests()); n != 0 {
+	if n := far.Count(http.MethodPut, controlapi.SizePath); n != 0 {
 		t.Errorf("the agent of node-a resized a pod of node-b %d times", n)
 	}
-	if n := len(quiet.requests()); n != 0 {
+	if n := quiet.Count(http.MethodPut, controlapi.SizePath); n != 0 {
 		t.Errorf("a pod never resized was asked %d times", n)
 	}
 }
@@ -274,34 +204,28 @@ func TestExecutorResizes(t *testing.T) {
 // the next one, which asks again (the runner's API is idempotent) and reports.
 func TestExecutorConvergesAfterRestart(t *testing.T) {
 	ns := namespace(t)
-	controlDir := shortDir(t)
+	node := podcontroltest.NewNode(t, "node-c")
 	pod := runnerPodOn(t, ns, "web-runner", "node-c")
-	runner := &fakeRunner{hold: make(chan struct{})}
-	startRunner(t, controlDir, "control1", runner)
-	sock := startKubelet(t, map[string]string{ns + "/web-runner": "control1"})
-	stop := startExecutor(t, "node-c", controlDir, sock)
+	runner := sizeRunner()
+	runner.Hold()
+	node.Serve(t, pod, "control1", runner)
+	stop := startExecutor(t, node)
 	annotate(t, pod, vmv1.AnnotationDesiredCPUs, "2", vmv1.AnnotationDesiredMemory, "512Mi")
 	kubeapi.Eventually(t, "the runner is asked", 20*time.Second, func() error {
-		if len(runner.requests()) == 0 {
+		if runner.Count(http.MethodPut, controlapi.SizePath) == 0 {
 			return fmt.Errorf("not yet")
 		}
 		return nil
 	})
-	stop() // the agent restarts mid-resize
-	runner.mu.Lock()
-	close(runner.hold)
-	runner.hold = nil
-	runner.mu.Unlock()
-	p := &corev1.Pod{}
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
-		t.Fatal(err)
-	}
+	_ = stop() // the agent restarts mid-resize
+	runner.Release()
+	p := podcontroltest.Current(t, env.Client, pod)
 	if _, ok := p.Annotations[vmv1.AnnotationGuestCPUs]; ok {
 		t.Fatalf("a stopped agent reported: %v", p.Annotations)
 	}
-	startExecutor(t, "node-c", controlDir, sock)
+	startExecutor(t, node)
 	guestIs(t, pod, "2", "512Mi", "")
-	if n := len(runner.requests()); n != 2 {
+	if n := runner.Count(http.MethodPut, controlapi.SizePath); n != 2 {
 		t.Errorf("runner asked %d times, want twice (once per agent)", n)
 	}
 }
@@ -310,9 +234,10 @@ func TestExecutorConvergesAfterRestart(t *testing.T) {
 // retried silently.
 func TestExecutorNoRunnerSocket(t *testing.T) {
 	ns := namespace(t)
+	node := podcontroltest.NewNode(t, "node-d")
 	pod := runnerPodOn(t, ns, "old-runner", "node-d")
-	sock := startKubelet(t, map[string]string{ns + "/old-runner": "control2"})
-	startExecutor(t, "node-d", shortDir(t), sock)
+	node.Dir(pod, "control2") // no runner serves there
+	startExecutor(t, node)
 	annotate(t, pod, vmv1.AnnotationDesiredCPUs, "2", vmv1.AnnotationDesiredMemory, "256Mi")
 	guestIs(t, pod, "", "", "control socket does not answer")
 }

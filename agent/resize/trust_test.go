@@ -1,8 +1,8 @@
 package resize
 
 import (
-	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,12 +13,10 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/agent/podcontrol/podcontroltest"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
@@ -28,7 +26,7 @@ import (
 // pod beside them is.
 func TestExecutorActsOnlyForTheControllersPods(t *testing.T) {
 	ns := namespace(t)
-	controlDir := shortDir(t)
+	node := podcontroltest.NewNode(t, "node-t")
 	vm := podcontroltest.VM(t, env.Client, ns, "web")
 	real := unownedPodOn(t, ns, "web-runner", "node-t", func(p *corev1.Pod) { podcontroltest.Own(p, vm) })
 	podcontroltest.Name(t, env.Client, vm, real)
@@ -38,15 +36,15 @@ func TestExecutorActsOnlyForTheControllersPods(t *testing.T) {
 		podcontroltest.Own(p, vm)
 		p.OwnerReferences[0].UID = types.UID("0d1e5f6a-0000-4000-8000-000000000000")
 	})
-	runners := map[string]*fakeRunner{}
-	devices := map[string]string{}
+	runners := map[string]*podcontroltest.Runner{}
 	for i, p := range []*corev1.Pod{real, labelled, sibling, forged} {
-		runners[p.Name] = &fakeRunner{}
-		id := fmt.Sprintf("control%d", i+1)
-		startRunner(t, controlDir, id, runners[p.Name])
-		devices[ns+"/"+p.Name] = id
+		runners[p.Name] = sizeRunner()
+		node.Serve(t, p, fmt.Sprintf("control%d", i+1), runners[p.Name])
 	}
-	logs := startObservedExecutor(t, "node-t", controlDir, startKubelet(t, devices))
+	core, logs := observer.New(zap.InfoLevel)
+	e := &Executor{Agent: node.Agent(t, env), Timeout: 20 * time.Second}
+	e.Log = zap.New(core)
+	podcontroltest.Run(t, e.Run)
 	for _, p := range []*corev1.Pod{labelled, sibling, forged, real} {
 		annotate(t, p, vmv1.AnnotationDesiredCPUs, "2", vmv1.AnnotationDesiredMemory, "512Mi")
 	}
@@ -62,13 +60,10 @@ func TestExecutorActsOnlyForTheControllersPods(t *testing.T) {
 		})
 	}
 	for _, p := range []*corev1.Pod{labelled, sibling, forged} {
-		if n := len(runners[p.Name].requests()); n != 0 {
+		if n := runners[p.Name].Count(http.MethodPut, controlapi.SizePath); n != 0 {
 			t.Errorf("%s: its runner was asked %d times", p.Name, n)
 		}
-		cur := &corev1.Pod{}
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(p), cur); err != nil {
-			t.Fatal(err)
-		}
+		cur := podcontroltest.Current(t, env.Client, p)
 		for _, k := range []string{vmv1.AnnotationGuestCPUs, vmv1.AnnotationGuestMemory, vmv1.AnnotationResizeError} {
 			if v, ok := cur.Annotations[k]; ok {
 				t.Errorf("%s: the agent wrote %s=%q on a pod no VM's status names", p.Name, k, v)
@@ -77,49 +72,32 @@ func TestExecutorActsOnlyForTheControllersPods(t *testing.T) {
 	}
 }
 
-// startObservedExecutor is startExecutor with its log kept.
-func startObservedExecutor(t *testing.T, node, controlDir, kubeletSock string) *observer.ObservedLogs {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	core, logs := observer.New(zap.InfoLevel)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: node, ControlDir: controlDir, PodResources: kubeletSock, Log: zap.New(core)}, Timeout: 20 * time.Second}
-	go func() { _ = e.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return logs
-}
-
 // TestExecutorRefusesSymlinkedSocket: a VM's own pod whose runner.sock is a symlink to
 // another pod's (its runner container can write its control directory) is refused with an
 // error naming the link; the other runner gets no request, and nothing of its answer (its
 // bounds) reaches the pod.
 func TestExecutorRefusesSymlinkedSocket(t *testing.T) {
 	ns := namespace(t)
-	controlDir := shortDir(t)
+	node := podcontroltest.NewNode(t, "node-s")
 	attacker := runnerPodOn(t, ns, "mallory-runner", "node-s")
-	victim := &fakeRunner{refuse: "cpus: 9 is more than maxCPUs 7"}
-	startRunner(t, controlDir, "control2", victim)
-	if err := os.MkdirAll(filepath.Join(controlDir, "control1"), 0o700); err != nil {
+	victim := &podcontroltest.Runner{}
+	victim.Fail(http.MethodPut, controlapi.SizePath, http.StatusUnprocessableEntity, "cpus: 9 is more than maxCPUs 7")
+	victim.Serve(t, filepath.Join(node.ControlDir, "control2")) // no pod's: only the link leads there
+	dir := node.Dir(attacker, "control1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	link := filepath.Join(controlDir, "control1", vmv1.ControlSocketName)
+	link := filepath.Join(dir, vmv1.ControlSocketName)
 	if err := os.Symlink("../control2/"+vmv1.ControlSocketName, link); err != nil {
 		t.Fatal(err)
 	}
-	startExecutor(t, "node-s", controlDir, startKubelet(t, map[string]string{ns + "/mallory-runner": "control1"}))
+	startExecutor(t, node)
 	annotate(t, attacker, vmv1.AnnotationDesiredCPUs, "9", vmv1.AnnotationDesiredMemory, "512Mi")
 	guestIs(t, attacker, "", "", link+" is or passes through a symlink")
-	if n := len(victim.requests()); n != 0 {
+	if n := victim.Count(http.MethodPut, controlapi.SizePath); n != 0 {
 		t.Fatalf("the victim's runner was asked %d times through the link", n)
 	}
-	cur := &corev1.Pod{}
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(attacker), cur); err != nil {
-		t.Fatal(err)
-	}
+	cur := podcontroltest.Current(t, env.Client, attacker)
 	if msg := cur.Annotations[vmv1.AnnotationResizeError]; strings.Contains(msg, "maxCPUs") {
 		t.Fatalf("the victim's bounds reached the attacker: %q", msg)
 	}

@@ -1,23 +1,14 @@
 package start
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/agent/podcontrol/podcontroltest"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
@@ -28,56 +19,13 @@ var env *kubeapi.Env
 
 func TestMain(m *testing.M) { kubeapi.Main(m, &env) }
 
-// runnerStart answers GET /v1/started as a runner does: it holds the question until the guest
-// starts (start is closed) or the wait runs out, and counts the questions. state, when set, is
-// a runner that ended without starting its guest; old, one from before the question.
-type runnerStart struct {
-	start   chan struct{}
-	since   time.Time
-	machine string
-	state   string
-	old     bool
-
-	mu    sync.Mutex
-	asked int
-}
-
-func (r *runnerStart) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.mu.Lock()
-	r.asked++
-	r.mu.Unlock()
-	if r.old || req.URL.Path != controlapi.StartedPath || req.Method != http.MethodGet {
-		http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
-		return
-	}
-	answer := controlapi.Started{State: r.state, Ended: r.state != ""}
-	if r.state == "" {
-		answer.State = "preparing"
-		select {
-		case <-r.start:
-			answer = controlapi.Started{Started: true, State: "running", Since: r.since, Machine: r.machine}
-		case <-time.After(time.Duration(controlapi.MaxStartedWaitSeconds) * time.Second):
-		case <-req.Context().Done():
-			return
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(answer)
-}
-
-func (r *runnerStart) count() int { r.mu.Lock(); defer r.mu.Unlock(); return r.asked }
-
 func started(t *testing.T, pod *corev1.Pod) string {
 	return annotation(t, pod, vmv1.AnnotationGuestStarted)
 }
 
 func annotation(t *testing.T, pod *corev1.Pod, key string) string {
 	t.Helper()
-	p := &corev1.Pod{}
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
-		t.Fatal(err)
-	}
-	return p.Annotations[key]
+	return podcontroltest.Current(t, env.Client, pod).Annotations[key]
 }
 
 // TestExecutorReportsTheStart: the agent asks the runner of each pod on its node that a VM names
@@ -86,52 +34,45 @@ func annotation(t *testing.T, pod *corev1.Pod, key string) string {
 // that ended without a start, or does not know the question, once and not again. The machine
 // type the runner reports goes with the start; an answer that is not a machine type does not.
 func TestExecutorReportsTheStart(t *testing.T) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "start-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	controlDir, err := os.MkdirTemp("", "sa")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(controlDir) })
+	ns := podcontroltest.Namespace(t, env.Client, "start-")
 	since := time.Date(2026, 12, 5, 5, 30, 0, 123456789, time.UTC)
-	runners := map[string]*runnerStart{
-		"web":     {start: make(chan struct{}), since: since, machine: "pc-q35-7.2"},
-		"odd":     {start: make(chan struct{}), since: since, machine: "pc-q35-7.2,accel=kvm"},
-		"foreign": {start: make(chan struct{}), since: since},
-		"far":     {start: make(chan struct{}), since: since},
-		"failed":  {state: "failed"},
-		"old":     {old: true},
+	// A runner answers once its guest starts: until Release, its answer is held.
+	starting := func(machine string) *podcontroltest.Runner {
+		r := &podcontroltest.Runner{}
+		r.Answer(http.MethodGet, controlapi.StartedPath, http.StatusOK, controlapi.Started{Started: true, State: "running", Since: since, Machine: machine})
+		r.Hold()
+		return r
 	}
+	runners := map[string]*podcontroltest.Runner{
+		"web":     starting("pc-q35-7.2"),
+		"odd":     starting("pc-q35-7.2,accel=kvm"),
+		"foreign": starting(""),
+		"far":     starting(""),
+		"failed":  {},
+		"old":     {}, // from before the question: 404
+	}
+	runners["failed"].Answer(http.MethodGet, controlapi.StartedPath, http.StatusOK, controlapi.Started{State: "failed", Ended: true})
+	node := podcontroltest.NewNode(t, "node-a")
 	pods := map[string]*corev1.Pod{}
-	devices := map[string]string{}
 	for name, r := range runners {
-		node := "node-a"
+		on := "node-a"
 		if name == "far" {
-			node = "node-b"
+			on = "node-b"
 		}
-		pods[name] = podcontroltest.RunnerPod(t, env.Client, ns.Name, name, node, name == "foreign")
-		devices[ns.Name+"/"+name] = "ctl-" + name
+		pods[name] = podcontroltest.RunnerPod(t, env.Client, ns, name, on, name == "foreign")
+		dir := node.Dir(pods[name], "ctl-"+name)
 		if name != "web" { // web's runner serves its socket later, as a runner does once prepared
-			podcontroltest.ServeRunner(t, filepath.Join(controlDir, "ctl-"+name), r)
+			r.Serve(t, dir)
 		}
 	}
-	_, kubelet := podcontroltest.Start(t, devices)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: "node-a", ControlDir: controlDir, PodResources: kubelet, Log: zap.NewNop()}}
-	go func() { _ = e.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	asked := func(name string) int { return runners[name].Count(http.MethodGet, controlapi.StartedPath) }
+	e := &Executor{Agent: node.Agent(t, env)}
+	podcontroltest.Run(t, e.Run)
 
 	time.Sleep(300 * time.Millisecond)
-	podcontroltest.ServeRunner(t, filepath.Join(controlDir, "ctl-web"), runners["web"])
+	runners["web"].Serve(t, filepath.Join(node.ControlDir, "ctl-web"))
 	kubeapi.Eventually(t, "web's runner asked", 10*time.Second, func() error {
-		if n := runners["web"].count(); n != 1 {
+		if n := asked("web"); n != 1 {
 			return fmt.Errorf("asked %d times", n)
 		}
 		return nil
@@ -140,7 +81,7 @@ func TestExecutorReportsTheStart(t *testing.T) {
 	if got := started(t, pods["web"]); got != "" {
 		t.Fatalf("web's start written before its guest started: %q", got)
 	}
-	close(runners["web"].start)
+	runners["web"].Release()
 	kubeapi.Eventually(t, "web's start written", 10*time.Second, func() error {
 		if got := started(t, pods["web"]); got != "2026-12-05T05:30:00.123456789Z" {
 			return fmt.Errorf("guest-started %q", got)
@@ -150,7 +91,7 @@ func TestExecutorReportsTheStart(t *testing.T) {
 	if got := annotation(t, pods["web"], vmv1.AnnotationGuestMachine); got != "pc-q35-7.2" {
 		t.Errorf("web's guest-machine %q, want the runner's pc-q35-7.2", got)
 	}
-	close(runners["odd"].start)
+	runners["odd"].Release()
 	kubeapi.Eventually(t, "odd's start written", 10*time.Second, func() error {
 		if got := started(t, pods["odd"]); got == "" {
 			return fmt.Errorf("no guest-started")
@@ -163,7 +104,7 @@ func TestExecutorReportsTheStart(t *testing.T) {
 
 	time.Sleep(time.Second)
 	for name, want := range map[string]int{"web": 1, "odd": 1, "failed": 1, "old": 1, "foreign": 0, "far": 0} {
-		if n := runners[name].count(); n != want {
+		if n := asked(name); n != want {
 			t.Errorf("%s's runner asked %d times, want %d", name, n, want)
 		}
 		if name != "web" && name != "odd" {
@@ -172,6 +113,4 @@ func TestExecutorReportsTheStart(t *testing.T) {
 			}
 		}
 	}
-	close(runners["foreign"].start)
-	close(runners["far"].start)
 }

@@ -2,23 +2,15 @@ package suspend
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/agent/podcontrol/podcontroltest"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
@@ -28,32 +20,6 @@ import (
 var env *kubeapi.Env
 
 func TestMain(m *testing.M) { kubeapi.Main(m, &env) }
-
-// runnerSaves serves PUT /v1/suspend as a runner does: saved, or refused with why.
-type runnerSaves struct {
-	mu     sync.Mutex
-	refuse string
-	puts   int
-}
-
-func (r *runnerSaves) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.URL.Path != controlapi.SuspendPath || req.Method != http.MethodPut {
-		http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.puts++
-	w.Header().Set("Content-Type", "application/json")
-	if r.refuse != "" {
-		w.WriteHeader(http.StatusConflict)
-		_ = json.NewEncoder(w).Encode(controlapi.SuspendStatus{State: controlapi.SuspendNone, Error: r.refuse})
-		return
-	}
-	_ = json.NewEncoder(w).Encode(controlapi.SuspendStatus{State: controlapi.SuspendSaved, Bytes: 204 << 20})
-}
-
-func (r *runnerSaves) count() int { r.mu.Lock(); defer r.mu.Unlock(); return r.puts }
 
 // runnerPod creates a running runner pod on node-a, asked to suspend or not, controlled and
 // named by a VM whose spec.suspend is suspend (no VM when foreign).
@@ -92,11 +58,7 @@ func runnerPod(t *testing.T, ns, name string, asked, suspend, foreign bool) *cor
 
 func annotation(t *testing.T, pod *corev1.Pod, key string) string {
 	t.Helper()
-	p := &corev1.Pod{}
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), p); err != nil {
-		t.Fatal(err)
-	}
-	return p.Annotations[key]
+	return podcontroltest.Current(t, env.Client, pod).Annotations[key]
 }
 
 // TestExecutorSuspends: the agent asks the runner of a pod the controller marked, once its VM
@@ -104,43 +66,30 @@ func annotation(t *testing.T, pod *corev1.Pod, key string) string {
 // written into the pod; a mark without the VM's spec.suspend (withdrawn, or forged by whoever
 // may edit pods) and an unmarked pod get nothing.
 func TestExecutorSuspends(t *testing.T) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "suspend-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	controlDir, err := os.MkdirTemp("", "sa")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(controlDir) })
+	ns := podcontroltest.Namespace(t, env.Client, "suspend-")
 	pods := map[string]*corev1.Pod{
-		"asked":     runnerPod(t, ns.Name, "asked", true, true, false),
-		"refusing":  runnerPod(t, ns.Name, "refusing", true, true, false),
-		"withdrawn": runnerPod(t, ns.Name, "withdrawn", true, false, false),
-		"forged":    runnerPod(t, ns.Name, "forged", true, false, true),
-		"unasked":   runnerPod(t, ns.Name, "unasked", false, true, false),
+		"asked":     runnerPod(t, ns, "asked", true, true, false),
+		"refusing":  runnerPod(t, ns, "refusing", true, true, false),
+		"withdrawn": runnerPod(t, ns, "withdrawn", true, false, false),
+		"forged":    runnerPod(t, ns, "forged", true, false, true),
+		"unasked":   runnerPod(t, ns, "unasked", false, true, false),
 	}
-	runners := map[string]*runnerSaves{}
-	devices := map[string]string{}
+	node := podcontroltest.NewNode(t, "node-a")
+	runners := map[string]*podcontroltest.Runner{}
 	for name, p := range pods {
-		runners[name] = &runnerSaves{}
-		devices[p.Namespace+"/"+p.Name] = "ctl-" + name
-		podcontroltest.ServeRunner(t, filepath.Join(controlDir, "ctl-"+name), runners[name])
+		runners[name] = &podcontroltest.Runner{}
+		runners[name].Answer(http.MethodPut, controlapi.SuspendPath, http.StatusOK, controlapi.SuspendStatus{State: controlapi.SuspendSaved, Bytes: 204 << 20})
+		if name == "refusing" {
+			runners[name].Fail(http.MethodPut, controlapi.SuspendPath, http.StatusConflict, "the guest is migrating: suspend it once the migration ended")
+		}
+		node.Serve(t, p, "ctl-"+name, runners[name])
 	}
-	runners["refusing"].refuse = "the guest is migrating: suspend it once the migration ended"
-	_, kubelet := podcontroltest.Start(t, devices)
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	e := &Executor{Agent: podcontrol.Agent{Client: cs, Kube: env.Client, Node: "node-a", ControlDir: controlDir, PodResources: kubelet, Log: zap.NewNop()}}
-	go func() { _ = e.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	puts := func(name string) int { return runners[name].Count(http.MethodPut, controlapi.SuspendPath) }
+	e := &Executor{Agent: node.Agent(t, env)}
+	podcontroltest.Run(t, e.Run)
 
 	kubeapi.Eventually(t, "the asked pod's runner saves its guest", 20*time.Second, func() error {
-		if n := runners["asked"].count(); n != 1 {
+		if n := puts("asked"); n != 1 {
 			return fmt.Errorf("%d PUTs", n)
 		}
 		return nil
@@ -155,7 +104,7 @@ func TestExecutorSuspends(t *testing.T) {
 		t.Errorf("the saved guest's pod has an error: %q", got)
 	}
 	for _, name := range []string{"withdrawn", "forged", "unasked"} {
-		if n := runners[name].count(); n != 0 {
+		if n := puts(name); n != 0 {
 			t.Errorf("pod %s: its runner was asked to suspend %d times", name, n)
 		}
 	}

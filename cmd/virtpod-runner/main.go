@@ -27,6 +27,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner"
 	"github.com/virtpod/virtpod/runner/binaries"
+	"github.com/virtpod/virtpod/runner/console"
 	"github.com/virtpod/virtpod/runner/kvm"
 )
 
@@ -205,7 +206,7 @@ stdin ends, when the --escape key is read, or when the guest stops. Any number m
 				}
 				defer term.Restore(fd, old) //nolint:errcheck
 			}
-			return runner.Console(stateDir, os.Stdin, os.Stdout, esc)
+			return console.Connect(stateDir, os.Stdin, os.Stdout, esc)
 		},
 	}
 	c.Flags().StringVar(&stateDir, "state-dir", runnerconfig.DefaultStateDir, "the runner's --state-dir")
@@ -216,7 +217,7 @@ stdin ends, when the --escape key is read, or when the guest stops. Any number m
 // parseEscape reads "none" or caret notation (^] is 0x1d).
 func parseEscape(s string) (int, error) {
 	if s == "none" || s == "" {
-		return runner.NoEscape, nil
+		return console.NoEscape, nil
 	}
 	if len(s) == 2 && s[0] == '^' && s[1] >= '@' && s[1] <= '_' {
 		return int(s[1] - '@'), nil

@@ -211,21 +211,20 @@ func firstCreated(a, b *vmv1.VirtualMachine) bool {
 // claimUse names what the VM uses a claim for, for messages.
 func claimUse(g *vmv1.GuestSpec, claim string) string {
 	var uses []string
-	if c := g.RootDisk.PersistentVolumeClaim; c != nil && c.ClaimName == claim {
-		uses = append(uses, "the root disk")
-	}
-	for _, d := range g.Disks {
-		if c := d.PersistentVolumeClaim; c != nil && c.ClaimName == claim {
-			uses = append(uses, "disk "+d.Name)
+	for c := range g.Claims() {
+		if c.ClaimName != claim {
+			continue
 		}
-	}
-	for _, f := range g.Filesystems {
-		if c := f.PersistentVolumeClaim; c != nil && c.ClaimName == claim {
-			uses = append(uses, "filesystem "+f.Name)
+		switch c.Use {
+		case vmv1.ClaimRootDisk:
+			uses = append(uses, "the root disk")
+		case vmv1.ClaimDataDisk:
+			uses = append(uses, "disk "+c.Name)
+		case vmv1.ClaimFilesystem:
+			uses = append(uses, "filesystem "+c.Name)
+		case vmv1.ClaimState:
+			uses = append(uses, "spec.guest.stateClaim")
 		}
-	}
-	if c := g.StateClaim; c != nil && c.ClaimName == claim {
-		uses = append(uses, "spec.guest.stateClaim")
 	}
 	return strings.Join(uses, ", ")
 }

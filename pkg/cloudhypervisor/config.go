@@ -76,15 +76,12 @@ type ConsoleConfig struct {
 
 // Spec is what the configuration depends on; it mirrors the QEMU builder's inputs.
 type Spec struct {
-	CPUs      int32
-	MemoryMiB int64
-	// MaxCPUs and MaxMemoryMiB above CPUs and MemoryMiB let vm.resize grow the guest; 0 or equal:
-	// a fixed size, configured as before.
-	MaxCPUs      int32
-	MaxMemoryMiB int64
-	Kernel       string
-	Initrd       string
-	Cmdline      string
+	// GuestSize is the guest's size; MaxCPUs and MaxMemoryMiB above CPUs and MemoryMiB let
+	// vm.resize grow the guest, 0 or equal is a fixed size, configured as before.
+	vmv1.GuestSize
+	Kernel  string
+	Initrd  string
+	Cmdline string
 	// Firmware, only without a Kernel: the guest boots from its root disk through it.
 	Firmware string
 
@@ -106,8 +103,7 @@ type Spec struct {
 // virtio console is off so the guest has one console.
 func Build(s Spec) (VMConfig, error) {
 	var errs []error
-	size := vmv1.GuestSize{CPUs: s.CPUs, MaxCPUs: s.MaxCPUs, MemoryMiB: s.MemoryMiB, MaxMemoryMiB: s.MaxMemoryMiB}
-	errs = append(errs, size.Validate(vmv1.SizeWords)...)
+	errs = append(errs, s.GuestSize.Validate(vmv1.SizeWords)...)
 	if s.DiskPath == "" || s.SerialSocket == "" {
 		errs = append(errs, errors.New("disk path and serial socket are required"))
 	}
@@ -159,10 +155,10 @@ func Build(s Spec) (VMConfig, error) {
 		Console: &ConsoleConfig{Mode: "Off"},
 		Pvpanic: true,
 	}
-	if size.CPUHotplug() {
+	if s.CPUHotplug() {
 		c.CPUs.MaxVCPUs = s.MaxCPUs
 	}
-	if size.MemoryHotplug() {
+	if s.MemoryHotplug() {
 		c.Memory.HotplugSize, c.Memory.HotplugMethod = (s.MaxMemoryMiB-s.MemoryMiB)<<20, HotplugVirtioMem
 	}
 	if s.SeedPath != "" {

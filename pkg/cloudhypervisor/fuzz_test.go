@@ -34,7 +34,7 @@ func FuzzBuild(f *testing.F) {
 		checkArgs(t, socket)
 
 		s := cloudhypervisor.Spec{
-			CPUs: cpus, MemoryMiB: memMiB, Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
+			GuestSize: vmv1.GuestSize{CPUs: cpus, MemoryMiB: memMiB}, Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
 			DiskPath: disk, DiskFormat: "qcow2", DirectIO: direct, SeedPath: seed,
 			TapName: tap, MAC: net.HardwareAddr(mac), MTU: mtu, SerialSocket: serial, Firmware: firmware,
 		}

@@ -41,7 +41,8 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 		return Verdict{vmv1.ReasonNetworkNotMigratable, "spec.guest.networkMode is Pod: the guest owns the pod's IP, which stays with the pod; " +
 			"set spec.guest.networkMode: Masquerade (the guest keeps a fixed address behind the pod IP), which applies at the next start"}
 	}
-	if network, _ := runnerpod.Value(pod, "--network"); network != runnerconfig.NetworkMasquerade {
+	flag, _ := runnerpod.Value(pod, "--network")
+	if running, _ := vmv1.ParseNetworkFlag(flag); running != vmv1.NetworkMasquerade {
 		return Verdict{vmv1.ReasonNetworkNotMigratable, fmt.Sprintf("spec.guest.networkMode is Masquerade, but the running guest started with the pod network "+
 			"(runner pod %s); it applies at the next start: restart the VM (vmctl restart %s)", pod.Name, vm.Name)}
 	}

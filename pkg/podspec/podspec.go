@@ -108,13 +108,12 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		Name:               vm.Name,
 		Provider:           string(vm.Spec.Provider),
 		Acceleration:       runnerconfig.AccelKVM,
-		CPUs:               g.CPUs,
-		MemoryMiB:          ceilMiB(g.Memory),
+		GuestSize:          vmv1.GuestSize{CPUs: g.CPUs, MemoryMiB: ceilMiB(g.Memory)},
 		RootDisk:           rootDiskPath(g.RootDisk),
 		StateDir:           runnerconfig.DefaultStateDir,
 		HTTPAddr:           runnerconfig.DefaultHTTPAddr,
 		ControlSocket:      runnerconfig.DefaultControlSocket,
-		Network:            runnerconfig.NetworkPod,
+		Network:            vmv1.NetworkPod,
 		GracePeriodSeconds: gracePeriod(vm),
 	}
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
@@ -132,8 +131,8 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 			}
 		}
 	}
-	if g.NetworkMode == vmv1.NetworkMasquerade {
-		c.Network = runnerconfig.NetworkMasquerade
+	if g.NetworkMode != "" { // the runner's modes are the API's
+		c.Network = g.NetworkMode
 	}
 	if g.KernelImage != "" {
 		c.Kernel, c.Initrd, c.KernelArgs = kernelMount+vmimage.KernelPath, kernelMount+vmimage.InitrdPath, g.KernelArgs

@@ -39,13 +39,10 @@ type Spec struct {
 	// (pc-q35-7.2) keeps a migrating guest's hardware on another QEMU version.
 	Machine string
 	// CPUModel is QEMU's -cpu; "" means "host" under kvm and QEMU's default model under tcg.
-	CPUModel  string
-	CPUs      int32
-	MemoryMiB int64
-	// MaxCPUs and MaxMemoryMiB above CPUs and MemoryMiB make the guest resizable (hotplug.go);
-	// 0 or equal keeps the argv of a fixed-size guest.
-	MaxCPUs      int32
-	MaxMemoryMiB int64
+	CPUModel string
+	// GuestSize is the guest's size; MaxCPUs and MaxMemoryMiB above CPUs and MemoryMiB make it
+	// resizable (hotplug.go), 0 or equal keeps the argv of a fixed-size guest.
+	vmv1.GuestSize
 
 	// Direct kernel boot; Kernel "" boots through Firmware instead.
 	Kernel  string
@@ -245,7 +242,7 @@ func (s Spec) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("acceleration %q: use kvm or tcg", s.Acceleration))
 	}
-	errs = append(errs, s.size().Validate(vmv1.SizeWords)...)
+	errs = append(errs, s.GuestSize.Validate(vmv1.SizeWords)...)
 	switch s.DiskFormat {
 	case "qcow2", "raw":
 	default:

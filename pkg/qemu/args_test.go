@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+
 	goldenfile "github.com/virtpod/virtpod/tests/golden"
 )
 
@@ -13,8 +15,8 @@ func baseSpec() Spec {
 	return Spec{
 		Name:         "web-1",
 		Acceleration: "kvm",
-		CPUs:         2,
-		MemoryMiB:    1024,
+		GuestSize:    vmv1.GuestSize{CPUs: 2, MemoryMiB: 1024},
+
 		Kernel:       "/virtpod/images/kernel/boot/vmlinuz",
 		Initrd:       "/virtpod/images/kernel/boot/initrd.img",
 		Cmdline:      "console=ttyS0 root=/dev/vda rw ip=10.0.0.5::10.0.0.1:255.255.255.0:web-1:eth0:off:10.96.0.10",

@@ -51,7 +51,7 @@ func FuzzArgs(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name, cpuModel, kernel, initrd, cmdline, disk, seed, serial, qmp string,
 		cpus int32, memMiB int64, tcg, raw, writeback bool, tapFD int, mac []byte, firmware, code, vars string) {
 		s := qemu.Spec{
-			Name: name, Acceleration: "kvm", CPUModel: cpuModel, CPUs: cpus, MemoryMiB: memMiB,
+			Name: name, Acceleration: "kvm", CPUModel: cpuModel, GuestSize: vmv1.GuestSize{CPUs: cpus, MemoryMiB: memMiB},
 			Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
 			DiskPath: disk, DiskFormat: "qcow2", DiskCache: qemu.CacheNone, SeedPath: seed,
 			TapFD: tapFD, MAC: net.HardwareAddr(mac), SerialSocket: serial, QMPSocket: qmp,

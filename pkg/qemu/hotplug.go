@@ -38,16 +38,6 @@ func (s Spec) cpuModel() string {
 	return "qemu64"
 }
 
-// CPUHotplug reports whether the guest's vCPUs can be added and removed at run time.
-func (s Spec) CPUHotplug() bool { return s.size().CPUHotplug() }
-
-// MemoryHotplug reports whether the guest has a virtio-mem device to grow into.
-func (s Spec) MemoryHotplug() bool { return s.size().MemoryHotplug() }
-
-func (s Spec) size() vmv1.GuestSize {
-	return vmv1.GuestSize{CPUs: s.CPUs, MaxCPUs: s.MaxCPUs, MemoryMiB: s.MemoryMiB, MaxMemoryMiB: s.MaxMemoryMiB}
-}
-
 // sizeArgs are -smp and -m, with the CPUs beyond the first as unpluggable devices.
 func (s Spec) sizeArgs() []string {
 	var args []string

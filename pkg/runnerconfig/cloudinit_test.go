@@ -1,6 +1,7 @@
 package runnerconfig_test
 
 import (
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ import (
 
 func seedConfig() runnerconfig.Config {
 	c := runnerconfig.Config{
-		Name: "web", CPUs: 1, MemoryMiB: 256, Kernel: "/k", RootDisk: "/d",
+		Name: "web", GuestSize: vmv1.GuestSize{CPUs: 1, MemoryMiB: 256}, Kernel: "/k", RootDisk: "/d",
 		InstanceID:           "0b5f6a43-1111-2222-3333-444455556666",
 		CloudInitUserData:    "/virtpod/cloud-init/user-data",
 		CloudInitNetworkData: "/virtpod/cloud-init/network-config",

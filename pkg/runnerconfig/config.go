@@ -26,13 +26,6 @@ const (
 	AccelKVM      = "kvm"
 	AccelEmulated = "tcg"
 
-	// NetworkPod: the guest takes over the pod's interface and IP. NetworkMasquerade: the guest
-	// keeps a fixed address behind NAT in the pod (it survives a move to another pod, so a
-	// migration can take it along). NetworkNone: no network.
-	NetworkPod        = "pod"
-	NetworkMasquerade = "masquerade"
-	NetworkNone       = "none"
-
 	// Firmware a guest without --kernel boots through, from its root disk's bootloader.
 	FirmwareBIOS = "bios" // SeaBIOS
 	FirmwareUEFI = "uefi" // OVMF, secure boot off
@@ -47,7 +40,7 @@ const (
 	// port it took for itself could be one a guest wants.
 	DefaultHTTPAddr           = "unix:runner.sock"
 	DefaultGracePeriodSeconds = 30
-	DefaultNetwork            = NetworkPod
+	DefaultNetwork            = vmv1.NetworkPod
 	DefaultFirmware           = FirmwareBIOS // without --kernel
 	// DefaultControlSocket is where the runner serves its control API (docs/runner.md): the
 	// directory the device plugin mounts, which only the node agent reaches from the host.
@@ -74,12 +67,9 @@ type Config struct {
 	Name         string // VM name, used as the guest hostname
 	Provider     string // qemu | cloud-hypervisor
 	Acceleration string // kvm | tcg
-	CPUs         int32
-	MemoryMiB    int64
-	// MaxCPUs and MaxMemoryMiB above CPUs and MemoryMiB make the guest resizable at run time
-	// through the control socket; 0 means the same as CPUs and MemoryMiB.
-	MaxCPUs      int32
-	MaxMemoryMiB int64
+	// GuestSize is the guest's size (--cpus, --memory-mib); MaxCPUs and MaxMemoryMiB above them
+	// (--max-cpus, --max-memory-mib) make it resizable at run time through the control socket.
+	vmv1.GuestSize
 	// ControlSocket is the unix socket of the control API; "" serves none. Its flag defaults to
 	// DefaultControlSocket, and Args leaves the default out.
 	ControlSocket string
@@ -112,7 +102,11 @@ type Config struct {
 	StateDir           string // writable directory for sockets and the disk overlay
 	HTTPAddr           string // address of the runner's HTTP endpoint (see HTTPEndpoint)
 	GracePeriodSeconds int64  // how long a guest gets to power off before QEMU is stopped
-	Network            string // "pod": take over the pod's interface; "masquerade": NAT; "none": no guest network
+	// Network is the guest's network (--network, which spells it in lower case: see
+	// vmv1.NetworkMode's Flag): NetworkPod takes over the pod's interface; NetworkMasquerade
+	// keeps a fixed address behind NAT in the pod (it survives a move to another pod, so a
+	// migration can take it along); NetworkNone gives the guest no network.
+	Network vmv1.NetworkMode
 
 	// A cloud-init NoCloud seed disk, attached when CloudInitUserData is set. The data are
 	// files the kubelet mounted from a Secret; only their paths are flags.
@@ -173,7 +167,7 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--accel: %q is not an acceleration; use kvm or tcg", c.Acceleration))
 	}
-	errs = append(errs, c.size().Validate(sizeFlags)...)
+	errs = append(errs, c.GuestSize.Validate(sizeFlags)...)
 	errs = append(errs, c.validateControl()...)
 	if c.Machine != "" && !vmv1.MachineType.MatchString(c.Machine) {
 		errs = append(errs, fmt.Errorf("--machine: %q is not a q35 machine type; use q35 or a versioned one such as pc-q35-7.2", c.Machine))
@@ -205,7 +199,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--disk-size-mib: must not be negative, got %d (0 keeps the image size)", c.DiskSizeMiB))
 	}
 	switch c.Network {
-	case NetworkPod, NetworkMasquerade, NetworkNone:
+	case vmv1.NetworkPod, vmv1.NetworkMasquerade, vmv1.NetworkNone:
 	default:
 		errs = append(errs, fmt.Errorf("--network: %q is not a network mode; use pod, masquerade or none", c.Network))
 	}
@@ -220,7 +214,7 @@ func (c *Config) Validate() error {
 		if err := c.ReadinessProbe.validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if c.Network == NetworkNone {
+		if c.Network == vmv1.NetworkNone {
 			errs = append(errs, errors.New("--readiness-probe: needs --network=pod or masquerade (the probe reaches the guest on its network)"))
 		}
 	}
@@ -234,10 +228,6 @@ func (c *Config) Validate() error {
 
 // sizeFlags names the size's flags in the errors of Validate.
 var sizeFlags = vmv1.SizeNames{CPUs: "--cpus", MaxCPUs: "--max-cpus", Memory: "--memory-mib", MaxMemory: "--max-memory-mib"}
-
-func (c *Config) size() vmv1.GuestSize {
-	return vmv1.GuestSize{CPUs: c.CPUs, MaxCPUs: c.MaxCPUs, MemoryMiB: c.MemoryMiB, MaxMemoryMiB: c.MaxMemoryMiB}
-}
 
 // validateControl checks the control socket a resizable guest is resized through, and a
 // migration's target, which receives on it.
@@ -270,12 +260,6 @@ func (c *Config) validateControl() []error {
 	}
 	return errs
 }
-
-// EffectiveMaxCPUs is the most vCPUs the guest can have: MaxCPUs, or CPUs when unset.
-func (c *Config) EffectiveMaxCPUs() int32 { return c.size().EffectiveMaxCPUs() }
-
-// EffectiveMaxMemoryMiB is the most memory the guest can have.
-func (c *Config) EffectiveMaxMemoryMiB() int64 { return c.size().EffectiveMaxMemoryMiB() }
 
 // HTTPEndpoint resolves an --http-addr: "unix:PATH" is a unix socket, PATH relative to the
 // state directory unless absolute; anything else is a TCP host:port.
@@ -371,7 +355,7 @@ func (c Config) Args() []string {
 		"--state-dir="+c.StateDir,
 		"--http-addr="+c.HTTPAddr,
 		"--grace-period-seconds="+strconv.FormatInt(c.GracePeriodSeconds, 10),
-		"--network="+c.Network,
+		"--network="+c.Network.Flag(),
 	)
 	if c.InstanceID != "" {
 		args = append(args, "--instance-id="+c.InstanceID)
@@ -436,14 +420,42 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", DefaultStateDir, "writable directory for sockets and the disk overlay")
 	fs.StringVar(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "address of the runner's HTTP endpoint: unix:PATH (relative to --state-dir) or HOST:PORT")
 	fs.Int64Var(&c.GracePeriodSeconds, "grace-period-seconds", DefaultGracePeriodSeconds, "seconds a guest gets to power off after SIGTERM")
-	fs.StringVar(&c.Network, "network", DefaultNetwork, NetworkPod+": the guest takes over the pod's interface and IP; "+
-		NetworkMasquerade+": the guest keeps 10.0.2.2 behind NAT, its --port ports forwarded from the pod IP (migratable); "+NetworkNone+": no network")
+	c.Network = DefaultNetwork
+	fs.Var(networkValue{&c.Network}, "network", vmv1.NetworkPod.Flag()+": the guest takes over the pod's interface and IP; "+
+		vmv1.NetworkMasquerade.Flag()+": the guest keeps 10.0.2.2 behind NAT, its --port ports forwarded from the pod IP (migratable); "+vmv1.NetworkNone.Flag()+": no network")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "the cloud-init seed's instance-id (the VM's UID)")
 	fs.StringVar(&c.CloudInitUserData, "cloud-init-user-data", "", "path of a user-data file: attach a cloud-init NoCloud seed disk (label cidata) built from it")
 	fs.StringVar(&c.CloudInitNetworkData, "cloud-init-network-data", "", "path of a network-config file for the seed (optional)")
 	fs.Var(probeValue{&c.ReadinessProbe}, "readiness-probe", "guest readiness probe at the pod IP: tcp:PORT (a connection) or http:PORT/PATH (a GET answered 2xx or 3xx); checked every 2s, 1s timeout")
 	c.bindDisks(fs)
 	c.bindFilesystems(fs)
+}
+
+// networkValue is --network: a mode in its flag spelling (vmv1.ParseNetworkFlag). An empty
+// value leaves the mode unset, for Defaults to fill, as it always has.
+type networkValue struct{ p *vmv1.NetworkMode }
+
+func (v networkValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return v.p.Flag()
+}
+
+// Type is what the runner's help (pflag) calls the flag's value: a string, as it always has.
+func (networkValue) Type() string { return "string" }
+
+func (v networkValue) Set(s string) error {
+	if s == "" {
+		*v.p = ""
+		return nil
+	}
+	m, err := vmv1.ParseNetworkFlag(s)
+	if err != nil {
+		return err
+	}
+	*v.p = m
+	return nil
 }
 
 type int32Value struct{ p *int32 }

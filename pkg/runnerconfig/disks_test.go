@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 )
 
 func diskConfig() runnerconfig.Config {
-	c := runnerconfig.Config{Name: "db", CPUs: 1, MemoryMiB: 256, Kernel: "/k", RootDisk: "/virtpod/images/disk/disk/root.img",
+	c := runnerconfig.Config{Name: "db", GuestSize: vmv1.GuestSize{CPUs: 1, MemoryMiB: 256}, Kernel: "/k", RootDisk: "/virtpod/images/disk/disk/root.img",
 		RootVolume: &runnerconfig.Disk{Kind: runnerconfig.DiskFile, Path: "/virtpod/root", Migrate: runnerconfig.MigrateCopy},
 		Disks: []runnerconfig.Disk{
 			{Name: "data", Kind: runnerconfig.DiskFile, Path: "/virtpod/disks/data", SizeMiB: 1024},
@@ -117,7 +119,7 @@ func FuzzDiskRoundTrip(f *testing.F) {
 	f.Add("a,kind=block", "file", "/p,readonly", int64(1), false, "b", "image", "/i", int64(0), true, "", "")
 	f.Add("x", "image", "/virtpod/disks/x/disk/root.img", int64(0), true, "x", "image", "/y", int64(0), true, "file", "/r --disk=name=evil")
 	f.Fuzz(func(t *testing.T, n1, k1, p1 string, s1 int64, ro1 bool, n2, k2, p2 string, s2 int64, ro2 bool, rootKind, rootPath string) {
-		c := runnerconfig.Config{Name: "vm", CPUs: 1, MemoryMiB: 64, Kernel: "/k", RootDisk: "/d",
+		c := runnerconfig.Config{Name: "vm", GuestSize: vmv1.GuestSize{CPUs: 1, MemoryMiB: 64}, Kernel: "/k", RootDisk: "/d",
 			Disks: []runnerconfig.Disk{{Name: n1, Kind: k1, Path: p1, SizeMiB: s1, ReadOnly: ro1}, {Name: n2, Kind: k2, Path: p2, SizeMiB: s2, ReadOnly: ro2}}}
 		if rootKind != "" || rootPath != "" {
 			c.RootVolume = &runnerconfig.Disk{Kind: rootKind, Path: rootPath}

@@ -1,6 +1,7 @@
 package runnerconfig_test
 
 import (
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"slices"
 	"strings"
 	"testing"
@@ -10,7 +11,7 @@ import (
 )
 
 func firmwareConfig(firmware string) runnerconfig.Config {
-	c := runnerconfig.Config{Name: "debian", CPUs: 1, MemoryMiB: 512, RootDisk: "/virtpod/images/disk/disk/root.img", Firmware: firmware}
+	c := runnerconfig.Config{Name: "debian", GuestSize: vmv1.GuestSize{CPUs: 1, MemoryMiB: 512}, RootDisk: "/virtpod/images/disk/disk/root.img", Firmware: firmware}
 	c.Defaults()
 	return c
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 )
@@ -39,12 +41,20 @@ func FuzzArgsRoundTrip(f *testing.F) {
 		diskMiB int64, ports, stateDir, httpAddr, network string, grace int64, instanceID, userData, networkData, firmware, probe string) {
 		// The resize flags come from the strings already here, so the stored corpus still fits.
 		maxCPUs, maxMemMiB, control := resizeFromFuzz(name, httpAddr, stateDir)
+		// network is --network's value; "" leaves it to Defaults.
+		var mode vmv1.NetworkMode
+		if network != "" {
+			var err error
+			if mode, err = vmv1.ParseNetworkFlag(network); err != nil {
+				return // the runner refuses it
+			}
+		}
 		c := runnerconfig.Config{
-			Name: name, Provider: provider, Acceleration: accel, CPUs: cpus, MemoryMiB: memMiB,
+			Name: name, Provider: provider, Acceleration: accel, GuestSize: vmv1.GuestSize{CPUs: cpus, MemoryMiB: memMiB, MaxCPUs: maxCPUs, MaxMemoryMiB: maxMemMiB},
 			Kernel: kernel, Initrd: initrd, KernelArgs: kernelArgs, RootDisk: rootDisk, DiskSizeMiB: diskMiB,
-			StateDir: stateDir, HTTPAddr: httpAddr, Network: network, GracePeriodSeconds: grace,
+			StateDir: stateDir, HTTPAddr: httpAddr, Network: mode, GracePeriodSeconds: grace,
 			InstanceID: instanceID, CloudInitUserData: userData, CloudInitNetworkData: networkData, Firmware: firmware,
-			MaxCPUs: maxCPUs, MaxMemoryMiB: maxMemMiB, ControlSocket: control,
+			ControlSocket: control,
 			// A migration target: from the name too, so the stored corpus still fits.
 			Incoming: strings.Contains(name, "incoming"),
 		}

@@ -1,6 +1,7 @@
 package runnerconfig_test
 
 import (
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,7 +15,7 @@ import (
 // target gets no flag; a target without a control socket or under cloud-hypervisor is refused
 // naming the flag.
 func TestIncomingFlag(t *testing.T) {
-	target := runnerconfig.Config{Name: "web", CPUs: 1, MemoryMiB: 256, RootDisk: "/d", Incoming: true,
+	target := runnerconfig.Config{Name: "web", GuestSize: vmv1.GuestSize{CPUs: 1, MemoryMiB: 256}, RootDisk: "/d", Incoming: true,
 		ControlSocket: runnerconfig.DefaultControlSocket}
 	target.Defaults()
 	args := target.Args()

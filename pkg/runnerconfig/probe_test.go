@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 )
@@ -59,18 +60,18 @@ func TestProbeRoundTrip(t *testing.T) {
 func TestProbeValidation(t *testing.T) {
 	for name, tc := range map[string]struct {
 		probe   runnerconfig.Probe
-		network string
+		network vmv1.NetworkMode
 		want    string
 	}{
-		"port 0":          {runnerconfig.Probe{Kind: "tcp"}, "pod", "--readiness-probe: port 0 is out of range 1-65535"},
-		"port too high":   {runnerconfig.Probe{Kind: "http", Port: 65536, Path: "/"}, "pod", "port 65536 is out of range"},
-		"tcp with a path": {runnerconfig.Probe{Kind: "tcp", Port: 22, Path: "/x"}, "pod", `"tcp:22/x": a tcp probe has no path`},
-		"http, no path":   {runnerconfig.Probe{Kind: "http", Port: 80}, "pod", "the path must start with '/'"},
-		"space in path":   {runnerconfig.Probe{Kind: "http", Port: 80, Path: "/a b"}, "pod", "no spaces"},
-		"bad escape":      {runnerconfig.Probe{Kind: "http", Port: 80, Path: "/%zz"}, "pod", "URL-escaped"},
-		"fragment":        {runnerconfig.Probe{Kind: "http", Port: 80, Path: "/#x"}, "pod", "'#'"},
-		"unknown kind":    {runnerconfig.Probe{Kind: "grpc", Port: 80}, "pod", `"grpc" is not a probe kind`},
-		"no pod network":  {runnerconfig.Probe{Kind: "tcp", Port: 22}, "none", "--readiness-probe: needs --network=pod"},
+		"port 0":          {runnerconfig.Probe{Kind: "tcp"}, vmv1.NetworkPod, "--readiness-probe: port 0 is out of range 1-65535"},
+		"port too high":   {runnerconfig.Probe{Kind: "http", Port: 65536, Path: "/"}, vmv1.NetworkPod, "port 65536 is out of range"},
+		"tcp with a path": {runnerconfig.Probe{Kind: "tcp", Port: 22, Path: "/x"}, vmv1.NetworkPod, `"tcp:22/x": a tcp probe has no path`},
+		"http, no path":   {runnerconfig.Probe{Kind: "http", Port: 80}, vmv1.NetworkPod, "the path must start with '/'"},
+		"space in path":   {runnerconfig.Probe{Kind: "http", Port: 80, Path: "/a b"}, vmv1.NetworkPod, "no spaces"},
+		"bad escape":      {runnerconfig.Probe{Kind: "http", Port: 80, Path: "/%zz"}, vmv1.NetworkPod, "URL-escaped"},
+		"fragment":        {runnerconfig.Probe{Kind: "http", Port: 80, Path: "/#x"}, vmv1.NetworkPod, "'#'"},
+		"unknown kind":    {runnerconfig.Probe{Kind: "grpc", Port: 80}, vmv1.NetworkPod, `"grpc" is not a probe kind`},
+		"no pod network":  {runnerconfig.Probe{Kind: "tcp", Port: 22}, vmv1.NetworkNone, "--readiness-probe: needs --network=pod"},
 	} {
 		c := firmwareConfig("")
 		c.ReadinessProbe, c.Network = tc.probe, tc.network

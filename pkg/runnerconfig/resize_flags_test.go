@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/runnerconfig/runnerconfigtest"
 )
@@ -14,7 +16,7 @@ import (
 // reads back unchanged through the runner's flags; a fixed-size guest gets no --max-* flag; bad
 // bounds are refused naming the flag.
 func TestResizeFlagsRoundTrip(t *testing.T) {
-	grow := runnerconfig.Config{Name: "web", CPUs: 1, MemoryMiB: 256, RootDisk: "/d", MaxCPUs: 4, MaxMemoryMiB: 1024,
+	grow := runnerconfig.Config{Name: "web", GuestSize: vmv1.GuestSize{CPUs: 1, MemoryMiB: 256, MaxCPUs: 4, MaxMemoryMiB: 1024}, RootDisk: "/d",
 		ControlSocket: runnerconfig.DefaultControlSocket}
 	grow.Defaults()
 	args := grow.Args()

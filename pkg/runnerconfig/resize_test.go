@@ -1,13 +1,14 @@
 package runnerconfig
 
 import (
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"slices"
 	"strings"
 	"testing"
 )
 
 func resizable() Config {
-	c := Config{Name: "vm", CPUs: 1, MemoryMiB: 256, MaxCPUs: 4, MaxMemoryMiB: 1024, Kernel: "/k", RootDisk: "/d", ControlSocket: DefaultControlSocket}
+	c := Config{Name: "vm", GuestSize: vmv1.GuestSize{CPUs: 1, MemoryMiB: 256, MaxCPUs: 4, MaxMemoryMiB: 1024}, Kernel: "/k", RootDisk: "/d", ControlSocket: DefaultControlSocket}
 	c.Defaults()
 	return c
 }

@@ -49,14 +49,14 @@ func TestRunnerContainer(t *testing.T) {
 // TestConfig: the runner's arguments, read by its own flags; a flag this runner does not know
 // is an error, not a guess.
 func TestConfig(t *testing.T) {
-	want := runnerconfig.Config{Name: "web", Provider: runnerconfig.ProviderQEMU, CPUs: 2, MemoryMiB: 512, Network: runnerconfig.NetworkMasquerade, GuestAgent: true, Machine: "pc-q35-7.2",
+	want := runnerconfig.Config{Name: "web", Provider: runnerconfig.ProviderQEMU, GuestSize: vmv1.GuestSize{CPUs: 2, MemoryMiB: 512}, Network: vmv1.NetworkMasquerade, GuestAgent: true, Machine: "pc-q35-7.2",
 		Kernel: "/k", RootDisk: "/d", StateDir: runnerconfig.DefaultStateDir, HTTPAddr: runnerconfig.DefaultHTTPAddr, GracePeriodSeconds: 30}
 	p := pod(want.Args()...)
 	got, err := runnerpod.Config(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.CPUs != 2 || got.MemoryMiB != 512 || got.Network != runnerconfig.NetworkMasquerade || !got.GuestAgent || got.Machine != "pc-q35-7.2" {
+	if got.CPUs != 2 || got.MemoryMiB != 512 || got.Network != vmv1.NetworkMasquerade || !got.GuestAgent || got.Machine != "pc-q35-7.2" {
 		t.Errorf("Config = %+v", got)
 	}
 	if !runnerpod.Has(p, runnerconfig.GuestAgentFlag) || runnerpod.Has(pod("--cpus=1"), runnerconfig.GuestAgentFlag) {

@@ -1,5 +1,3 @@
-// Package podcontroltest serves the kubelet's pod-resources List for tests of the node agent: a
-// real gRPC server on a unix socket, answering from a map of pod → control device.
 package podcontroltest
 
 import (
@@ -17,8 +15,8 @@ import (
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
-// Kubelet answers List with each pod's runner container holding a KVM device and its control
-// device.
+// Kubelet is the kubelet's pod-resources API, a real gRPC server on a unix socket: List answers
+// with each pod's runner container holding a KVM device and its control device.
 type Kubelet struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
 	mu      sync.Mutex
@@ -47,9 +45,9 @@ func (k *Kubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest)
 	return resp, nil
 }
 
-// Start serves a Kubelet with devices (namespace/name → device id) until the test ends and
-// returns it and its socket.
-func Start(t testing.TB, devices map[string]string) (*Kubelet, string) {
+// startKubelet serves a Kubelet, knowing no device yet (Set gives them), until the test ends
+// and returns it and its socket.
+func startKubelet(t testing.TB) (*Kubelet, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kl")
 	if err != nil {
@@ -62,9 +60,6 @@ func Start(t testing.TB, devices map[string]string) (*Kubelet, string) {
 		t.Fatal(err)
 	}
 	k := &Kubelet{devices: map[string]string{}}
-	for key, id := range devices {
-		k.devices[key] = id
-	}
 	srv := grpc.NewServer()
 	podresourcesv1.RegisterPodResourcesListerServer(srv, k)
 	go func() { _ = srv.Serve(l) }()

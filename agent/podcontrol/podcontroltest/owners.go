@@ -13,6 +13,26 @@ import (
 	"github.com/virtpod/virtpod/tests/kubeapi"
 )
 
+// Namespace creates a namespace named prefix and a random suffix, and returns its name.
+func Namespace(t testing.TB, c client.Client, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// Current is pod as the API server has it now.
+func Current(t testing.TB, c client.Reader, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	cur := &corev1.Pod{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), cur); err != nil {
+		t.Fatal(err)
+	}
+	return cur
+}
+
 // VM creates VirtualMachine namespace/name (kubeapi.SampleVM), as the pods the node agent acts
 // for need one controlling them.
 func VM(t testing.TB, c client.Client, namespace, name string) *vmv1.VirtualMachine {

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"iter"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -123,25 +124,60 @@ type RootDiskClaim struct {
 	ClaimName string `json:"claimName"`
 }
 
+// ClaimUse is what a guest uses one of its claims for.
+type ClaimUse string
+
+// Claim uses, each one field of GuestSpec.
+const (
+	ClaimRootDisk   ClaimUse = "RootDisk"   // rootDisk.persistentVolumeClaim
+	ClaimDataDisk   ClaimUse = "DataDisk"   // disks[].persistentVolumeClaim
+	ClaimFilesystem ClaimUse = "Filesystem" // filesystems[].persistentVolumeClaim
+	ClaimState      ClaimUse = "State"      // stateClaim
+)
+
+// GuestClaim is one PersistentVolumeClaim a guest names, and what for (GuestSpec.Claims).
+// +kubebuilder:object:generate=false
+type GuestClaim struct {
+	Use ClaimUse
+	// Name is the disk's or the filesystem's name: RootDiskName for the root disk, "" for the
+	// state claim.
+	Name      string
+	ClaimName string
+	// ReadOnly: a data disk or filesystem attached readOnly. The root disk and the state claim
+	// are always written.
+	ReadOnly bool
+}
+
+// Claims yields the PersistentVolumeClaims the guest's disks, filesystems and state name: the
+// root disk's, the data disks' and the filesystems' in their order, then the state claim. A
+// claim named twice is yielded twice (ClaimNames gives each once).
+func (g *GuestSpec) Claims() iter.Seq[GuestClaim] {
+	return func(yield func(GuestClaim) bool) {
+		if c := g.RootDisk.PersistentVolumeClaim; c != nil && !yield(GuestClaim{Use: ClaimRootDisk, Name: RootDiskName, ClaimName: c.ClaimName}) {
+			return
+		}
+		for _, d := range g.Disks {
+			if c := d.PersistentVolumeClaim; c != nil && !yield(GuestClaim{Use: ClaimDataDisk, Name: d.Name, ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}) {
+				return
+			}
+		}
+		for _, f := range g.Filesystems {
+			if c := f.PersistentVolumeClaim; c != nil && !yield(GuestClaim{Use: ClaimFilesystem, Name: f.Name, ClaimName: c.ClaimName, ReadOnly: c.ReadOnly}) {
+				return
+			}
+		}
+		if c := g.StateClaim; c != nil {
+			yield(GuestClaim{Use: ClaimState, ClaimName: c.ClaimName})
+		}
+	}
+}
+
 // ClaimNames are the PersistentVolumeClaims the VM's disks and filesystems name, root disk
 // first, and its state claim last, each once.
 func (g *GuestSpec) ClaimNames() []string {
 	var names []string
-	if c := g.RootDisk.PersistentVolumeClaim; c != nil {
+	for c := range g.Claims() {
 		names = append(names, c.ClaimName)
-	}
-	for _, d := range g.Disks {
-		if c := d.PersistentVolumeClaim; c != nil {
-			names = append(names, c.ClaimName)
-		}
-	}
-	for _, f := range g.Filesystems {
-		if c := f.PersistentVolumeClaim; c != nil {
-			names = append(names, c.ClaimName)
-		}
-	}
-	if g.StateClaim != nil {
-		names = append(names, g.StateClaim.ClaimName)
 	}
 	return firstOfEach(names)
 }
@@ -160,16 +196,8 @@ func firstOfEach(names []string) []string {
 // WritesClaim says whether the VM may write the claim: a root disk and the state claim always
 // do, a data disk or a filesystem unless it is readOnly.
 func (g *GuestSpec) WritesClaim(name string) bool {
-	if c := g.RootDisk.PersistentVolumeClaim; c != nil && c.ClaimName == name || g.StateClaim != nil && g.StateClaim.ClaimName == name {
-		return true
-	}
-	for _, d := range g.Disks {
-		if c := d.PersistentVolumeClaim; c != nil && c.ClaimName == name && !c.ReadOnly {
-			return true
-		}
-	}
-	for _, f := range g.Filesystems {
-		if c := f.PersistentVolumeClaim; c != nil && c.ClaimName == name && !c.ReadOnly {
+	for c := range g.Claims() {
+		if c.ClaimName == name && !c.ReadOnly {
 			return true
 		}
 	}

@@ -77,6 +77,10 @@ func TestMigrationFieldsOfVM(t *testing.T) {
 	vm := kubeapi.SampleVM("default", "netmode-bad")
 	vm.Spec.Guest.NetworkMode = "Bridge"
 	refused(t, env.Client.Create(ctx, vm), true, "spec.guest.networkMode", `"Pod", "Masquerade"`)
+	// None is the runner's alone (--network=none), not the API's.
+	vm = kubeapi.SampleVM("default", "netmode-none")
+	vm.Spec.Guest.NetworkMode = vmv1.NetworkNone
+	refused(t, env.Client.Create(ctx, vm), true, "spec.guest.networkMode", `"Pod", "Masquerade"`)
 	vm = kubeapi.SampleVM("default", "eviction-bad")
 	vm.Spec.EvictionStrategy = "Evict"
 	refused(t, env.Client.Create(ctx, vm), true, "spec.evictionStrategy", `"None", "LiveMigrate"`)

@@ -21,5 +21,5 @@ const (
 )
 
 // NetnsSocketName is the runner's socket in its control directory on which it hands the node
-// agent its network namespace and waits for the guest's network (pkg/network/nethandoff).
+// agent its network namespace and waits for the guest's network (pkg/handoff).
 const NetnsSocketName = "netns.sock"

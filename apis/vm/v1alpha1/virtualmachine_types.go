@@ -197,20 +197,6 @@ const (
 	EvictionLiveMigrate EvictionStrategy = "LiveMigrate"
 )
 
-// NetworkMode is how the guest is connected to its pod's network.
-// +kubebuilder:validation:Enum=Pod;Masquerade
-type NetworkMode string
-
-// Network modes.
-const (
-	// NetworkPod: the guest takes over the pod's interface and IP (the default). It cannot
-	// migrate: the pod IP changes with the pod.
-	NetworkPod NetworkMode = "Pod"
-	// NetworkMasquerade: the guest keeps a fixed address inside the pod (10.0.2.2/24) and the
-	// runner forwards the pod IP's traffic to it, so its configuration survives a migration.
-	NetworkMasquerade NetworkMode = "Masquerade"
-)
-
 // GuestSpec is the guest's virtual hardware and boot images.
 // +kubebuilder:validation:XValidation:rule="has(self.kernelImage) || !has(self.kernelArgs) || size(self.kernelArgs) == 0",message="spec.guest.kernelArgs needs spec.guest.kernelImage: a guest that boots through firmware takes its kernel command line from its own bootloader; set kernelImage or remove kernelArgs",fieldPath=".kernelArgs"
 // +kubebuilder:validation:XValidation:rule="!has(self.kernelImage) || !has(self.firmware)",message="spec.guest.firmware is only for a guest without spec.guest.kernelImage (a direct kernel boot needs no firmware); remove one of them",fieldPath=".firmware"

@@ -1,6 +1,6 @@
 // Package kernelcache is the node agent's store of guest kernels unpacked from bzImages. A
 // runner whose VM boots a bzImage hands it to the agent with its network namespace
-// (pkg/network/nethandoff) and gets back the PVH vmlinux inside it (pkg/kernel/pvhkernel): QEMU then loads the
+// (pkg/handoff) and gets back the PVH vmlinux inside it (pkg/kernel/pvhkernel): QEMU then loads the
 // kernel from that mapped file instead of holding a copy of the bzImage for the VM's life
 // (docs/images.md). The agent writes the file, so its page cache is charged to the agent's
 // cgroup, not the VM's pod; it is shared by every VM of the node booting that kernel, and

@@ -17,9 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/handoff"
 	"github.com/virtpod/virtpod/pkg/network/guestnet"
 	"github.com/virtpod/virtpod/pkg/network/ipv6serve"
-	"github.com/virtpod/virtpod/pkg/network/nethandoff"
 	"github.com/virtpod/virtpod/pkg/network/podnat"
 	"github.com/virtpod/virtpod/pkg/network/spoofguard"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
@@ -29,8 +29,8 @@ import (
 // Request is what to build, read from the runner pod's spec (RequestFor), which only the
 // controller writes: never from the runner.
 type Request struct {
-	Mode   string // runnerconfig.NetworkPod or NetworkMasquerade
-	VMName string // masquerade MACs are derived from it
+	Mode   vmv1.NetworkMode // vmv1.NetworkPod or NetworkMasquerade
+	VMName string           // masquerade MACs are derived from it
 	Ports  []runnerconfig.Port
 	Owner  guestnet.TapOwner
 	// Interface is the pod's interface the guest takes over or sits behind.
@@ -51,7 +51,7 @@ func RequestFor(pod *corev1.Pod) (r Request, ok bool, err error) {
 	if err != nil {
 		return r, false, fmt.Errorf("pod %s/%s: the runner's arguments: %w", pod.Namespace, pod.Name, err)
 	}
-	if cfg.Network == runnerconfig.NetworkNone {
+	if cfg.Network == vmv1.NetworkNone {
 		return r, false, nil
 	}
 	// The container's user and group, as the kubelet resolves them: its own over the pod's.
@@ -100,7 +100,7 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 		relay *spoofguard.Relay
 	)
 	switch r.Mode {
-	case runnerconfig.NetworkMasquerade:
+	case vmv1.NetworkMasquerade:
 		if pl, err = guestnet.PlumbMasquerade(pod, r.VMName, guestnet.DefaultBridge, guestnet.DefaultTap, r.Owner); err != nil {
 			return nil, err
 		}
@@ -117,7 +117,7 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 		if err := podnat.Install(nat); err != nil {
 			return nil, err
 		}
-	case runnerconfig.NetworkPod:
+	case vmv1.NetworkPod:
 		if pl, err = guestnet.Plumb(pod, guestnet.DefaultBridge, guestnet.DefaultTap, r.Owner); err != nil {
 			return nil, err
 		}
@@ -131,7 +131,7 @@ func setup(r Request) (*guestnet.Plumbing, error) {
 			relay = &spoofguard.Relay{IP: guestnet.RelayIP, BridgeMAC: pl.BridgeMAC}
 		}
 	default:
-		return nil, fmt.Errorf("network mode %q: want %s or %s", r.Mode, runnerconfig.NetworkPod, runnerconfig.NetworkMasquerade)
+		return nil, fmt.Errorf("network mode %q: want %s or %s", r.Mode.Flag(), vmv1.NetworkPod.Flag(), vmv1.NetworkMasquerade.Flag())
 	}
 	var ip, ip6 net.IP
 	if pl.Guest.Addr != nil {
@@ -186,7 +186,7 @@ func Dropped(nsfd int) (map[string]uint64, error) {
 
 // String names a request in logs.
 func (r Request) String() string {
-	return r.Mode + " network of VM " + r.VMName + " for uid " + strconv.FormatUint(uint64(r.Owner.UID), 10)
+	return r.Mode.Flag() + " network of VM " + r.VMName + " for uid " + strconv.FormatUint(uint64(r.Owner.UID), 10)
 }
 
 // ErrNoHandoff is in Handle's error when the runner handed nothing over (the connection broke
@@ -198,7 +198,7 @@ type Kernels interface {
 	Open(bz *os.File) (*os.File, error)
 }
 
-// Handle is the agent's side of one handoff (pkg/network/nethandoff) on a connection to a runner's
+// Handle is the agent's side of one handoff (pkg/handoff) on a connection to a runner's
 // netns.sock: it takes the runner's network namespace and, unless the runner says it is
 // plumbed already, builds r there and answers with the plumbing or the error; to a runner that
 // handed over its VM's bzImage too, with the kernel from kernels (nil: none, and says so). It
@@ -206,7 +206,7 @@ type Kernels interface {
 // whether it built anything now. An error is also the runner's answer when it could be sent;
 // a kernel refused is not an error (the runner boots the bzImage itself).
 func Handle(c *net.UnixConn, r Request, kernels Kernels) (ns *os.File, built bool, err error) {
-	h, ns, bz, err := nethandoff.Receive(c)
+	h, ns, bz, err := handoff.Receive(c)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrNoHandoff, err)
 	}
@@ -218,17 +218,17 @@ func Handle(c *net.UnixConn, r Request, kernels Kernels) (ns *os.File, built boo
 	}
 	pl, err := Setup(int(ns.Fd()), r)
 	if err != nil {
-		if rerr := nethandoff.Reply(c, nethandoff.Result{Error: err.Error()}); rerr != nil {
+		if rerr := handoff.Reply(c, handoff.Result{Error: err.Error()}); rerr != nil {
 			err = fmt.Errorf("%w (and telling the runner: %v)", err, rerr)
 		}
 		ns.Close()
 		return nil, false, err
 	}
-	res := nethandoff.Result{Plumbing: pl}
+	res := handoff.Result{Plumbing: pl}
 	if bz != nil {
 		res.Kernel, res.KernelRefused = kernel(kernels, bz)
 	}
-	err = nethandoff.Reply(c, res)
+	err = handoff.Reply(c, res)
 	if pl.Link6 != nil {
 		pl.Link6.Close() // the runner's now
 	}

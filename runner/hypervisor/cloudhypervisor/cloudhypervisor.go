@@ -13,25 +13,9 @@ import (
 	"go.uber.org/zap"
 
 	chapi "github.com/virtpod/virtpod/pkg/cloudhypervisor"
-	"github.com/virtpod/virtpod/pkg/disk/diskimage"
-	"github.com/virtpod/virtpod/pkg/network/guestnet"
-	"github.com/virtpod/virtpod/pkg/qemu"
-	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/runner/binaries"
 	"github.com/virtpod/virtpod/runner/hypervisor"
 )
-
-// Inputs are what the runner prepared for the guest: its boot files, disks and network.
-type Inputs struct {
-	Initrd, Cmdline, Serial, APISocket string
-	Firmware                           string       // without a kernel: the UEFI firmware the disk boots through
-	Seed                               string       // cloud-init seed image; "" for none
-	RootPath, RootFormat               string       // the root disk
-	RootCache                          string       // the root disk's cache mode, as pkg/qemu names them
-	Disks                              []qemu.Drive // data disks, as the QEMU builder takes them
-	Direct                             bool         // the state directory (the seed's) takes O_DIRECT
-	Plumbing                           *guestnet.Plumbing
-}
 
 // VM runs a guest under cloud-hypervisor through its REST API. cloud-hypervisor has no event
 // stream on its API socket, so the guest's state is polled from vm.info. It needs a host with
@@ -39,8 +23,7 @@ type Inputs struct {
 // exercised (against a server that follows the published API).
 type VM struct {
 	binary  string
-	cfg     runnerconfig.Config
-	in      Inputs
+	m       hypervisor.Machine
 	log     *zap.Logger
 	client  *chapi.Client
 	proc    hypervisor.Process
@@ -49,9 +32,9 @@ type VM struct {
 	exited  chan struct{}
 }
 
-// New prepares the guest; Start launches cloud-hypervisor.
-func New(binary string, cfg runnerconfig.Config, in Inputs, log *zap.Logger) *VM {
-	return &VM{binary: binary, cfg: cfg, in: in, log: log, client: chapi.NewClient(in.APISocket),
+// New prepares the guest m; Start launches cloud-hypervisor with its API on m's control socket.
+func New(binary string, m hypervisor.Machine, log *zap.Logger) *VM {
+	return &VM{binary: binary, m: m, log: log, client: chapi.NewClient(m.Sockets.Control),
 		events: make(chan hypervisor.Event, 64), exited: make(chan struct{})}
 }
 
@@ -72,24 +55,12 @@ func (c *VM) Quit(ctx context.Context) error {
 
 // Start launches cloud-hypervisor with only its API socket and creates (not boots) the VM.
 func (c *VM) Start(ctx context.Context) error {
-	spec := chapi.Spec{
-		CPUs: c.cfg.CPUs, MemoryMiB: c.cfg.MemoryMiB, MaxCPUs: c.cfg.MaxCPUs, MaxMemoryMiB: c.cfg.MaxMemoryMiB, Kernel: c.cfg.Kernel, Initrd: c.in.Initrd, Cmdline: c.in.Cmdline, Firmware: c.in.Firmware,
-		DiskPath: c.in.RootPath, DiskFormat: c.in.RootFormat, DirectIO: c.in.Direct && c.in.RootCache == qemu.CacheNone, SerialSocket: c.in.Serial,
-		SeedPath: c.in.Seed,
-	}
-	for _, d := range c.in.Disks {
-		spec.Disks = append(spec.Disks, chapi.DataDisk{Serial: d.Serial, Path: d.Path, Qcow2: d.Format == diskimage.FormatQCOW2,
-			ReadOnly: d.ReadOnly, DirectIO: d.Cache == qemu.CacheNone})
-	}
-	if p := c.in.Plumbing; p != nil {
-		spec.TapName, spec.MAC, spec.MTU = p.Tap, p.GuestMAC, p.Pod.MTU
-	}
-	vmcfg, err := chapi.Build(spec)
+	vmcfg, err := chapi.Build(spec(c.m))
 	if err != nil {
 		return err
 	}
-	_ = os.Remove(c.in.APISocket)
-	cmd := exec.Command(c.binary, chapi.Args(c.in.APISocket)...)
+	_ = os.Remove(c.m.Sockets.Control)
+	cmd := exec.Command(c.binary, chapi.Args(c.m.Sockets.Control)...)
 	if err := c.proc.Start(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", c.binary, err)
 	}
@@ -113,7 +84,7 @@ func (c *VM) Start(ctx context.Context) error {
 		case <-c.exited:
 			return fmt.Errorf("cloud-hypervisor exited before its API was ready: %s", c.ExitDetail())
 		case <-pctx.Done():
-			return fmt.Errorf("cloud-hypervisor API %s not ready: %w", c.in.APISocket, err)
+			return fmt.Errorf("cloud-hypervisor API %s not ready: %w", c.m.Sockets.Control, err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -178,51 +178,67 @@ func (q *VM) drive(s *send, uri string) {
 	defer close(s.done)
 	tick := time.NewTicker(mirrorPoll)
 	defer tick.Stop()
+	if !q.awaitMirrors(s, tick) {
+		return
+	}
+	resume, ok := q.startMemory(s, uri)
+	if !ok {
+		return
+	}
+	q.followSend(s, tick, resume)
+}
+
+// awaitMirrors waits until every disk's mirror is in sync; false when the send ended first.
+func (q *VM) awaitMirrors(s *send, tick *time.Ticker) bool {
 	for {
 		ready, _, err := q.mirrorJobs(s)
 		if err != nil {
 			s.fail(err)
 			q.abortMirrors(s)
 			s.endMirroring()
-			return
+			return false
 		}
 		if ready {
-			break
+			q.log.Info("every mirror is ready: sending memory")
+			s.endMirroring()
+			return true
 		}
 		select {
 		case <-s.stop:
 			q.abortMirrors(s)
 			s.endMirroring()
-			return
+			return false
 		case <-q.exited:
-			return
+			return false
 		case <-tick.C:
 		}
 	}
-	q.log.Info("every mirror is ready: sending memory")
-	s.endMirroring()
-	// Under TCG the memory is copied with the guest paused (stop and copy): QEMU 7.2's TCG
-	// dirty tracking has lost pages the guest wrote during a live copy when the host's CPUs
-	// were starved, and the guest crashed at the target (docs/runner.md, Known problems). KVM
-	// guests' dirty pages are the kernel's to track: they migrate live.
+}
+
+// startMemory starts the memory stream to uri. Under TCG the memory is copied with the guest
+// paused (stop and copy): QEMU 7.2's TCG dirty tracking has lost pages the guest wrote during a
+// live copy when the host's CPUs were starved, and the guest crashed at the target
+// (docs/runner.md, Known problems). KVM guests' dirty pages are the kernel's to track: they
+// migrate live. resume lets a guest paused here run again should the send end without moving it.
+func (q *VM) startMemory(s *send, uri string) (resume func(), ok bool) {
 	paused := false
-	if q.spec.Acceleration == "tcg" {
-		if err := q.qmpRun("stop", nil, nil); err != nil {
-			s.fail(fmt.Errorf("pausing the emulated guest for its memory copy: %w", err))
-			q.abortMirrors(s)
-			return
-		}
-		paused = true
-		s.mu.Lock()
-		s.pausedAll = true
-		s.mu.Unlock()
-	}
-	resume := func() {
+	resume = func() {
 		if paused {
 			if err := q.qmpRun("cont", nil, nil); err != nil {
 				q.log.Error("resuming the guest after its migration ended without moving it", zap.Error(err))
 			}
 		}
+	}
+	if q.spec.Acceleration == "tcg" {
+		if err := q.qmpRun("stop", nil, nil); err != nil {
+			s.fail(fmt.Errorf("pausing the emulated guest for its memory copy: %w", err))
+			q.abortMirrors(s)
+			return nil, false
+		}
+		paused = true
+		s.mu.Lock()
+		s.pausedAll = true
+		s.mu.Unlock()
 	}
 	// Paused, every millisecond of the copy is downtime: unless the migration named its
 	// bandwidth, the copy runs as fast as the stream takes it, not at the live copy's default.
@@ -231,15 +247,22 @@ func (q *VM) drive(s *send, uri string) {
 			s.fail(fmt.Errorf("lifting the bandwidth bound for the paused copy: %w", err))
 			q.abortMirrors(s)
 			resume()
-			return
+			return nil, false
 		}
 	}
 	if err := q.qmpRun("migrate", map[string]any{"uri": uri}, nil); err != nil {
 		s.fail(fmt.Errorf("starting the memory stream: %w", err))
 		q.abortMirrors(s)
 		resume()
-		return
+		return nil, false
 	}
+	return resume, true
+}
+
+// followSend follows the memory stream to its end: at the switch it completes the mirrors
+// (the guest paused) and lets QEMU switch over; a send that failed or was cancelled leaves the
+// guest running here.
+func (q *VM) followSend(s *send, tick *time.Ticker, resume func()) {
 	switched := false // the switch is handled once: its event and a poll may both report it
 	for {
 		var status string
@@ -264,15 +287,7 @@ func (q *VM) drive(s *send, uri string) {
 				continue
 			}
 			switched = true
-			if err := q.completeMirrors(s); err != nil {
-				s.fail(err)
-				_ = q.qmpRun("migrate_cancel", nil, nil) // the guest resumes here
-				continue
-			}
-			if err := q.qmpRun("migrate-continue", map[string]any{"state": "pre-switchover"}, nil); err != nil {
-				s.fail(fmt.Errorf("switching over: %w", err))
-				_ = q.qmpRun("migrate_cancel", nil, nil)
-			}
+			q.switchOver(s)
 		case "completed":
 			q.dropNBDNodes(s)
 			return
@@ -281,6 +296,20 @@ func (q *VM) drive(s *send, uri string) {
 			resume()
 			return
 		}
+	}
+}
+
+// switchOver completes the mirrors and lets QEMU switch the guest to the target; on failure
+// the migration is cancelled and the guest resumes here.
+func (q *VM) switchOver(s *send) {
+	if err := q.completeMirrors(s); err != nil {
+		s.fail(err)
+		_ = q.qmpRun("migrate_cancel", nil, nil) // the guest resumes here
+		return
+	}
+	if err := q.qmpRun("migrate-continue", map[string]any{"state": "pre-switchover"}, nil); err != nil {
+		s.fail(fmt.Errorf("switching over: %w", err))
+		_ = q.qmpRun("migrate_cancel", nil, nil)
 	}
 }
 

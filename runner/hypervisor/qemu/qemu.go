@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +26,7 @@ type VM struct {
 	binary   string
 	launcher []string // argv prefix that drops capabilities; empty: exec QEMU directly
 	spec     qemuargs.Spec
-	tap      *os.File // handed to QEMU as fd 3
-	kernel   *os.File // the kernel QEMU loads, handed over open (WithKernel), or nil
+	files    []*os.File // handed to QEMU open from fd 3 (spec names them): the tap, the kernel
 	log      *zap.Logger
 
 	proc    hypervisor.Process
@@ -53,17 +51,11 @@ type VM struct {
 	unplugged bool
 }
 
-// New prepares QEMU's guest; Start launches it. launcher is an argv prefix put in front of
-// binary (empty: exec QEMU directly); tap, when set, is handed to QEMU as fd 3.
-func New(binary string, launcher []string, spec qemuargs.Spec, tap *os.File, log *zap.Logger) *VM {
-	return &VM{binary: binary, launcher: launcher, spec: spec, tap: tap, log: log, events: make(chan hypervisor.Event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{}), hotAdded: map[string]bool{}}
-}
-
-// WithKernel has QEMU load its -kernel from f, open already (the node agent's unpacked kernel,
-// in a directory the runner cannot name): QEMU opens it again through /proc/self/fd.
-func (q *VM) WithKernel(f *os.File) *VM {
-	q.kernel = f
-	return q
+// New prepares QEMU's guest m; Start launches it. launcher is an argv prefix put in front of
+// binary (empty: exec QEMU directly).
+func New(binary string, launcher []string, m hypervisor.Machine, log *zap.Logger) *VM {
+	spec, files := spec(m)
+	return &VM{binary: binary, launcher: launcher, spec: spec, files: files, log: log, events: make(chan hypervisor.Event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{}), hotAdded: map[string]bool{}}
 }
 
 func (q *VM) Version() string                 { return q.version }
@@ -88,15 +80,6 @@ func (q *VM) Quit(context.Context) error {
 // guest: starting paused means no event and no console output is missed.
 func (q *VM) Start(ctx context.Context) error {
 	spec := q.spec
-	var extra []*os.File
-	if q.tap != nil {
-		extra = append(extra, q.tap)
-		spec.TapFD = 3 // the first of cmd.ExtraFiles
-	}
-	if q.kernel != nil {
-		extra = append(extra, q.kernel)
-		spec.Kernel = "/proc/self/fd/" + strconv.Itoa(2+len(extra))
-	}
 	args, err := qemuargs.Args(spec)
 	if err != nil {
 		return err
@@ -109,7 +92,7 @@ func (q *VM) Start(ctx context.Context) error {
 	}
 	argv := append(append(append([]string{}, q.launcher...), q.binary), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.ExtraFiles = extra
+	cmd.ExtraFiles = q.files
 	q.log.Info("starting qemu", zap.String("binary", q.binary), zap.Strings("args", args))
 	if err := q.proc.Start(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", q.binary, err)
