@@ -5,7 +5,10 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // stoppedPreparing is why a preparation ended: a stop signal before the hypervisor started.
@@ -65,4 +68,16 @@ func stoppedOutcome(ctx context.Context, out Outcome) Outcome {
 		return Outcome{Code: ExitOK, Message: s.Error()}
 	}
 	return out
+}
+
+func signalName(sig os.Signal) string {
+	if a, ok := sig.(arrived); ok {
+		sig = a.sig
+	}
+	if s, ok := sig.(syscall.Signal); ok {
+		if n := unix.SignalName(s); n != "" {
+			return n
+		}
+	}
+	return sig.String()
 }

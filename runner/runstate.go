@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"strings"
+
 	"go.uber.org/zap"
 
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
@@ -105,4 +107,10 @@ func (st *runState) outcome(cfg runnerconfig.Config, o Options, hv hypervisor.Hy
 		}
 		return failf(ExitHypervisorFailed, "%s exited unexpectedly: %s", name, detail)
 	}
+}
+
+// kvmFailure tells a hypervisor failure caused by KVM (QEMU's KVM code failing, as with -cpu
+// host on kvm-pvm) from other failures, so the exit names KVM as the cause.
+func kvmFailure(cfg runnerconfig.Config, detail string) bool {
+	return cfg.Acceleration == runnerconfig.AccelKVM && strings.Contains(strings.ToLower(detail), "kvm")
 }

@@ -4,11 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"go.uber.org/zap"
 
@@ -19,12 +15,6 @@ import (
 	"github.com/virtpod/virtpod/runner/live"
 	"github.com/virtpod/virtpod/runner/status"
 )
-
-// kvmFailure tells a hypervisor failure caused by KVM (QEMU's KVM code failing, as with -cpu
-// host on kvm-pvm) from other failures, so the exit names KVM as the cause.
-func kvmFailure(cfg runnerconfig.Config, detail string) bool {
-	return cfg.Acceleration == runnerconfig.AccelKVM && strings.Contains(strings.ToLower(detail), "kvm")
-}
 
 // supervisor runs one guest from its hypervisor's start to its exit: it starts the guest in
 // one of three ways (a boot, a migration's arrival, a saved state's load), then answers what
@@ -315,15 +305,3 @@ const powerdownRepeat = 3 * time.Second
 // agentShutdownWait is how long a guest the agent was asked to power off has before the ACPI
 // power button is pressed as well.
 const agentShutdownWait = 10 * time.Second
-
-func signalName(sig os.Signal) string {
-	if a, ok := sig.(arrived); ok {
-		sig = a.sig
-	}
-	if s, ok := sig.(syscall.Signal); ok {
-		if n := unix.SignalName(s); n != "" {
-			return n
-		}
-	}
-	return sig.String()
-}
