@@ -67,14 +67,17 @@ func exported(t *testing.T) []string {
 		}
 		names = append(names, m[1])
 	}
-	// The node agent's only metric is a constant description in package netagent, which this
-	// package cannot import without the node side's dependencies: read it from the source.
-	src, err := os.ReadFile("../agent/network/executor.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range regexp.MustCompile(`prometheus\.NewDesc\("([a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
-		names = append(names, m[1])
+	// The node agent's metrics are constant descriptions in agent/network and agent/vmstats,
+	// which this package cannot import without the node side's dependencies: read them from
+	// the source.
+	for _, file := range []string{"../agent/network/executor.go", "../agent/vmstats/metrics.go"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`prometheus\.NewDesc\("([a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
+			names = append(names, m[1])
+		}
 	}
 	return names
 }

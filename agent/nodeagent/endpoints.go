@@ -12,12 +12,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// metrics serves the spoof guards' counters (nx) with the Go runtime's and the process's own
-// figures (heap, goroutines, open fds): what tells a leak in a long-running agent (make
-// soak-node reads them).
-func metrics(nx prometheus.Collector) http.Handler {
+// metrics serves the spoof guards' counters (nx) and the VMs' (vs) with the Go runtime's and the
+// process's own figures (heap, goroutines, open fds): what tells a leak in a long-running agent
+// (make soak-node reads them).
+func metrics(nx, vs prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(nx, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(nx, vs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/virtpod/virtpod/agent/resize"
 	"github.com/virtpod/virtpod/agent/start"
 	"github.com/virtpod/virtpod/agent/suspend"
+	"github.com/virtpod/virtpod/agent/vmstats"
 )
 
 // executor is one of the agent's pod executors: whether it is on, whether the agent stops
@@ -29,13 +30,14 @@ type executor struct {
 // the migration stream no VM can leave or reach the node, so the agent stops (and its pod
 // restarts) rather than run on half-able. Without the guest-start report the VMs still reach
 // Running, by the kubelet's startup probe, up to a second later.
-func executors(o Options, a podcontrol.Agent, nx *network.Executor) []executor {
+func executors(o Options, a podcontrol.Agent, nx *network.Executor, vs *vmstats.Executor) []executor {
 	return []executor{
 		{"pod networks", true, true, nx.Run},
 		{"guest start", true, false, (&start.Executor{Agent: a.Named("guest-start")}).Run},
 		{"guest facts", o.GuestFacts, false, (&facts.Executor{Agent: a.Named("guest-facts")}).Run},
 		{"suspend", o.Suspend, false, (&suspend.Executor{Agent: a.Named("suspend")}).Run},
 		{"resize", o.Resize, false, (&resize.Executor{Agent: a.Named("resize")}).Run},
+		{"vm stats", o.MetricsAddr != "", false, vs.Run},
 		{"live migration", o.Migrate, true, (&migration.Executor{Agent: a.Named("migration"), Namespace: o.Namespace, PodIP: o.PodIP, Listen: o.MigrationListen}).Run},
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/virtpod/virtpod/agent/network"
 	"github.com/virtpod/virtpod/agent/podcontrol"
+	"github.com/virtpod/virtpod/agent/vmstats"
 )
 
 // TestVitalExecutorStopsTheAgent: an executor that is off never runs; one that is not vital
@@ -59,15 +60,15 @@ func TestVitalExecutorStopsTheAgent(t *testing.T) {
 func TestExecutorTable(t *testing.T) {
 	on := map[string]bool{}
 	vital := map[string]bool{}
-	for _, x := range executors(Options{}, podcontrol.Agent{Log: zap.NewNop()}, &network.Executor{}) {
+	for _, x := range executors(Options{}, podcontrol.Agent{Log: zap.NewNop()}, &network.Executor{}, &vmstats.Executor{}) {
 		on[x.name], vital[x.name] = x.on, x.vital
 	}
-	for name, want := range map[string]bool{"pod networks": true, "guest start": true, "guest facts": false, "suspend": false, "resize": false, "live migration": false} {
+	for name, want := range map[string]bool{"pod networks": true, "guest start": true, "guest facts": false, "suspend": false, "resize": false, "vm stats": false, "live migration": false} {
 		if on[name] != want {
 			t.Errorf("%s with every flag off: on %v, want %v", name, on[name], want)
 		}
 	}
-	for name, want := range map[string]bool{"pod networks": true, "guest start": false, "guest facts": false, "suspend": false, "resize": false, "live migration": true} {
+	for name, want := range map[string]bool{"pod networks": true, "guest start": false, "guest facts": false, "suspend": false, "resize": false, "vm stats": false, "live migration": true} {
 		if vital[name] != want {
 			t.Errorf("%s: vital %v, want %v", name, vital[name], want)
 		}

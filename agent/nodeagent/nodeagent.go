@@ -17,6 +17,7 @@ import (
 	"github.com/virtpod/virtpod/agent/network"
 	"github.com/virtpod/virtpod/agent/nodereport"
 	"github.com/virtpod/virtpod/agent/podcontrol"
+	"github.com/virtpod/virtpod/agent/vmstats"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 )
 
@@ -41,7 +42,8 @@ type Options struct {
 	MigrationListen string
 	PodIP           string
 	Namespace       string
-	// MetricsAddr serves /metrics (the spoof guards' counters); "" serves none.
+	// MetricsAddr serves /metrics (the spoof guards' counters, each running VM's counters);
+	// "" serves none, and asks no runner for its VM's counters.
 	MetricsAddr string
 	// PprofAddr serves Go's profiles (/debug/pprof/); "" serves none.
 	PprofAddr string
@@ -80,9 +82,10 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	fatal := runExecutors(ctx, stop, executors(o, agent, nx), o.Log)
+	vs := &vmstats.Executor{Agent: agent.Named("vm-stats")}
+	fatal := runExecutors(ctx, stop, executors(o, agent, nx, vs), o.Log)
 	if o.MetricsAddr != "" {
-		defer serveHTTP(o.MetricsAddr, metrics(nx), "metrics endpoint", o.Log)()
+		defer serveHTTP(o.MetricsAddr, metrics(nx, vs), "metrics endpoint", o.Log)()
 	}
 	if o.PprofAddr != "" {
 		defer serveHTTP(o.PprofAddr, profiles(), "profiling endpoint", o.Log)()

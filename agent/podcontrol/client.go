@@ -82,6 +82,13 @@ func (c *Client) Guest(ctx context.Context) (controlapi.Guest, error) {
 	return g, err
 }
 
+// Stats asks the runner for its guest's counters (GET /v1/stats).
+func (c *Client) Stats(ctx context.Context) (controlapi.Stats, error) {
+	var st controlapi.Stats
+	err := c.call(ctx, http.MethodGet, controlapi.StatsPath, nil, &st, http.StatusOK)
+	return st, err
+}
+
 // Started asks the runner whether its guest runs, waiting up to wait (whole seconds, at most
 // controlapi.MaxStartedWaitSeconds) for it to start. A runner from before the question answers
 // 404, which is a RunnerRefusal.

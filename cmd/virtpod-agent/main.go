@@ -62,7 +62,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&o.MigrationListen, "migration-listen", fmt.Sprintf(":%d", migration.DefaultPort), "where to take migration streams from other nodes' agents")
 	f.StringVar(&o.PodIP, "pod-ip", os.Getenv("POD_IP"), "this agent pod's IP, where other agents send streams (env POD_IP, from the downward API's status.podIP)")
 	f.StringVar(&o.PprofAddr, "pprof-addr", "", "where to serve Go's profiles (/debug/pprof/) for leak hunts such as make soak-node (empty: nowhere; they show the agent's internals)")
-	f.StringVar(&o.MetricsAddr, "metrics-addr", ":9441", "where to serve /metrics: the runner pods' spoof guard counters and the agent's own Go and process figures (empty: nowhere)")
+	f.StringVar(&o.MetricsAddr, "metrics-addr", ":9441", "where to serve /metrics: the runner pods' spoof guard counters, each running VM's counters (asked of its runner at each scrape) and the agent's own Go and process figures (empty: nowhere, and no VM is asked)")
 	f.StringVar(&o.KernelCache, "kernel-cache-dir", "", "where to keep the PVH kernels unpacked from the VMs' bzImages, so QEMU holds no copy of them (empty: unpack none; each VM's QEMU then copies its bzImage)")
 	f.StringVar(&o.Namespace, "namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), "virtpod-system"), "the agents' namespace, which holds Secret "+migration.SecretName+" (env POD_NAMESPACE)")
 	dp := &cobra.Command{Use: "device-plugin", Short: "Serve devices.virtpod.io/kvm-probe (for the agent) and devices.virtpod.io/kvm (healthy while the node's HypervisorNode says KVM Usable)",

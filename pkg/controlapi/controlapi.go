@@ -149,3 +149,47 @@ type Started struct {
 	// guest's later pods (status.machine). "" from providers without one, or runners before it.
 	Machine string `json:"machine,omitempty"`
 }
+
+// StatsPath is the guest's counters: GET answers Stats, read from the hypervisor at that moment
+// (the node agent's per-VM metrics ask it at each scrape).
+const StatsPath = "/v1/stats"
+
+// Stats are a running guest's counters since its hypervisor started (a migrated guest's start
+// here). Counters only grow during one hypervisor's life; a reader that sees one fall saw a new
+// hypervisor.
+type Stats struct {
+	// CPUSeconds is the CPU time the hypervisor process used (user and system), the guest's
+	// vCPUs and the device emulation together.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// MemoryBytes is the memory the guest was given (boot memory and what was plugged since).
+	MemoryBytes int64 `json:"memoryBytes"`
+	// Disks are the guest's virtio disks by drive (root, cidata, disk-<name>).
+	Disks []DiskStats `json:"disks,omitempty"`
+	// Network is the guest's network device as its tap counts it: what the guest sent is the
+	// tap's received (Tx here is the guest's transmit). Nil for a guest without a network.
+	Network *NetworkStats `json:"network,omitempty"`
+	// Error says why the counters could not be read (the guest is not running yet, say).
+	Error string `json:"error,omitempty"`
+}
+
+// DiskStats are one disk's counters, as the hypervisor's block layer counts the guest's
+// requests.
+type DiskStats struct {
+	Drive      string `json:"drive"`
+	ReadBytes  int64  `json:"readBytes"`
+	WriteBytes int64  `json:"writeBytes"`
+	ReadOps    int64  `json:"readOps"`
+	WriteOps   int64  `json:"writeOps"`
+}
+
+// NetworkStats are the guest's network counters, from the guest's point of view.
+type NetworkStats struct {
+	RxBytes   int64 `json:"rxBytes"`
+	TxBytes   int64 `json:"txBytes"`
+	RxPackets int64 `json:"rxPackets"`
+	TxPackets int64 `json:"txPackets"`
+}
+
+// ScreenshotPath is the guest's screen: GET answers a PNG of its display, or 409 when the guest
+// has no display (--display=none) or is not running.
+const ScreenshotPath = "/v1/screenshot"

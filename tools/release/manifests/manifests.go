@@ -40,12 +40,15 @@ var (
 )
 
 // Copied are the files (globs, relative to the repository) a release carries as they are:
-// clusterctl's metadata and templates, and the example alerts.
+// clusterctl's metadata and templates, and the monitoring examples: the alerts, the scrape
+// targets and the Grafana dashboard.
 var Copied = []string{
 	"config/clusterctl/templates/cluster-template*.yaml",
 	"config/clusterctl/templates/clusterclass-*.yaml",
 	"config/clusterctl/metadata.yaml",
 	"config/prometheus/prometheusrule.yaml",
+	"config/prometheus/podmonitors.yaml",
+	"config/grafana/virtpod-dashboard.json",
 }
 
 // CopiedFiles are the files Copied names under root. A pattern that matches nothing is an
