@@ -17,6 +17,7 @@ import (
 
 	"github.com/creack/pty"
 
+	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/rawhttp"
@@ -181,6 +182,58 @@ func TestConsolePortForwardLogs(t *testing.T) {
 			t.Fatalf("ssh ran with %q", got)
 		}
 	})
+
+	t.Run("top", func(t *testing.T) {
+		// vmctl top reads the node agents' per-VM metrics through the API server: the VM is
+		// listed with its memory, and -A lists every VM that ran throughout the measure.
+		var out string
+		eventually(t, "vmctl top -A lists every running VM", 2*time.Minute, func() error {
+			before := runningVMs(t)
+			o, err := exec.Command(vmctl, "top", "-A", "--interval", "2s").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("vmctl top -A: %v\n%s", err, o)
+			}
+			listed := map[string]bool{}
+			for _, line := range strings.Split(string(o), "\n")[1:] {
+				if f := strings.Fields(line); len(f) == 8 {
+					listed[f[0]+"/"+f[1]] = true
+				}
+			}
+			after := runningVMs(t)
+			for vm := range before {
+				if after[vm] && !listed[vm] {
+					return fmt.Errorf("VM %s ran throughout and is not listed:\n%s", vm, o)
+				}
+			}
+			if !listed[ns+"/"+name] {
+				return fmt.Errorf("VM %s/%s not listed:\n%s", ns, name, o)
+			}
+			out = string(o)
+			return nil
+		})
+		t.Logf("vmctl top -A:\n%s", out)
+		o, err := exec.Command(vmctl, "-n", ns, "top", name).CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(o)), "\n")
+		if err != nil || len(lines) != 2 || !strings.HasPrefix(lines[1], name+" ") || contains(lines[1], "256Mi") != nil {
+			t.Fatalf("vmctl top %s: %v, want its one row with 256Mi of memory:\n%s", name, err, o)
+		}
+	})
+}
+
+// runningVMs are the cluster's VMs in phase Running, as namespace/name.
+func runningVMs(t *testing.T) map[string]bool {
+	t.Helper()
+	var vms vmv1.VirtualMachineList
+	if err := kube.List(context.Background(), &vms); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, vm := range vms.Items {
+		if vm.Status.Phase == vmv1.PhaseRunning {
+			out[vm.Namespace+"/"+vm.Name] = true
+		}
+	}
+	return out
 }
 
 // installMu serializes installVmctl: two tests may install at once, into the build's shared

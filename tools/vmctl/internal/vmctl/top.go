@@ -132,7 +132,10 @@ func scrapeAgents(ctx context.Context, agents []corev1.Pod, get func(context.Con
 				return
 			}
 			for k, v := range s {
-				out[k] = v
+				// A migrating VM has a runner on each node: the one that answered is the guest's.
+				if old, ok := out[k]; !ok || !old.up {
+					out[k] = v
+				}
 			}
 		})
 	}
