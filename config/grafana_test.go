@@ -126,7 +126,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	for _, doc := range strings.Split(string(pm), "\n---\n") {
 		var mon struct {
-			Kind     string `json:"kind"`
+			Kind     string                `json:"kind"`
 			Metadata struct{ Name string } `json:"metadata"`
 			Spec     struct {
 				PodMetricsEndpoints []struct {

@@ -29,13 +29,15 @@ const bootTimeout = 90 * time.Second
 
 // TestGuestBootsServesAndStopsOnSIGTERM is the pod's whole life: the guest takes over the
 // namespace's IP and MAC, serves HTTP there to the host side, reads and writes its virtio-fs
-// shares, is ready by the exec probe, and powers off cleanly on SIGTERM.
+// shares, shows its screen (screenshot and VNC) and its counters (GET /v1/stats), is ready by
+// the exec probe, and powers off cleanly on SIGTERM.
 func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 	guest := needGuestHost(t)
 	ns := newPodNetns(t, 1)
 	fs, fsArgs, fsKernelArgs := withShares(t)
 	args := append(baseArgs(t, guest, "vm-e2e"), "--network=pod", "--resolv-conf="+ns.resolvConf, "--readiness-probe=http:80/", "--kernel-args=rw "+fsKernelArgs)
-	r := startRunner(t, ns.name, append(args, fsArgs...)...)
+	started := time.Now()
+	r := startRunner(t, ns.name, append(append(args, fsArgs...), displayArgs(t)...)...)
 	r.waitMarker(t, bootTimeout)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -84,6 +86,10 @@ func TestGuestBootsServesAndStopsOnSIGTERM(t *testing.T) {
 
 	// virtio-fs: the shares reach the guest both ways, live, through unprivileged virtiofsd.
 	checkShares(t, r, fs, ns.podIP)
+
+	// The display and the counters, as vmctl screenshot, vmctl vnc and the node agent see them.
+	checkDisplay(t, r, ns.name)
+	checkStats(t, r, ns.name, ns.podIP, fs.web, started)
 
 	// The kubelet's exec probe, run inside the pod's namespace like the kubelet would: ready, as
 	// the guest runs and its readiness probe (HTTP on the port it serves) passes.

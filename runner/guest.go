@@ -111,5 +111,8 @@ func (g *guest) machine(cfg runnerconfig.Config, o Options) hypervisor.Machine {
 	if cfg.GuestAgent {
 		m.Sockets.Agent = filepath.Join(cfg.StateDir, live.AgentSocketName)
 	}
+	if cfg.Display == runnerconfig.DisplayVNC {
+		m.Sockets.Display = hypervisor.VNCSocket(cfg.StateDir)
+	}
 	return m
 }

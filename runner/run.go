@@ -63,8 +63,9 @@ func run(ctx context.Context, cfg runnerconfig.Config, o Options, board *status.
 	if failed := g.wire(ctx, cfg, o, board); failed != nil {
 		return *failed
 	}
-	hv := newHypervisor(binary, cfg, o, g.machine(cfg, o))
-	ops := newLiveOps(cfg, o, hv, board)
+	m := g.machine(cfg, o)
+	hv := newHypervisor(binary, cfg, o, m)
+	ops := newLiveOps(cfg, o, hv, board, m)
 	if cfg.Incoming {
 		defer ops.mig.RemoveInSockets()
 	}
@@ -137,21 +138,30 @@ func newHypervisor(binary string, cfg runnerconfig.Config, o Options, m hypervis
 }
 
 // liveOps are the operations on a running guest the control API serves and the supervisor
-// acts with: resize, live migration, suspend, the guest agent.
+// acts with: resize, live migration, suspend, the guest agent, and what the guest shows and
+// counts (screenshots, stats).
 type liveOps struct {
 	resize *live.Resize
 	mig    *live.Migration
 	sus    *live.Suspender
 	agent  *live.GuestAgent
+	screen *live.Screenshot
+	stats  *live.Stats
 }
 
-func newLiveOps(cfg runnerconfig.Config, o Options, hv hypervisor.Hypervisor, board *status.Board) liveOps {
+func newLiveOps(cfg runnerconfig.Config, o Options, hv hypervisor.Hypervisor, board *status.Board, m hypervisor.Machine) liveOps {
 	mig := live.NewMigration(cfg, hv, board, o.Log)
+	tap := ""
+	if m.NIC != nil {
+		tap = m.NIC.Tap
+	}
 	ops := liveOps{
 		resize: live.NewResize(cfg, hv.(hypervisor.Resizer), o.ResizeTimeout, o.Log),
 		mig:    mig,
 		sus:    live.NewSuspender(cfg, hv, mig, board, o.Log),
 		agent:  live.NewGuestAgent("", hv),
+		screen: live.NewScreenshot(cfg, hv),
+		stats:  live.NewStats(hv, tap),
 	}
 	if cfg.GuestAgent {
 		ops.agent = live.NewGuestAgent(filepath.Join(cfg.StateDir, live.AgentSocketName), hv)
@@ -166,7 +176,7 @@ func serveControl(cfg runnerconfig.Config, o Options, ops liveOps, board *status
 	if cfg.ControlSocket == "" {
 		return func() {}, nil
 	}
-	stop, err := live.Serve(cfg.ControlSocket, ops.resize.Routes, ops.mig.Routes, ops.agent.Routes, ops.sus.Routes, board.ControlRoutes)
+	stop, err := live.Serve(cfg.ControlSocket, ops.resize.Routes, ops.mig.Routes, ops.agent.Routes, ops.sus.Routes, ops.screen.Routes, ops.stats.Routes, board.ControlRoutes)
 	switch {
 	case err != nil && cfg.Incoming:
 		return nil, fail(ExitError, err, "--incoming: no control socket, so no stream can arrive")

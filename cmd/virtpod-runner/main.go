@@ -1,8 +1,10 @@
 // Command virtpod-runner is the process in a VM's pod: `virtpod-runner [flags]` boots and
 // supervises the guest (package runner), `virtpod-runner probe` is the kubelet's exec probe,
-// `virtpod-runner kvm-probe` prints runner/kvm's verdict on this node's KVM, and
+// `virtpod-runner kvm-probe` prints runner/kvm's verdict on this node's KVM,
 // `virtpod-runner console` attaches a terminal to the guest's serial console (what `vmctl
-// console` runs through the API server's pod exec).
+// console` runs through the API server's pod exec), `virtpod-runner screenshot` writes the
+// guest's screen as a PNG, and `virtpod-runner vnc` connects stdin and stdout to its VNC display
+// (what `vmctl screenshot` and `vmctl vnc` run the same way).
 package main
 
 import (
@@ -73,7 +75,7 @@ func execute(args []string) int {
 	if self, err := os.Executable(); err == nil {
 		o.Launcher = []string{self, execUnprivilegedName}
 	}
-	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code), consoleCommand(), execUnprivilegedCommand())
+	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code), consoleCommand(), screenshotCommand(), vncCommand(), execUnprivilegedCommand())
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "runner:", err)

@@ -124,6 +124,9 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		// same hardware; "" before its first start.
 		c.Machine = vm.Status.Machine
 		c.GuestAgent = true
+		if HasDisplay(vm) {
+			c.Display = runnerconfig.DisplayVNC
+		}
 		if vm.Spec.Guest.StateClaim != nil {
 			c.SuspendTo = vmv1.StateFile
 			if Resumes(vm) {
@@ -465,6 +468,7 @@ func Resources(vm *vmv1.VirtualMachine, opts Options, cpus int32, memory resourc
 	mem := memory.DeepCopy()
 	mem.Add(opts.OverheadMemory)
 	mem.Add(filesystemMemory(vm.Spec.Guest))
+	mem.Add(displayMemory(vm))
 	if vm.Spec.Acceleration == vmv1.AccelerationEmulated {
 		// Emulation keeps translated code beside the guest's memory, up to QEMU's tb-size.
 		hotplug := vm.Spec.Guest.MaxCPUs != nil && *vm.Spec.Guest.MaxCPUs > 1 // over-reserves for a guest booted at its maximum, never under

@@ -77,6 +77,9 @@ func TestGolden(t *testing.T) {
 			vm.Spec.Guest.CPUs, vm.Spec.Guest.Memory = 1, resource.MustParse("256Mi")
 			vm.Spec.Guest.MaxCPUs, vm.Spec.Guest.MaxMemory = ptr.To[int32](4), ptr.To(resource.MustParse("1Gi"))
 		},
+		"display-none": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
+			vm.Spec.Guest.Display = vmv1.DisplayNone
+		},
 		"readiness-probe-tcp": func(vm *vmv1.VirtualMachine, _ *podspec.Options) {
 			vm.Spec.Guest.ReadinessProbe = &vmv1.GuestProbe{TCPSocket: &vmv1.TCPProbe{Port: 22}}
 		},
@@ -224,7 +227,8 @@ func TestGuestProbeWords(t *testing.T) {
 
 // TestResourcesAllocationRatio: a pod requests cpus/ratio (rounded up) plus the overheads and is
 // limited to the full cpus plus the overheads, at least cpuLimitMargin (250m) above the cpus;
-// an emulated VM's memory adds the TCG cache bound.
+// memory is the guest's plus 64Mi and the display's 16Mi, and an emulated VM's adds the TCG
+// cache bound.
 func TestResourcesAllocationRatio(t *testing.T) {
 	cases := []struct {
 		name                        string
@@ -233,16 +237,16 @@ func TestResourcesAllocationRatio(t *testing.T) {
 		overhead, classCPU          string
 		wantReq, wantLimit, wantMem string
 	}{
-		{"KubeVirt's default ratio", 1, 10, "50m", "", "150m", "1250m", "1088Mi"},
-		{"ratio 1 reserves whole CPUs", 2, 1, "50m", "", "2050m", "2250m", "1088Mi"},
-		{"unset ratio counts as 1", 1, 0, "50m", "", "1050m", "1250m", "1088Mi"},
-		{"rounded up", 1, 3, "0", "", "334m", "1250m", "1088Mi"},
-		{"overhead above the margin", 4, 10, "300m", "", "700m", "4300m", "1088Mi"},
-		{"class overhead on both", 1, 10, "50m", "250m", "400m", "1300m", "1088Mi"},
+		{"KubeVirt's default ratio", 1, 10, "50m", "", "150m", "1250m", "1104Mi"},
+		{"ratio 1 reserves whole CPUs", 2, 1, "50m", "", "2050m", "2250m", "1104Mi"},
+		{"unset ratio counts as 1", 1, 0, "50m", "", "1050m", "1250m", "1104Mi"},
+		{"rounded up", 1, 3, "0", "", "334m", "1250m", "1104Mi"},
+		{"overhead above the margin", 4, 10, "300m", "", "700m", "4300m", "1104Mi"},
+		{"class overhead on both", 1, 10, "50m", "250m", "400m", "1300m", "1104Mi"},
 	}
 	emulated := []struct{ guest, want string }{
-		{"256Mi", "352Mi"}, // + 64Mi + a 32 MiB translation cache
-		{"1Gi", "1216Mi"},  // + 64Mi + 128 MiB
+		{"256Mi", "368Mi"}, // + 64Mi + 16Mi of video memory + a 32 MiB translation cache
+		{"1Gi", "1232Mi"},  // + 64Mi + 16Mi + 128 MiB
 	}
 	for _, c := range emulated {
 		vm := baseVM()

@@ -77,6 +77,9 @@ type Spec struct {
 	// port named org.qemu.guest_agent.0, which qemu-guest-agent in the guest opens); "" gives
 	// the guest no channel, as a runner before it had none: a migration's two sides must match.
 	AgentSocket string
+	// VNCSocket, when set, gives the guest a VGA card whose screen QEMU serves over VNC on this
+	// unix socket (display.go); "" gives it no display, as a runner before displays did.
+	VNCSocket string
 
 	// Filesystems are virtio-fs shares (filesystems.go); with any, the guest's RAM is a shared
 	// memfd.
@@ -122,13 +125,7 @@ func Args(s Spec) ([]string, error) {
 		"-machine", machine,
 		"-accel", accel,
 	}
-	cpu := s.CPUModel
-	if cpu == "" && s.Acceleration == "kvm" {
-		// Expose the host CPU: the point of KVM is native speed. TCG keeps QEMU's default
-		// model, which emulates faster than "max".
-		cpu = "host"
-	}
-	if cpu != "" {
+	if cpu := s.cpuOption(); cpu != "" {
 		args = append(args, "-cpu", cpu) // validate refuses commas: -cpu has no escape for them
 	}
 	args = append(args, s.sizeArgs()...)
@@ -143,22 +140,8 @@ func Args(s Spec) ([]string, error) {
 		// A guest reboot ends QEMU: the pod restarts the VM, as a container restart would.
 		"-no-reboot",
 	)
-	rootDevice := "virtio-blk-pci,drive=root"
-	if s.Kernel != "" {
-		args = append(args, "-kernel", s.Kernel)
-		if s.Initrd != "" {
-			args = append(args, "-initrd", s.Initrd)
-		}
-		// -append takes its value verbatim (it is not an option list), and argv elements are
-		// never split, so nothing in the command line can become a QEMU argument.
-		args = append(args, "-append", s.Cmdline)
-	} else {
-		args = append(args, firmwareArgs(s)...)
-		// The root disk is the one boot device: strict, so neither firmware goes on to a
-		// network boot (the NIC's option ROM) when the disk has no bootloader.
-		args = append(args, "-boot", "strict=on")
-		rootDevice += ",bootindex=0"
-	}
+	boot, rootDevice := s.bootArgs()
+	args = append(args, boot...)
 	args = append(args,
 		// file.driver=file makes the path a plain file name: QEMU would otherwise read
 		// "json:{...}" or "nbd:..." in a bare file= as a protocol.
@@ -182,14 +165,50 @@ func Args(s Spec) ([]string, error) {
 	}
 	args = append(args, s.memoryDeviceArgs()...)
 	args = append(args, s.filesystemArgs()...)
-	args = append(args,
-		"-chardev", "socket,id=serial0,path="+optValue(s.SerialSocket)+",server=on,wait=off",
+	args = append(args, s.channelArgs()...)
+	args = append(args, s.displayArgs()...)
+	args = append(args, s.incomingArgs()...)
+	return append(args, "-S"), nil
+}
+
+// cpuOption is -cpu's value: CPUModel, or "host" under KVM, whose point is native speed; ""
+// (none) under TCG, which keeps QEMU's default model, faster to emulate than "max".
+func (s Spec) cpuOption() string {
+	if s.CPUModel == "" && s.Acceleration == "kvm" {
+		return "host"
+	}
+	return s.CPUModel
+}
+
+// bootArgs boot the guest from its kernel, or from its root disk through firmware; rootDevice is
+// the root disk's device, the boot device in the second case.
+func (s Spec) bootArgs() (args []string, rootDevice string) {
+	rootDevice = "virtio-blk-pci,drive=root"
+	if s.Kernel == "" {
+		// The root disk is the one boot device: strict, so neither firmware goes on to a
+		// network boot (the NIC's option ROM) when the disk has no bootloader.
+		return append(firmwareArgs(s), "-boot", "strict=on"), rootDevice + ",bootindex=0"
+	}
+	args = []string{"-kernel", s.Kernel}
+	if s.Initrd != "" {
+		args = append(args, "-initrd", s.Initrd)
+	}
+	// -append takes its value verbatim (it is not an option list), and argv elements are never
+	// split, so nothing in the command line can become a QEMU argument.
+	return append(args, "-append", s.Cmdline), rootDevice
+}
+
+// channelArgs are the runner's ways into QEMU and the guest, each a unix socket QEMU serves:
+// the serial console, QMP, and the guest agent's virtio-serial port when it has one; and
+// pvpanic, which lets a guest kernel report a panic as QMP's GUEST_PANICKED.
+func (s Spec) channelArgs() []string {
+	args := []string{
+		"-chardev", "socket,id=serial0,path=" + optValue(s.SerialSocket) + ",server=on,wait=off",
 		"-device", "isa-serial,chardev=serial0",
-		"-chardev", "socket,id=qmp,path="+optValue(s.QMPSocket)+",server=on,wait=off",
+		"-chardev", "socket,id=qmp,path=" + optValue(s.QMPSocket) + ",server=on,wait=off",
 		"-mon", "chardev=qmp,mode=control",
-		// pvpanic lets a guest kernel report a panic as QMP's GUEST_PANICKED.
 		"-device", "pvpanic",
-	)
+	}
 	if s.AgentSocket != "" {
 		args = append(args,
 			"-chardev", "socket,id="+AgentChardev+",path="+optValue(s.AgentSocket)+",server=on,wait=off",
@@ -197,8 +216,7 @@ func Args(s Spec) ([]string, error) {
 			"-device", "virtserialport,bus=vser0.0,chardev="+AgentChardev+",name=org.qemu.guest_agent.0",
 		)
 	}
-	args = append(args, s.incomingArgs()...)
-	return append(args, "-S"), nil
+	return args
 }
 
 // firmwareArgs loads the firmware of a guest that boots from its disk. -bios takes its path
@@ -282,6 +300,7 @@ func (s Spec) validate() error {
 		errs = append(errs, errors.New("a root disk on a block device is raw"))
 	}
 	errs = append(errs, s.validateIncoming()...)
+	errs = append(errs, s.validateDisplay()...)
 	errs = append(errs, validateDrives(s.Disks)...)
 	errs = append(errs, s.validateFilesystems()...)
 	if s.TapFD > 0 && len(s.MAC) != 6 {

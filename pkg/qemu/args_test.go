@@ -66,6 +66,7 @@ func TestGolden(t *testing.T) {
 	hostile.SerialSocket = "/tmp/a,server=off/serial.sock"
 	hostile.AgentSocket = "/tmp/a,name=com.redhat.spice.0/qga.sock"
 	hostile.SeedPath = "/var/run/vp,read-only=off/cidata.iso"
+	hostile.VNCSocket = "/var/run/vp,to=99,websocket=on/vnc.sock"
 	seed := baseSpec()
 	seed.SeedPath = "/var/run/virtpod/cidata.iso"
 	hostileFirmware := uefiSpec()
@@ -78,10 +79,12 @@ func TestGolden(t *testing.T) {
 	incoming.Machine = "pc-q35-7.2" // the source's pinned machine, on whatever QEMU the target has
 	hostileIncoming := tcg
 	hostileIncoming.IncomingSocket = "/run/vp,tcp:0:4444 -incoming exec:sh/migrate-in.sock"
+	display := biosSpec() // a disk image's guest with its screen, as the controller starts it
+	display.VNCSocket = "/var/run/virtpod/vnc.sock"
 	for name, s := range map[string]Spec{
 		"kvm-pod-network": baseSpec(), "tcg-no-network": tcg, "hostile-strings": hostile, "cloud-init-seed": seed,
 		"uefi-disk-boot": uefiSpec(), "bios-disk-boot": biosSpec(), "hostile-firmware-uefi": hostileFirmware, "hostile-firmware-bios": hostileBIOS,
-		"incoming-migration": incoming, "hostile-incoming": hostileIncoming,
+		"incoming-migration": incoming, "hostile-incoming": hostileIncoming, "display-vnc": display,
 	} {
 		t.Run(name, func(t *testing.T) {
 			args, err := Args(s)
@@ -197,6 +200,8 @@ func TestRejects(t *testing.T) {
 		"newline incoming":     func(s *Spec) { s.IncomingSocket = "/m\n-S" },
 		"machine with options": func(s *Spec) { s.Machine = "pc-q35-7.2,accel=kvm" },
 		"not a q35 machine":    func(s *Spec) { s.Machine = "microvm" },
+		"relative VNC socket":  func(s *Spec) { s.VNCSocket = "vnc.sock" },
+		"VNC socket too long":  func(s *Spec) { s.VNCSocket = "/" + strings.Repeat("a", 107) },
 	} {
 		s := baseSpec()
 		mutate(&s)

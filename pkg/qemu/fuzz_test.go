@@ -15,7 +15,7 @@ const (
 	phCmdline, phDisk, phSeed         = "CMDLINE", "/DISK", "/SEED"
 	phSerial, phQMP                   = "/SERIAL", "/QMP"
 	phCode, phVars                    = "/CODE", "/VARS"
-	phIncoming                        = "/INCOMING"
+	phIncoming, phVNC                 = "/INCOMING", "/VNC"
 )
 
 // How QEMU reads the value of each option a user string may reach: verbatim, or as an option
@@ -23,7 +23,7 @@ const (
 // model and features, with no escape.
 var (
 	verbatim    = map[string]bool{"-kernel": true, "-initrd": true, "-append": true, "-bios": true, "-incoming": true}
-	optionLists = map[string]string{"-name": "guest", "-drive": "", "-chardev": "backend"}
+	optionLists = map[string]string{"-name": "guest", "-drive": "", "-chardev": "backend", "-vnc": "vnc"}
 )
 
 // FuzzArgs: whatever the strings in a Spec, the argv has the shape of the same spec with
@@ -66,6 +66,10 @@ func FuzzArgs(f *testing.F) {
 		if writeback {
 			s.DiskCache = qemu.CacheWriteback
 		}
+		if writeback {
+			// A display, from a flag already here, so the stored corpus still fits.
+			s.VNCSocket = serial + ".vnc"
+		}
 		if tapFD < 0 {
 			// A negative fd means no tap anyway; the stored corpus keeps its arguments this way.
 			s.IncomingSocket = qmp + ".in"
@@ -103,13 +107,17 @@ func FuzzArgs(f *testing.F) {
 		if s.IncomingSocket != "" {
 			ref.IncomingSocket = phIncoming
 		}
+		if s.VNCSocket != "" {
+			ref.VNCSocket = phVNC
+		}
 		want, err := qemu.Args(ref)
 		if err != nil {
 			t.Fatalf("the reference spec is refused: %v", err)
 		}
 		user := map[string]string{phName: s.Name, phCPU: s.CPUModel, phKernel: s.Kernel, phInitrd: s.Initrd,
 			phCmdline: s.Cmdline, phDisk: s.DiskPath, phSeed: s.SeedPath, phSerial: s.SerialSocket, phQMP: s.QMPSocket,
-			phCode: s.FirmwareCode, phVars: s.FirmwareVars, "unix:" + phIncoming: "unix:" + s.IncomingSocket}
+			phCode: s.FirmwareCode, phVars: s.FirmwareVars, "unix:" + phIncoming: "unix:" + s.IncomingSocket,
+			"unix:" + phVNC: "unix:" + s.VNCSocket}
 		checkShape(t, args, want, user)
 	})
 }
@@ -135,8 +143,10 @@ func refusable(s qemu.Spec) string {
 		return "a comma in the CPU model, which -cpu cannot escape"
 	case s.IncomingSocket != "" && (!strings.HasPrefix(s.IncomingSocket, "/") || len(s.IncomingSocket) > 107):
 		return "an incoming socket that is relative or too long for a unix socket"
+	case s.VNCSocket != "" && (!strings.HasPrefix(s.VNCSocket, "/") || len(s.VNCSocket) > 107):
+		return "a VNC socket that is relative or too long for a unix socket"
 	}
-	for _, v := range []string{s.IncomingSocket, s.Name, s.CPUModel, s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.SerialSocket, s.QMPSocket, s.FirmwareCode, s.FirmwareVars} {
+	for _, v := range []string{s.IncomingSocket, s.VNCSocket, s.Name, s.CPUModel, s.Kernel, s.Initrd, s.Cmdline, s.DiskPath, s.SeedPath, s.SerialSocket, s.QMPSocket, s.FirmwareCode, s.FirmwareVars} {
 		if strings.ContainsAny(v, "\x00\n\r") {
 			return "a NUL or newline"
 		}

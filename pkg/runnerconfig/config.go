@@ -89,6 +89,9 @@ type Config struct {
 	// not always on: a migration target copies its source's flags, so both sides build the
 	// same devices even when the source's runner predates the channel.
 	GuestAgent bool
+	// Display is the guest's display (display.go): DisplayVNC, or DisplayNone (the flag's
+	// default, and Defaults' for an empty one).
+	Display string
 
 	Kernel      string // path of the kernel inside the pod; "" boots the root disk through Firmware
 	Firmware    string // bios or uefi, only without Kernel
@@ -147,6 +150,9 @@ func (c *Config) Defaults() {
 	if c.GracePeriodSeconds == 0 {
 		c.GracePeriodSeconds = DefaultGracePeriodSeconds
 	}
+	if c.Display == "" {
+		c.Display = DisplayNone
+	}
 	for i := range c.Ports {
 		if c.Ports[i].Protocol == "" {
 			c.Ports[i].Protocol = "TCP"
@@ -178,6 +184,7 @@ func (c *Config) Validate() error {
 	if c.GuestAgent && c.Provider != ProviderQEMU {
 		errs = append(errs, errors.New("--guest-agent: only for provider qemu (cloud-hypervisor has no virtio-serial channel)"))
 	}
+	errs = append(errs, c.validateDisplay()...)
 	if c.Kernel == "" {
 		switch c.Firmware {
 		case FirmwareBIOS, FirmwareUEFI:
@@ -328,6 +335,9 @@ func (c Config) Args() []string {
 	if c.GuestAgent {
 		args = append(args, GuestAgentFlag)
 	}
+	if c.Display != "" && c.Display != DisplayNone { // none is the flag's default: the argv of old
+		args = append(args, DisplayFlag+"="+c.Display)
+	}
 	if c.Kernel != "" {
 		args = append(args, "--kernel="+c.Kernel)
 	}
@@ -410,6 +420,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.ResumeFrom, "resume-from", "", "start the guest from the state a suspend wrote at this path instead of booting it (provider qemu)")
 	fs.StringVar(&c.Machine, "machine", "", "QEMU's machine type: q35 (the default, this QEMU's newest) or a versioned one such as pc-q35-7.2, which a guest keeps across QEMU versions")
 	fs.BoolVar(&c.GuestAgent, "guest-agent", false, "give the guest a virtio-serial channel for qemu-guest-agent, served on qga.sock in --state-dir (provider qemu)")
+	fs.StringVar(&c.Display, "display", DisplayNone, DisplayVNC+": a VGA card whose screen is served over VNC on vnc.sock in --state-dir and captured by GET /v1/screenshot (provider qemu); "+DisplayNone+": no display")
 	fs.StringVar(&c.Kernel, "kernel", "", "path of the guest kernel; without it the root disk boots through --firmware")
 	fs.StringVar(&c.Firmware, "firmware", "", "without --kernel: "+FirmwareBIOS+" (SeaBIOS, the default) or "+FirmwareUEFI+" (OVMF, secure boot off)")
 	fs.StringVar(&c.Initrd, "initrd", "", "path of the guest initramfs (optional; skipped when absent)")

@@ -36,6 +36,7 @@ func FuzzArgsRoundTrip(f *testing.F) {
 	f.Add("vm incoming", "qemu", "tcg", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "/s", "", "none", int64(30), "", "", "", "", "")
 	f.Add("vm incoming", "qemu", "tcg", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "/s", "none", "none", int64(30), "", "", "", "", "")
 	f.Add("vm incoming", "cloud-hypervisor", "kvm", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "/s", "", "pod", int64(30), "", "", "", "", "")
+	addDisplaySeeds(f)
 	f.Add("both", "qemu", "kvm", int32(1), int64(512), "/k", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "uefi", "")
 	f.Fuzz(func(t *testing.T, name, provider, accel string, cpus int32, memMiB int64, kernel, initrd, kernelArgs, rootDisk string,
 		diskMiB int64, ports, stateDir, httpAddr, network string, grace int64, instanceID, userData, networkData, firmware, probe string) {
@@ -57,6 +58,7 @@ func FuzzArgsRoundTrip(f *testing.F) {
 			ControlSocket: control,
 			// A migration target: from the name too, so the stored corpus still fits.
 			Incoming: strings.Contains(name, "incoming"),
+			Display:  displayFromFuzz(name), // from the name as well
 		}
 		var err error
 		if c.ReadinessProbe, err = runnerconfig.ParseProbe(probe); err != nil {
@@ -133,4 +135,18 @@ func resizeFromFuzz(name, httpAddr, stateDir string) (int32, int64, string) {
 		return cpus, mib, runnerconfig.DefaultControlSocket
 	}
 	return cpus, mib, stateDir + "/control.sock"
+}
+
+// addDisplaySeeds adds a guest with a display, and one under cloud-hypervisor, which has none.
+func addDisplaySeeds(f *testing.F) {
+	f.Add("vm vnc", "qemu", "tcg", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "", "")
+	f.Add("vm vnc", "cloud-hypervisor", "kvm", int32(1), int64(256), "/k", "", "", "/d", int64(0), "", "", "", "pod", int64(30), "", "", "", "", "")
+}
+
+// displayFromFuzz is vnc for a name that says so, else empty (Defaults' none).
+func displayFromFuzz(name string) string {
+	if strings.Contains(name, "vnc") {
+		return runnerconfig.DisplayVNC
+	}
+	return ""
 }

@@ -1,8 +1,8 @@
 // Package hypervisor is what the runner and its hypervisor drivers share: the interfaces a
-// driver implements (boot and supervise, resize, migrate), the events it reports, and the
-// process helper every driver runs its binary with. Each driver is a subpackage (qemu,
-// cloudhypervisor) and imports only this one of the runner's packages, so a new hypervisor, or
-// a second QEMU version, is a new driver rather than edits across the runner.
+// driver implements (boot and supervise, resize, migrate, the screen, the counters), the events
+// it reports, and the process helper every driver runs its binary with. Each driver is a
+// subpackage (qemu, cloudhypervisor) and imports only this one of the runner's packages, so a
+// new hypervisor, or a second QEMU version, is a new driver rather than edits across the runner.
 package hypervisor
 
 import (

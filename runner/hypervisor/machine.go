@@ -77,6 +77,9 @@ type Sockets struct {
 	Serial  string // the guest's serial console
 	Control string // the hypervisor's own API (QMP, or cloud-hypervisor's REST API)
 	Agent   string // the guest agent's channel; "" for none
+	// Display is where the hypervisor serves the guest's screen over VNC (display.go); "" gives
+	// the guest no display.
+	Display string
 	// Incoming makes the guest wait, paused, for its state on this socket (a migration's target,
 	// or a resume from a saved state); "" boots it.
 	Incoming string

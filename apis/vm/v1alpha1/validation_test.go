@@ -74,6 +74,10 @@ func TestRejectsBadSpecs(t *testing.T) {
 		{"unknown provider", func(v *vmv1.VirtualMachine) { v.Spec.Provider = "firecracker" }, "spec.provider", `"qemu", "cloud-hypervisor"`},
 		{"unknown acceleration", func(v *vmv1.VirtualMachine) { v.Spec.Acceleration = "Fast" }, "spec.acceleration", `"KVM", "Emulated"`},
 		{"cloud-hypervisor emulated", func(v *vmv1.VirtualMachine) { v.Spec.Provider = vmv1.ProviderCloudHypervisor }, "spec.acceleration", "use acceleration KVM or provider qemu"},
+		{"unknown display", func(v *vmv1.VirtualMachine) { v.Spec.Guest.Display = "SPICE" }, "spec.guest.display", `"VNC", "None"`},
+		{"cloud-hypervisor with a VNC display", func(v *vmv1.VirtualMachine) {
+			v.Spec.Provider, v.Spec.Acceleration, v.Spec.Guest.Display = vmv1.ProviderCloudHypervisor, vmv1.AccelerationKVM, vmv1.DisplayVNC
+		}, "spec.guest.display", "use display None or leave it empty"},
 		{"bad run strategy", func(v *vmv1.VirtualMachine) { v.Spec.RunStrategy = "Sometimes" }, "spec.runStrategy", `"Always", "RerunOnFailure", "Once", "Manual", "Halted"`},
 		{"restartPolicy's old value", func(v *vmv1.VirtualMachine) { v.Spec.RunStrategy = "Never" }, "spec.runStrategy", `"Always", "RerunOnFailure", "Once", "Manual", "Halted"`},
 		{"negative grace period", func(v *vmv1.VirtualMachine) { v.Spec.TerminationGracePeriodSeconds = ptr.To[int64](-1) }, "spec.terminationGracePeriodSeconds", "greater than or equal to 0"},

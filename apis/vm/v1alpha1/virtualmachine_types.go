@@ -75,6 +75,7 @@ func (s *VirtualMachineSpec) Halted() bool { return s.RunStrategy == RunHalted }
 // +kubebuilder:validation:XValidation:rule="!has(self.suspend) || !self.suspend || has(self.guest.stateClaim)",message="spec.suspend needs spec.guest.stateClaim: name a Filesystem claim of at least the guest's memory plus 64Mi to keep its state (the runner pod mounts it from its next start), or set suspend false",fieldPath=".suspend"
 // +kubebuilder:validation:XValidation:rule="!has(self.guest.stateClaim) || !has(self.provider) || self.provider == 'qemu'",message="spec.guest.stateClaim is for provider qemu: cloud-hypervisor guests cannot be suspended; remove stateClaim",fieldPath=".guest.stateClaim"
 // +kubebuilder:validation:XValidation:rule="!has(self.guest.filesystems) || size(self.guest.filesystems) == 0 || !has(self.provider) || self.provider == 'qemu'",message="spec.guest.filesystems is for provider qemu: virtpod runs no virtiofsd for cloud-hypervisor yet; remove filesystems or use provider qemu",fieldPath=".guest.filesystems"
+// +kubebuilder:validation:XValidation:rule="!has(self.guest.display) || self.guest.display != 'VNC' || !has(self.provider) || self.provider == 'qemu'",message="spec.guest.display VNC is for provider qemu: cloud-hypervisor has no VNC server; use display None or leave it empty",fieldPath=".guest.display"
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'cloud-hypervisor' || self.acceleration == 'KVM'",message="spec.acceleration: cloud-hypervisor has no software emulation; use acceleration KVM or provider qemu"
 type VirtualMachineSpec struct {
 	// provider is the hypervisor that runs the guest: qemu or cloud-hypervisor, offered by the
@@ -257,6 +258,14 @@ type GuestSpec struct {
 	// applies at the guest's next start.
 	// +optional
 	Firmware Firmware `json:"firmware,omitempty"`
+
+	// display is the guest's screen: VNC (used when empty) gives it a standard VGA card, which
+	// `vmctl vnc` reaches over VNC and `vmctl screenshot` captures, both through the runner pod's
+	// exec (nothing listens on the network); None gives it no graphics card. The runner pod's
+	// memory grows by the card's 16Mi of video memory. Provider qemu only: a cloud-hypervisor
+	// guest has no display. A change applies at the guest's next start.
+	// +optional
+	Display Display `json:"display,omitempty"`
 
 	// kernelArgs is appended to the guest kernel's command line. Only with kernelImage.
 	// +kubebuilder:validation:MaxLength=2048

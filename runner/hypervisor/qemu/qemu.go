@@ -1,6 +1,7 @@
 // Package qemu is the runner's QEMU driver: it starts qemu-system-x86_64 with the argv that
 // pkg/qemu builds and drives the guest over QMP (qmp.go), for boot and supervision (this file),
-// resize (resize.go) and live migration (migrate.go).
+// resize (resize.go), live migration (migrate.go), screenshots (screen.go) and the guest's
+// counters (stats.go).
 package qemu
 
 import (
@@ -84,7 +85,7 @@ func (q *VM) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range []string{spec.QMPSocket, spec.SerialSocket, spec.IncomingSocket} {
+	for _, p := range []string{spec.QMPSocket, spec.SerialSocket, spec.IncomingSocket, spec.VNCSocket} {
 		if p == "" {
 			continue
 		}

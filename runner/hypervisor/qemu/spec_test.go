@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
@@ -28,7 +29,7 @@ func TestSpecTranslatesEveryField(t *testing.T) {
 		Shares: []hypervisor.Share{{Tag: "conf", Socket: "/state/fs-conf.sock"}},
 		NIC:    &hypervisor.NIC{Tap: "tap0", TapFile: tap, MAC: mac, MTU: 1500},
 		Sockets: hypervisor.Sockets{Serial: "/state/serial.sock", Control: "/state/qmp.sock", Agent: "/state/qga.sock",
-			Incoming: "/ctl/migrate-in.sock"},
+			Incoming: "/ctl/migrate-in.sock", Display: "/state/vnc.sock"},
 	}
 	got, files := spec(m)
 	want := qemuargs.Spec{
@@ -42,6 +43,7 @@ func TestSpecTranslatesEveryField(t *testing.T) {
 		Filesystems: []qemuargs.Filesystem{{Tag: "conf", Socket: "/state/fs-conf.sock"}},
 		TapFD:       3, MAC: mac,
 		SerialSocket: "/state/serial.sock", QMPSocket: "/state/qmp.sock", AgentSocket: "/state/qga.sock", IncomingSocket: "/ctl/migrate-in.sock",
+		VNCSocket: "/state/vnc.sock",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("spec:\n got %+v\nwant %+v", got, want)
@@ -53,6 +55,10 @@ func TestSpecTranslatesEveryField(t *testing.T) {
 	boots.IncomingSocket = "" // a target with shares is refused: virtiofsd's state does not migrate
 	if _, err := qemuargs.Args(boots); err != nil {
 		t.Errorf("the translated spec does not build: %v", err)
+	}
+
+	if args, _ := qemuargs.Args(boots); !slices.Contains(args, "unix:/state/vnc.sock") {
+		t.Errorf("the display's socket is not QEMU's VNC display: %q", args)
 	}
 
 	// Without a network the kernel is fd 3; a firmware boot keeps its files and hands none.

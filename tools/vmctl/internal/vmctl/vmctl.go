@@ -133,7 +133,7 @@ Exit codes: 0 done, 1 failed (the reason on stderr), 2 wrong command line; ssh p
 	f.StringVar(&a.context, "context", "", "the kubeconfig context to use")
 	f.StringVarP(&a.namespace, "namespace", "n", "", "the namespace of the VM (default: the context's namespace, else default)")
 	root.AddCommand(a.statusCmd(), a.providerCmd())
-	root.AddCommand(a.consoleCmd(), a.logsCmd(), a.portForwardCmd(), a.sshCmd(), a.topCmd())
+	root.AddCommand(a.consoleCmd(), a.logsCmd(), a.portForwardCmd(), a.sshCmd(), a.topCmd(), a.screenshotCmd(), a.vncCmd())
 	_ = root.RegisterFlagCompletionFunc("namespace", a.completeNamespaces)
 	root.AddCommand(a.startCmd(), a.stopCmd(), a.restartCmd(), a.suspendCmd(), a.resumeCmd())
 	return root
