@@ -3,7 +3,6 @@ package runner_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"image"
 	"image/png"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner/hypervisor"
+	"github.com/virtpod/virtpod/tests/rfbtest"
 )
 
 // statsDisk is the data disk the guest writes for the stats check: a blank disk without a
@@ -118,7 +118,7 @@ func vncSession(t *testing.T, netns, stateDir string) (int, int, string) {
 	}
 	timer := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
 	defer timer.Stop()
-	w, h, name, err := rfbHandshake(in, out)
+	w, h, name, err := rfbtest.Handshake(in, out)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -129,47 +129,6 @@ func vncSession(t *testing.T, netns, stateDir string) (int, int, string) {
 		t.Errorf("virtpod-runner vnc after its stdin closed: %v %s", err, stderr.String())
 	}
 	return w, h, name
-}
-
-func rfbHandshake(in io.Writer, out io.Reader) (w, h int, name string, err error) {
-	read := func(n int) []byte {
-		b := make([]byte, n)
-		if err == nil {
-			_, err = io.ReadFull(out, b)
-		}
-		return b
-	}
-	write := func(b ...byte) {
-		if err == nil {
-			_, err = in.Write(b)
-		}
-	}
-	if v := read(12); err == nil && string(v) != "RFB 003.008\n" {
-		return 0, 0, "", fmt.Errorf("server version %q", v)
-	}
-	write([]byte("RFB 003.008\n")...)
-	types := read(int(read(1)[0]))
-	if err == nil && !bytes.Contains(types, []byte{1}) {
-		return 0, 0, "", fmt.Errorf("security types %v lack None (1)", types)
-	}
-	write(1)
-	if res := read(4); err == nil && binary.BigEndian.Uint32(res) != 0 {
-		return 0, 0, "", fmt.Errorf("security result %v", res)
-	}
-	write(1) // ClientInit: shared
-	si := read(24)
-	w, h = int(binary.BigEndian.Uint16(si[0:])), int(binary.BigEndian.Uint16(si[2:]))
-	name = string(read(int(binary.BigEndian.Uint32(si[20:]))))
-	req := []byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 0} // FramebufferUpdateRequest, not incremental, all
-	binary.BigEndian.PutUint16(req[6:], uint16(w))
-	binary.BigEndian.PutUint16(req[8:], uint16(h))
-	write(req...)
-	up := read(4 + 12) // FramebufferUpdate: type, padding, rectangles; the first's header
-	rw, rh := binary.BigEndian.Uint16(up[8:]), binary.BigEndian.Uint16(up[10:])
-	if err == nil && (up[0] != 0 || binary.BigEndian.Uint16(up[2:]) == 0 || rw == 0 || rh == 0 || int(rw) > w || int(rh) > h) {
-		return 0, 0, "", fmt.Errorf("not a FramebufferUpdate of the screen: % x", up)
-	}
-	return w, h, name, err
 }
 
 // tcpListeners are the TCP sockets the process at proc listens on (in its network namespace).

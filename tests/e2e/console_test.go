@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"image/color"
+	"image/png"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +24,7 @@ import (
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/tests/kubeapi"
 	"github.com/virtpod/virtpod/tests/rawhttp"
+	"github.com/virtpod/virtpod/tests/rfbtest"
 )
 
 // TestConsolePortForwardLogs boots one VM and uses it the ways a user does from a laptop, with
@@ -181,6 +185,62 @@ func TestConsolePortForwardLogs(t *testing.T) {
 		if got := strings.Fields(string(args)); strings.Join(got[2:], " ") != "-o HostKeyAlias="+name+"."+ns+" -l debian localhost uname -a" || got[0] != "-p" {
 			t.Fatalf("ssh ran with %q", got)
 		}
+	})
+
+	t.Run("screenshot", func(t *testing.T) {
+		// The guest's screen (a display by default) as a PNG through the pod's exec.
+		file := filepath.Join(t.TempDir(), name+".png")
+		out, err := exec.Command(vmctl, "-n", ns, "screenshot", name, "-o", file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("vmctl screenshot: %v\n%s", err, out)
+		}
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		img, err := png.Decode(f)
+		if err != nil {
+			t.Fatalf("the screenshot is no PNG: %v", err)
+		}
+		colours := map[color.RGBA]bool{}
+		b := img.Bounds()
+		for y := b.Min.Y; y < b.Max.Y && len(colours) < 2; y += 4 {
+			for x := b.Min.X; x < b.Max.X && len(colours) < 2; x += 4 {
+				colours[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)] = true
+			}
+		}
+		if len(colours) < 2 {
+			t.Errorf("the screenshot (%v) is blank", b)
+		}
+		t.Logf("vmctl screenshot: %s", strings.TrimSpace(string(out)))
+	})
+
+	t.Run("vnc", func(t *testing.T) {
+		// vmctl vnc serves the display on a local port: a VNC client's RFB session reaches a
+		// framebuffer update of the screen, through the pod's exec only.
+		cmd := exec.Command(vmctl, "-n", ns, "vnc", name)
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		line, err := bufio.NewReader(stderr).ReadString('\n')
+		m := regexp.MustCompile(` is at (\S+): `).FindStringSubmatch(line)
+		if err != nil || m == nil {
+			t.Fatalf("vmctl vnc said %q, %v", line, err)
+		}
+		conn, err := net.DialTimeout("tcp", m[1], 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		w, h, desktop, err := rfbtest.Handshake(conn, conn)
+		if err != nil || w == 0 || h == 0 {
+			t.Fatalf("RFB through vmctl vnc: %dx%d %q, %v", w, h, desktop, err)
+		}
+		t.Logf("vmctl vnc: %s; RFB 3.8 to a framebuffer update of %dx%d, desktop %q", strings.TrimSpace(line), w, h, desktop)
 	})
 
 	t.Run("top", func(t *testing.T) {

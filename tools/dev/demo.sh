@@ -10,6 +10,12 @@ cd "$(dirname "$0")/../.."
 : "${KUBECTL:?set by make demo}" "${KUBECONFIG:?set by make demo}"
 GUEST=${GUEST:-test}
 k() { "$KUBECTL" "$@"; }
+# screen saves the VM's screen as a PNG with vmctl screenshot (through the pod's exec).
+screen() {
+	local out=${TMPDIR:-/tmp}/virtpod-demo-$1.png
+	echo "== the guest's screen (vmctl screenshot $1 -o $out)"
+	go run ./tools/vmctl screenshot "$1" -o "$out"
+}
 case $GUEST in
 test) sample=config/samples vm=demo boot=300s ;;
 debian) sample=config/samples/debian vm=debian boot=900s ;;
@@ -44,6 +50,7 @@ if [ "$GUEST" = debian ]; then
 	echo "== the guest's console (kubectl logs debian-runner): DHCP, cloud-init, login prompt"
 	k logs debian-runner | grep -E '"msg":"dhcp answer"|ci-info: \|  *eth0|Cloud-init v\.|cloud-init final|login:' | tail -n 12
 	k logs debian-runner | grep -q 'cloud-init final' || { echo "cloud-init did not finish in 15 minutes" >&2; exit 1; }
+	screen debian
 	cat <<EOM
 
 The Debian guest runs in pod debian-runner at the VM's IP. To log in, put your public key in
@@ -72,6 +79,7 @@ console=$(k logs demo-runner | grep -v '^{')
 echo "$console" | sed -n '1,2p'
 echo "  [...]"
 echo "$console" | grep -v '^\[' | sed -n '1,10p'
+screen demo
 
 # The share: the guest serves the ConfigMap demo-conf under /conf, and an edit of it reaches
 # the running guest (virtio-fs, on the default runner) within the kubelet's sync period. Asked
