@@ -30,7 +30,7 @@ const (
 var qemuFirmwareDirs = []string{"/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu"}
 
 // qemuFirmware is what the runner's machine (q35, -nodefaults, direct kernel boot, virtio-blk
-// and virtio-net, see pkg/qemu) loads; the rest of /usr/share/qemu is for other machines and
+// and virtio-net, a standard VGA for the display, see pkg/qemu) loads; the rest of /usr/share/qemu is for other machines and
 // architectures. A test boots a guest in the extracted image to prove the set complete.
 var qemuFirmware = []struct{ name, pkg string }{
 	{"bios-256k.bin", "seabios"},              // SeaBIOS, the q35 BIOS
@@ -39,6 +39,8 @@ var qemuFirmware = []struct{ name, pkg string }{
 	{"linuxboot.bin", "qemu-system-data"},     // the same on machine types without fw_cfg DMA
 	{"pvh.bin", "qemu-system-data"},           // boots -kernel files that are PVH ELF kernels
 	{"efi-virtio.rom", "ipxe-qemu"},           // virtio-net-pci's option ROM, loaded even if never used
+	{"vgabios-stdvga.bin", "seabios"},         // the standard VGA's option ROM: a guest with a display (-device VGA)
+	{"keymaps/en-us", "qemu-system-data"},     // the VNC server's keymap, which it loads at start
 }
 
 // guestFirmware is what guests that boot from their disk run (runner/binaries): SeaBIOS is in

@@ -198,7 +198,7 @@ func testRunnerImage(t *testing.T, qemuRoot, version string) string {
 		args := []string{"--name=imagetest", "--accel=tcg", "--cpus=1", "--memory-mib=256",
 			"--kernel=/virtpod/images/kernel" + vmimage.KernelPath, "--initrd=/virtpod/images/kernel" + vmimage.InitrdPath,
 			"--root-disk=/virtpod/images/disk" + vmimage.DiskPath, "--disk-size-mib=128", "--kernel-args=rw",
-			"--grace-period-seconds=20", "--network=none", "--http-addr=" + loopback.FreeAddr(t),
+			"--grace-period-seconds=20", "--network=none", "--display=vnc", "--http-addr=" + loopback.FreeAddr(t),
 			"--state-dir=/var/run/virtpod", "--termination-log=/tmp/termination-log"}
 		shares := fileExists(within(t, root, binaries.Virtiofsd))
 		if shares { // the image's own virtiofsd serves a share the guest mounts
