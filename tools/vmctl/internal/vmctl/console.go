@@ -64,13 +64,10 @@ func (a *app) console(name string) error {
 		return err
 	}
 	fd, tty := terminalFD(a.stdin)
-	u := cn.cs.CoreV1().RESTClient().Post().Namespace(r.pod.Namespace).Resource("pods").Name(r.pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{
-			Container: vmv1.RunnerContainer,
-			Command:   []string{podspec.RunnerBinary, "console", "--state-dir=" + runnerconfig.DefaultStateDir, "--escape=" + escapeCaret},
-			Stdin:     true, Stdout: true, Stderr: !tty, TTY: tty,
-		}, scheme.ParameterCodec).URL()
-	exec, err := executor(cn.cfg, u)
+	exec, err := runnerExecutor(cn, r, corev1.PodExecOptions{
+		Command: []string{podspec.RunnerBinary, "console", "--state-dir=" + runnerconfig.DefaultStateDir, "--escape=" + escapeCaret},
+		Stdin:   true, Stdout: true, Stderr: !tty, TTY: tty,
+	})
 	if err != nil {
 		return err
 	}
@@ -125,6 +122,14 @@ func (a *app) console(name string) error {
 		return streamError("console", r, err)
 	}
 	return nil
+}
+
+// runnerExecutor runs opts' command in r's runner container through the API server's pod exec.
+func runnerExecutor(cn *conn, r runner, opts corev1.PodExecOptions) (remotecommand.Executor, error) {
+	opts.Container = vmv1.RunnerContainer
+	u := cn.cs.CoreV1().RESTClient().Post().Namespace(r.pod.Namespace).Resource("pods").Name(r.pod.Name).SubResource("exec").
+		VersionedParams(&opts, scheme.ParameterCodec).URL()
+	return executor(cn.cfg, u)
 }
 
 // executor follows kubectl: WebSocket first, SPDY for API servers that cannot upgrade to it.

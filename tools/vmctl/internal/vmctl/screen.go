@@ -15,10 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
-	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
@@ -138,12 +136,7 @@ func (a *app) runnerExec(ctx context.Context, name string, command []string, in 
 	if err != nil {
 		return r, err
 	}
-	u := cn.cs.CoreV1().RESTClient().Post().Namespace(r.pod.Namespace).Resource("pods").Name(r.pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{
-			Container: vmv1.RunnerContainer, Command: command,
-			Stdin: in != nil, Stdout: true, Stderr: true,
-		}, scheme.ParameterCodec).URL()
-	exec, err := executor(cn.cfg, u)
+	exec, err := runnerExecutor(cn, r, corev1.PodExecOptions{Command: command, Stdin: in != nil, Stdout: true, Stderr: true})
 	if err != nil {
 		return r, err
 	}
