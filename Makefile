@@ -23,7 +23,7 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go types and marke
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./apis/vm/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./apis/infrastructure/... output:crd:artifacts:config=config/capi/crd/bases
 	go run ./tools/dev/templatecrd config/capi/crd/bases/infrastructure.cluster.x-k8s.io_virtpodmachinetemplates.yaml
-	$(CONTROLLER_GEN) rbac:roleName=virtpod-controller paths="./controllers/vm/...;./controllers/migration/...;./controllers/providerclass/...;./controllers/imagemapwatch/...;./controllers/manager/..." output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=virtpod-controller paths="./controllers/vm/...;./controllers/migration/...;./controllers/providerclass/...;./controllers/imagemapwatch/...;./controllers/manager/...;./controllers/snapshot/..." output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) rbac:roleName=virtpod-capi-controller paths="./controllers/clusterapi/virtpodcluster/...;./controllers/clusterapi/virtpodmachine/...;./controllers/clusterapi/virtpodmachinetemplate/..." output:rbac:artifacts:config=config/capi/rbac
 
 .PHONY: verify-generated

@@ -24,6 +24,8 @@ var kinds = map[string]string{
 	"VirtualMachine":          "vm/v1alpha1",
 	"ProviderClass":           "vm/v1alpha1",
 	"VirtualMachineMigration": "vm/v1alpha1",
+	"VirtualMachineSnapshot":  "vm/v1alpha1",
+	"VirtualMachineRestore":   "vm/v1alpha1",
 	"VirtPodCluster":          "infrastructure/v1alpha1",
 	"VirtPodMachine":          "infrastructure/v1alpha1",
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/virtpod/virtpod/agent/network"
 	"github.com/virtpod/virtpod/agent/podcontrol"
 	"github.com/virtpod/virtpod/agent/resize"
+	"github.com/virtpod/virtpod/agent/snapshot"
 	"github.com/virtpod/virtpod/agent/start"
 	"github.com/virtpod/virtpod/agent/suspend"
 	"github.com/virtpod/virtpod/agent/vmstats"
@@ -37,6 +38,7 @@ func executors(o Options, a podcontrol.Agent, nx *network.Executor, vs *vmstats.
 		{"guest facts", o.GuestFacts, false, (&facts.Executor{Agent: a.Named("guest-facts")}).Run},
 		{"suspend", o.Suspend, false, (&suspend.Executor{Agent: a.Named("suspend")}).Run},
 		{"resize", o.Resize, false, (&resize.Executor{Agent: a.Named("resize")}).Run},
+		{"snapshot", true, false, (&snapshot.Executor{Agent: a.Named("snapshot")}).Run},
 		{"vm stats", o.MetricsAddr != "", false, vs.Run},
 		{"live migration", o.Migrate, true, (&migration.Executor{Agent: a.Named("migration"), Namespace: o.Namespace, PodIP: o.PodIP, Listen: o.MigrationListen}).Run},
 	}

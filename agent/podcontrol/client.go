@@ -106,6 +106,22 @@ func (c *Client) Suspend(ctx context.Context) (controlapi.SuspendStatus, error) 
 	return st, err
 }
 
+// Drives lists the guest's drives and their sizes.
+func (c *Client) Drives(ctx context.Context) ([]controlapi.Drive, error) {
+	var d []controlapi.Drive
+	err := c.call(ctx, http.MethodGet, controlapi.DrivesPath, nil, &d, http.StatusOK)
+	return d, err
+}
+
+// Backup asks the runner to copy the guest's drives onto the NBD targets req names, at one
+// instant; it returns once the copy is complete, or with the runner's refusal or failure (its
+// status then says why).
+func (c *Client) Backup(ctx context.Context, req controlapi.BackupRequest) (controlapi.BackupStatus, error) {
+	var st controlapi.BackupStatus
+	err := c.call(ctx, http.MethodPut, controlapi.BackupPath, req, &st, http.StatusOK)
+	return st, err
+}
+
 // call sends body (nil: none) as JSON and decodes the answer into out, also when the status is
 // not one of ok: the runner's view comes with its refusals too.
 func (c *Client) call(ctx context.Context, method, path string, body, out any, ok ...int) error {

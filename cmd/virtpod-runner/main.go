@@ -4,7 +4,8 @@
 // `virtpod-runner console` attaches a terminal to the guest's serial console (what `vmctl
 // console` runs through the API server's pod exec), `virtpod-runner screenshot` writes the
 // guest's screen as a PNG, and `virtpod-runner vnc` connects stdin and stdout to its VNC display
-// (what `vmctl screenshot` and `vmctl vnc` run the same way).
+// (what `vmctl screenshot` and `vmctl vnc` run the same way). `virtpod-runner disk-target` and
+// `virtpod-runner disk-copy` are a VM snapshot's copier pod (runner/diskcopy, diskcopy.go).
 package main
 
 import (
@@ -75,7 +76,8 @@ func execute(args []string) int {
 	if self, err := os.Executable(); err == nil {
 		o.Launcher = []string{self, execUnprivilegedName}
 	}
-	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code), consoleCommand(), screenshotCommand(), vncCommand(), execUnprivilegedCommand())
+	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code), consoleCommand(), screenshotCommand(), vncCommand(), execUnprivilegedCommand(),
+		diskTargetCommand(&code), diskCopyCommand(&code))
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "runner:", err)

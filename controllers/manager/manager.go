@@ -31,6 +31,7 @@ import (
 	"github.com/virtpod/virtpod/controllers/imagemapwatch"
 	"github.com/virtpod/virtpod/controllers/migration"
 	"github.com/virtpod/virtpod/controllers/providerclass"
+	"github.com/virtpod/virtpod/controllers/snapshot"
 	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 	"github.com/virtpod/virtpod/pkg/podspec"
 )
@@ -179,6 +180,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	evacuator := &migration.Evacuator{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("virtpod-controller"), Now: o.Now}
 	if err := evacuator.SetupWithManager(mgr, o.SecondInstance); err != nil {
 		return nil, fmt.Errorf("setting up the evacuation controller: %w", err)
+	}
+	snapshots := &snapshot.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("virtpod-controller"), Now: o.Now, RunnerImage: o.Pod.RunnerImage}
+	if err := snapshots.SetupWithManager(mgr, o.SecondInstance); err != nil {
+		return nil, fmt.Errorf("setting up the snapshot and restore controllers: %w", err)
 	}
 	classes := &providerclass.Reconciler{Client: mgr.GetClient(), Now: o.Now}
 	if err := classes.SetupWithManager(mgr, o.SecondInstance); err != nil {

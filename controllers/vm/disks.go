@@ -160,6 +160,10 @@ func (r *Reconciler) claimTaken(ctx context.Context, vm *vmv1.VirtualMachine, cl
 		}
 		for _, v := range p.Spec.Volumes {
 			if c := v.PersistentVolumeClaim; c != nil && c.ClaimName == claim && (!c.ReadOnly || vm.Spec.Guest.WritesClaim(claim)) {
+				if of := p.Labels[vmv1.LabelCopierOf]; of != "" {
+					return &cause{vmv1.ReasonClaimInUse, fmt.Sprintf("PersistentVolumeClaim %q is being copied by %s (copier pod %s): the guest starts once the copy ends",
+						claim, of, p.Name)}, nil
+				}
 				owner := p.Labels[podspec.LabelVMName]
 				return &cause{vmv1.ReasonClaimInUse, fmt.Sprintf("PersistentVolumeClaim %q is in use by VirtualMachine %s (runner pod %s): two VMs never write one disk; stop %s (runStrategy: Halted) or give this VM another claim",
 					claim, owner, p.Name, owner)}, nil
@@ -313,7 +317,7 @@ func secretDisksHint(pod *corev1.Pod) string {
 }
 
 // vmsSharingPodClaims maps a runner pod's end or deletion to the VMs, other than its own, that
-// name one of its claims.
+// name one of its claims; a copier pod's to every VM that does.
 func (r *Reconciler) vmsSharingPodClaims(ctx context.Context, o client.Object) []reconcile.Request {
 	pod, ok := o.(*corev1.Pod)
 	if !ok {
@@ -325,7 +329,8 @@ func (r *Reconciler) vmsSharingPodClaims(ctx context.Context, o client.Object) [
 			continue
 		}
 		for _, req := range r.vmsNaming(indexClaims)(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}}) {
-			if req.Name != pod.Labels[podspec.LabelVMName] {
+			// A copier pod (a snapshot's) holds its own VM's claims too.
+			if req.Name != pod.Labels[podspec.LabelVMName] || pod.Labels[vmv1.LabelCopierOf] != "" {
 				reqs = append(reqs, req)
 			}
 		}

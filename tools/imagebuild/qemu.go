@@ -24,6 +24,9 @@ const (
 	qemuSystem    = binaries.QEMU
 	qemuImg       = binaries.QEMUImg
 	qemuModuleDir = binaries.QEMUModuleDir
+	// qemuNBD serves a VM snapshot's disks over NBD (`virtpod-runner disk-target`, which looks
+	// for it next to qemu-img first: runner/diskcopy.FindQEMUNBD).
+	qemuNBD = "/usr/bin/qemu-nbd"
 )
 
 // qemuFirmwareDirs is Debian's firmware search path, in QEMU's order.
@@ -55,10 +58,11 @@ var qemuModules = []string{binaries.TCGModule}
 // qemu-system-x86's, which they must match.
 var qemuPackages = map[string]string{
 	qemuImg:    "qemu-utils",
+	qemuNBD:    "qemu-utils",
 	qemuSystem: "qemu-system-x86",
 }
 
-// qemuLayer holds qemu-img and, with the hypervisor, qemu-system-x86_64 with its modules and
+// qemuLayer holds qemu-img and qemu-nbd and, with the hypervisor, qemu-system-x86_64 with its modules and
 // firmware and virtiofsd where the source has it, plus every shared library and the dynamic loader they need, at their host paths:
 // this machine's, or (root set) those of another Debian's root tree on it, such as Debian 13's
 // QEMU 10.0 that make qemu-next builds.
@@ -68,7 +72,7 @@ func qemuLayer(withHypervisor bool, root string) (*ociimage.Layer, error) {
 	if root != "" {
 		take = func(p string) (string, error) { return l.HostPathIn(root, p) }
 	}
-	programs := []string{qemuImg}
+	programs := []string{qemuImg, qemuNBD}
 	if withHypervisor {
 		programs = append(programs, qemuSystem)
 		mods, err := existing(root, qemuModuleDir, qemuModules)

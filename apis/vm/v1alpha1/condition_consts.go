@@ -174,6 +174,33 @@ const (
 	ReasonCancelled = "Cancelled"
 )
 
+// VirtualMachineSnapshot and VirtualMachineRestore condition Ready: False while the copy is
+// made (InProgress) or after it failed (the cause), True once the snapshot can be restored, or
+// the restored VM names its claims. ReasonVMNotFound and ReasonTimeout are shared with
+// migrations.
+const (
+	// ReasonVMBusy: the VM is neither running nor stopped (starting, stopping,
+	// migrating, suspended); the snapshot starts once it is one or the other.
+	ReasonVMBusy = "VMBusy"
+	// ReasonNothingToCopy: the VM has no writable disk on a claim (root disk or data disk).
+	ReasonNothingToCopy = "NothingToCopy"
+	// ReasonClaimRefused: the API server refused a claim the copy needs (its words: a quota, a
+	// StorageClass it does not know), or a disk's claim is not a usable Filesystem claim.
+	ReasonClaimRefused = "ClaimRefused"
+	// ReasonCopyFailed: the copier pod or the guest's QEMU failed the copy (their words).
+	ReasonCopyFailed = "CopyFailed"
+	// ReasonSourceGone: the running guest's runner pod ended during the copy.
+	ReasonSourceGone = "SourceGone"
+	// ReasonReady: the snapshot is complete, or the restored VM names its claims.
+	ReasonReady = "Ready"
+	// ReasonSnapshotNotReady: the restore's snapshot does not exist or has not Succeeded.
+	ReasonSnapshotNotReady = "SnapshotNotReady"
+	// ReasonVMRunning: a restore in place needs the VM stopped (runStrategy: Halted, no pod).
+	ReasonVMRunning = "VMRunning"
+	// ReasonVMExists: a clone's VM name is taken by a VM that is not the snapshot's.
+	ReasonVMExists = "VMExists"
+)
+
 // ProviderClass condition types.
 const (
 	// ConditionEnabled is True unless an admin disabled the class.

@@ -558,6 +558,10 @@ type VirtualMachineStatus struct {
 	// resume; cleared once a runner loaded it (or a run request discarded it).
 	// +optional
 	SuspendedState *SuspendedState `json:"suspendedState,omitempty"`
+	// lastSnapshot is the newest VirtualMachineSnapshot taken from the running guest, whose
+	// dirty bitmap lets the next snapshot of the same run copy only what changed since.
+	// +optional
+	LastSnapshot *LastSnapshot `json:"lastSnapshot,omitempty"`
 	// conditions: ProviderAvailable, Scheduled, Ready, ImagesCurrent, SoftwareEmulation, and
 	// DisksReady, Resized, Migratable, AgentConnected and Suspended on the VMs they concern.
 	// +listType=map
