@@ -119,6 +119,9 @@ func TestGuestSeesDataDisks(t *testing.T) {
 		}
 		r := startRunner(t, "", append(append(args, "--network=none", "--http-addr="+loopback.FreeAddr(t)), disks...)...)
 		r.waitMarker(t, bootTimeout)
+		if kernelArgs != "" { // the first run backs up its data disks (PUT /v1/backup)
+			checkBackup(t, r, filepath.Join(claim, "disk.img"), dev)
+		}
 		r.signal(t, syscall.SIGTERM)
 		if code, msg := r.waitExit(t, 60*time.Second); code != runner.ExitOK {
 			t.Fatalf("after SIGTERM: exit %d %q", code, msg)

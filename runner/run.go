@@ -176,7 +176,7 @@ func serveControl(cfg runnerconfig.Config, o Options, ops liveOps, board *status
 	if cfg.ControlSocket == "" {
 		return func() {}, nil
 	}
-	stop, err := live.Serve(cfg.ControlSocket, ops.resize.Routes, ops.mig.Routes, ops.agent.Routes, ops.sus.Routes, ops.screen.Routes, ops.stats.Routes, board.ControlRoutes)
+	stop, err := live.Serve(cfg.ControlSocket, ops.resize.Routes, ops.mig.Routes, ops.agent.Routes, ops.sus.Routes, ops.screen.Routes, ops.stats.Routes, live.NewBackup(cfg, ops.sus, ops.mig, ops.agent, board, o.Log).Routes, board.ControlRoutes)
 	switch {
 	case err != nil && cfg.Incoming:
 		return nil, fail(ExitError, err, "--incoming: no control socket, so no stream can arrive")

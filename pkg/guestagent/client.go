@@ -191,3 +191,20 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Freeze freezes the guest's file systems (guest-fsfreeze-freeze): the guest flushes them and
+// holds every writer until Thaw, which must follow whatever happens (the agent does not thaw by
+// itself). It returns how many file systems the agent froze.
+func (c *Client) Freeze(ctx context.Context) (int, error) {
+	var n int
+	err := c.Call(ctx, "guest-fsfreeze-freeze", nil, &n)
+	return n, err
+}
+
+// Thaw thaws the file systems Freeze froze (guest-fsfreeze-thaw), and returns how many; a guest
+// that is not frozen thaws none.
+func (c *Client) Thaw(ctx context.Context) (int, error) {
+	var n int
+	err := c.Call(ctx, "guest-fsfreeze-thaw", nil, &n)
+	return n, err
+}

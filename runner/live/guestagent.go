@@ -36,14 +36,18 @@ func NewGuestAgent(sock string, hv hypervisor.Hypervisor) *GuestAgent {
 	return g
 }
 
-// errAgentClosed: the guest has no agent listening on its channel.
-var errAgentClosed = errors.New("no guest agent has the channel open")
+// errAgentClosed: the guest has no agent listening on its channel; errNoChannel: it has no
+// channel (no --guest-agent).
+var (
+	errAgentClosed = errors.New("no guest agent has the channel open")
+	errNoChannel   = errors.New("the guest has no agent channel")
+)
 
 // client connects once; a failed exchange drops the connection (drop), so the next one starts
 // over. Called with mu held.
 func (g *GuestAgent) client(ctx context.Context) (*guestagent.Client, error) {
 	if g.ch == nil {
-		return nil, errors.New("the guest has no agent channel")
+		return nil, errNoChannel
 	}
 	open, err := g.ch.AgentChannelOpen(ctx)
 	if err != nil {
@@ -104,6 +108,41 @@ func (g *GuestAgent) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Freeze asks the agent to freeze the guest's file systems, and returns how many it froze. After
+// any answer but "no agent", the caller must Thaw: a freeze that timed out may still happen.
+func (g *GuestAgent) Freeze(ctx context.Context) (int, error) {
+	return g.fsfreeze(ctx, (*guestagent.Client).Freeze)
+}
+
+// Thaw asks the agent to thaw the guest's file systems, and returns how many it thawed.
+func (g *GuestAgent) Thaw(ctx context.Context) (int, error) {
+	return g.fsfreeze(ctx, (*guestagent.Client).Thaw)
+}
+
+// fsfreeze runs one freeze or thaw over the connection; a failed exchange drops it, so the next
+// one starts with a fresh sync.
+func (g *GuestAgent) fsfreeze(ctx context.Context, call func(*guestagent.Client, context.Context) (int, error)) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, err := g.client(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := call(c, ctx)
+	if err != nil {
+		var refused *guestagent.AgentError
+		if !errors.As(err, &refused) {
+			g.drop()
+		}
+		return n, err
+	}
+	return n, nil
+}
+
+// NoAgent reports whether err says no agent listens, or the guest has no channel: nothing was
+// asked of the guest.
+func NoAgent(err error) bool { return errors.Is(err, errAgentClosed) || errors.Is(err, errNoChannel) }
 
 // Routes registers GET /v1/guest.
 func (g *GuestAgent) Routes(mux *http.ServeMux) {
