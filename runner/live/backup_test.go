@@ -29,6 +29,10 @@ type backupGuest struct {
 	requested controlapi.BackupRequest
 }
 
+func (g *backupGuest) Drives(context.Context) ([]controlapi.Drive, error) {
+	return []controlapi.Drive{{Drive: "disk-data", SizeBytes: 1 << 20}}, nil
+}
+
 func (g *backupGuest) Backup(_ context.Context, _ string, req controlapi.BackupRequest, quiesce func() func()) (controlapi.BackupStatus, error) {
 	if g.block != nil {
 		<-g.block
@@ -138,11 +142,13 @@ func TestBackupOneAtATime(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, controlapi.BackupPath, strings.NewReader(body)))
 		done <- rec.Code
 	}()
-	for {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		if _, s := callBackup(t, h, http.MethodGet, ""); s.State == controlapi.BackupRunning {
 			break
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("GET never said a backup runs")
+		}
 	}
 	if code, s := callBackup(t, h, http.MethodPut, body); code != http.StatusConflict || !strings.Contains(s.Error, "already under way") {
 		t.Errorf("a second backup: %d %+v", code, s)
