@@ -136,6 +136,7 @@ Exit codes: 0 done, 1 failed (the reason on stderr), 2 wrong command line; ssh p
 	root.AddCommand(a.consoleCmd(), a.logsCmd(), a.portForwardCmd(), a.sshCmd(), a.topCmd(), a.screenshotCmd(), a.vncCmd())
 	_ = root.RegisterFlagCompletionFunc("namespace", a.completeNamespaces)
 	root.AddCommand(a.startCmd(), a.stopCmd(), a.restartCmd(), a.suspendCmd(), a.resumeCmd())
+	root.AddCommand(a.snapshotCmd(), a.snapshotsCmd(), a.restoreCmd(), a.cloneCmd(), a.exportCmd())
 	return root
 }
 
