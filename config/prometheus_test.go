@@ -14,6 +14,7 @@ import (
 
 	"github.com/virtpod/virtpod/controllers/fleetmetrics"
 	"github.com/virtpod/virtpod/controllers/migration"
+	"github.com/virtpod/virtpod/controllers/snapshot"
 	vmctrl "github.com/virtpod/virtpod/controllers/vm"
 )
 
@@ -52,6 +53,7 @@ func exported(t *testing.T) []string {
 	rec := &recorder{}
 	vmctrl.NewMetrics(rec)
 	migration.NewMetrics(rec)
+	snapshot.NewMetrics(rec)
 	rec.MustRegister(fleetmetrics.Collector{})
 	ch := make(chan *prometheus.Desc, 100)
 	for _, c := range rec.collectors {

@@ -59,7 +59,7 @@ type WatchOptions struct {
 	Log      *zap.Logger
 }
 
-// WatchNode starts following the runner pods on node and waits for the informer's first list.
+// WatchNode starts following the runner pods on node (not copier pods) and waits for the informer's first list.
 // Nothing is handled before Run.
 func WatchNode(ctx context.Context, c kubernetes.Interface, node string, o WatchOptions) (*NodePods, error) {
 	if o.Log == nil {
@@ -72,7 +72,9 @@ func WatchNode(ctx context.Context, c kubernetes.Interface, node string, o Watch
 	// (Authorize).
 	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
-		lo.LabelSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy
+		// A snapshot's copier pod is virtpod's too, but no runner: the snapshot executor reads
+		// it by name.
+		lo.LabelSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy + ",!" + vmv1.LabelCopierOf
 	}))
 	pods := f.Core().V1().Pods()
 	if len(o.Indexers) > 0 {

@@ -54,7 +54,8 @@ func Devices(ctx context.Context, socket string) (PodDevices, error) {
 		key := p.GetNamespace() + "/" + p.GetName()
 		devs[key] = ""
 		for _, c := range p.GetContainers() {
-			if c.GetName() != vmv1.RunnerContainer {
+			// The runner's container, or a snapshot's copier's (both only the controller makes).
+			if c.GetName() != vmv1.RunnerContainer && c.GetName() != vmv1.CopierContainer {
 				continue
 			}
 			for _, d := range c.GetDevices() {

@@ -182,7 +182,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("setting up the evacuation controller: %w", err)
 	}
 	snapshots := &snapshot.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("virtpod-controller"), Now: o.Now, RunnerImage: o.Pod.RunnerImage}
+		Recorder: mgr.GetEventRecorder("virtpod-controller"), Now: o.Now, RunnerImage: o.Pod.RunnerImage, Metrics: snapshot.NewMetrics(reg)}
 	if err := snapshots.SetupWithManager(mgr, o.SecondInstance); err != nil {
 		return nil, fmt.Errorf("setting up the snapshot and restore controllers: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,8 +34,9 @@ import (
 // kubelets (pod status) and the node agent (the snapshot's result on the runner pod).
 
 var (
-	env   *kubeapi.Env
-	clock = kubeapi.NewClock()
+	env     *kubeapi.Env
+	clock   = kubeapi.NewClock()
+	metrics = prometheus.NewRegistry()
 )
 
 func TestMain(m *testing.M) { kubeapi.Main(&withController{m}, &env) }
@@ -50,7 +52,7 @@ func (w *withController) Run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	mgr, err := manager.New(env.Config, manager.Options{Pod: podspec.DefaultOptions(), Workers: 2, MetricsAddr: "0", Now: clock.Now})
+	mgr, err := manager.New(env.Config, manager.Options{Pod: podspec.DefaultOptions(), Workers: 2, MetricsAddr: "0", Now: clock.Now, MetricsRegistry: metrics})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -243,4 +245,29 @@ func argsHave(pod *corev1.Pod, want ...string) error {
 		}
 	}
 	return nil
+}
+
+// counted is the value of a counter of the controller's metrics, with the labels given.
+func counted(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }

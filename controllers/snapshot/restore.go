@@ -236,6 +236,7 @@ func (r RestoreReconciler) succeedRestore(ctx context.Context, rs *vmv1.VirtualM
 		return err
 	}
 	r.Recorder.Eventf(rs, nil, corev1.EventTypeNormal, "Succeeded", "Restore", "%s", msg)
+	r.Metrics.restoreEnded(rs)
 	return r.tidyRestore(ctx, rs)
 }
 
@@ -248,6 +249,7 @@ func (r RestoreReconciler) failRestore(ctx context.Context, rs *vmv1.VirtualMach
 		return err
 	}
 	r.Recorder.Eventf(rs, nil, corev1.EventTypeWarning, reason, "Restore", "%s", message)
+	r.Metrics.restoreEnded(rs)
 	return r.tidyRestore(ctx, rs)
 }
 

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +20,9 @@ import (
 // runner pods marked for them (the agent's answer) and on their VMs; restores on their copier
 // pods, their snapshots and their VMs.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, skipNameValidation bool) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
 	marked := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetAnnotations()[vmv1.AnnotationSnapshot] != "" })
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("virtualmachinesnapshot").

@@ -33,9 +33,11 @@ type Reconciler struct {
 	// APIReader reads what the cache may not hold yet (a copier pod just made).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	Now       func() time.Time
+	// Now is the clock (time.Now when nil at setup).
+	Now func() time.Time
 	// RunnerImage is the copier's image for a VM whose status names none.
 	RunnerImage string
+	Metrics     *Metrics
 }
 
 // +kubebuilder:rbac:groups=vm.virtpod.io,resources=virtualmachinesnapshots;virtualmachinerestores,verbs=get;list;watch
@@ -185,6 +187,7 @@ func (r *Reconciler) succeed(ctx context.Context, snap *vmv1.VirtualMachineSnaps
 		return err
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Succeeded", "Snapshot", "%s", readyMessage(snap, st))
+	r.Metrics.snapshotEnded(snap)
 	if st != nil {
 		if err := r.recordOnVM(ctx, snap); err != nil {
 			return err
@@ -203,6 +206,7 @@ func (r *Reconciler) fail(ctx context.Context, snap *vmv1.VirtualMachineSnapshot
 		return err
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, reason, "Snapshot", "%s", message)
+	r.Metrics.snapshotEnded(snap)
 	return r.tidy(ctx, snap)
 }
 

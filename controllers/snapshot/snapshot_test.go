@@ -104,6 +104,10 @@ func TestSnapshotOfRunningGuest(t *testing.T) {
 		deleted(t, c)
 	}
 	deleted(t, cp2)
+	if full, failed := counted(t, "virtpod_snapshots_total", map[string]string{"result": "Ready", "kind": "full"}),
+		counted(t, "virtpod_snapshots_total", map[string]string{"result": "CopyFailed", "kind": "incremental"}); full < 1 || failed < 1 {
+		t.Errorf("virtpod_snapshots_total: %v full Ready, %v incremental CopyFailed; want each counted", full, failed)
+	}
 	if l := get(t, vm).Status.LastSnapshot; l == nil || l.Name != "s1" {
 		t.Errorf("lastSnapshot %+v after a failed snapshot: want s1 still", l)
 	}

@@ -67,7 +67,7 @@ func CopierPod(c Copier) *corev1.Pod {
 		res.Limits[vmv1.ResourceControl] = one
 	}
 	ctr := corev1.Container{
-		Name:                     "copier",
+		Name:                     vmv1.CopierContainer,
 		Image:                    c.Image,
 		ImagePullPolicy:          pullPolicy(c.Image),
 		Command:                  []string{RunnerBinary},

@@ -276,8 +276,13 @@ const (
 	AnnotationSnapshotResult = "vm.virtpod.io/snapshot-result"
 )
 
-// LabelCopierOf is on a copier pod: the snapshot or restore it copies disks for.
-const LabelCopierOf = "vm.virtpod.io/copier-of"
+// LabelCopierOf is on a copier pod: the snapshot or restore it copies disks for. Its one
+// container is CopierContainer; the node agent follows runner pods only, never a pod with this
+// label, and finds a copier's control directory by that container's device.
+const (
+	LabelCopierOf   = "vm.virtpod.io/copier-of"
+	CopierContainer = "copier"
+)
 
 func init() {
 	SchemeBuilder.Register(&VirtualMachineSnapshot{}, &VirtualMachineSnapshotList{}, &VirtualMachineRestore{}, &VirtualMachineRestoreList{})
