@@ -37,6 +37,9 @@ type Executor struct {
 
 	mu     sync.Mutex
 	active map[types.UID]string // runner pods whose copy this agent carries out now
+	// answered are the runner pods this agent wrote a result on, by the snapshot: the watch may
+	// still show a pod without it, and a copy is never made twice (its copier serves once).
+	answered map[types.UID]string
 }
 
 // TargetsFile is what the agent writes in the copier's control directory: each drive's size in
@@ -54,7 +57,6 @@ func (e *Executor) Run(ctx context.Context) error {
 	if e.Ready <= 0 {
 		e.Ready = 2 * time.Minute
 	}
-	e.active = map[types.UID]string{}
 	return e.Serve(ctx, podcontrol.Loop{Name: "snapshot", Workers: workers, MaxDelay: 5 * time.Minute, Retrying: "snapshot not done; retrying"},
 		func(*podcontrol.NodePods) podcontrol.Handler {
 			return podcontrol.GoneIsDone(func(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
@@ -66,10 +68,14 @@ func (e *Executor) Run(ctx context.Context) error {
 // handle copies for one marked pod, once: a pod that has the snapshot's result is done.
 func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) error {
 	name := pod.Annotations[vmv1.AnnotationSnapshot]
+	if name == "" {
+		e.forget(pod.UID) // the controller took its mark off: the copy is over
+	}
 	if name == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || answered(pod, name) || !e.begin(pod.UID, name) {
 		return nil
 	}
-	defer e.end(pod.UID)
+	done := false
+	defer func() { e.end(pod.UID, name, done) }()
 	snap, copier, err := e.authorize(ctx, pod, name)
 	if err != nil || snap == nil {
 		return err
@@ -83,7 +89,9 @@ func (e *Executor) handle(ctx context.Context, pod *corev1.Pod) error {
 	} else {
 		log.Info("snapshot copied", zap.Any("drives", st.Drives), zap.String("consistency", st.Consistency))
 	}
-	return e.answer(ctx, pod, controlapi.SnapshotResult{Snapshot: name, Status: st})
+	err = e.answer(ctx, pod, controlapi.SnapshotResult{Snapshot: name, Status: st})
+	done = err == nil
+	return err
 }
 
 // authorize is the snapshot and its copier, when the controller's objects vouch for both; nil
@@ -206,20 +214,37 @@ func answered(pod *corev1.Pod, name string) bool {
 	return raw != "" && json.Unmarshal([]byte(raw), &res) == nil && res.Snapshot == name
 }
 
-// begin claims the pod's copy for this call; false when another worker has it.
+// begin claims the pod's copy for this call; false when another worker has it, or this agent
+// answered it already.
 func (e *Executor) begin(uid types.UID, name string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, busy := e.active[uid]; busy {
+	if e.active == nil {
+		e.active = map[types.UID]string{}
+	}
+	if e.answered == nil {
+		e.answered = map[types.UID]string{}
+	}
+	if _, busy := e.active[uid]; busy || e.answered[uid] == name {
 		return false
 	}
 	e.active[uid] = name
 	return true
 }
 
-func (e *Executor) end(uid types.UID) {
+func (e *Executor) forget(uid types.UID) {
+	e.mu.Lock()
+	delete(e.answered, uid)
+	e.mu.Unlock()
+}
+
+// end releases the pod's copy; answered: its result is on the pod.
+func (e *Executor) end(uid types.UID, name string, answered bool) {
 	e.mu.Lock()
 	delete(e.active, uid)
+	if answered {
+		e.answered[uid] = name
+	}
 	e.mu.Unlock()
 }
 

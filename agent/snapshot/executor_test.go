@@ -572,3 +572,28 @@ func TestExecutorMissingDrive(t *testing.T) {
 		t.Errorf("the copier was told its targets: %v", err)
 	}
 }
+
+// TestExecutorCopiesOnce: the watch can hand the agent the pod again before its cache has the
+// result the agent wrote; the copy is not made again (its copier served once), and the result
+// stays the first one's. Found on the local cluster: a second pass overwrote a success with
+// "targets.json: file exists".
+func TestExecutorCopiesOnce(t *testing.T) {
+	ns := podcontroltest.Namespace(t, env.Client, "snapshot-")
+	node := podcontroltest.NewNode(t, "node-once")
+	cc := newCase(t, ns, node, "once", knobs{})
+	cc.release()
+	e := &Executor{Agent: node.Agent(t, env), Timeout: 10 * time.Second, Ready: 5 * time.Second}
+	stale := podcontroltest.Current(t, env.Client, cc.pod)
+	if err := e.handle(context.Background(), stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.handle(context.Background(), stale); err != nil {
+		t.Fatal(err)
+	}
+	if n := cc.runner.Count(http.MethodPut, controlapi.BackupPath); n != 1 {
+		t.Errorf("the runner was asked to back up %d times, want once", n)
+	}
+	if res := cc.result(t); res == nil || res.Status.Error != "" {
+		t.Errorf("the result is %+v, want the first copy's success", res)
+	}
+}
