@@ -49,6 +49,9 @@ func sized(ctx context.Context, controlDir string, targets []TargetSpec, within 
 		if err := checkSectors(path+" drive "+out[i].Drive, n); err != nil {
 			return nil, err
 		}
+		if fi, err := os.Stat(out[i].Base); out[i].Base != "" && err == nil && fi.Size() != n {
+			return nil, refuse("drive %s: base %s is %d bytes and the drive %d: a base must be the same drive's earlier snapshot, of the drive's size (take a full snapshot after a resize)", out[i].Drive, out[i].Base, fi.Size(), n)
+		}
 		out[i].Size = n
 	}
 	return out, nil

@@ -160,7 +160,7 @@ func checkTargetFiles(controlDir string, targets []TargetSpec) error {
 			return refuse("drive %s: base %s: %v: is the earlier snapshot's claim mounted?", t.Drive, t.Base, err)
 		case !fi.Mode().IsRegular():
 			return refuse("drive %s: base %s is not a regular file", t.Drive, t.Base)
-		case fi.Size() != t.Size:
+		case t.Size != 0 && fi.Size() != t.Size: // a size the agent gives is checked once known (sized)
 			return refuse("drive %s: base %s is %d bytes and size is %d: a base must be the same drive's earlier snapshot, of the drive's size (start a full snapshot, without base, after a resize)", t.Drive, t.Base, fi.Size(), t.Size)
 		}
 		if _, err := ReadMarker(t.Base); err != nil {

@@ -150,10 +150,11 @@ func TestTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// root's size comes from the node agent's SizesName, as for a running guest's snapshot.
+	// The sizes come from the node agent's SizesName, as for a running guest's snapshot (the
+	// base's size is checked against it then).
 	targets := []TargetSpec{
 		{Drive: "root", File: filepath.Join(rootClaim, "disk.img")},
-		{Drive: "disk-data", File: filepath.Join(dataClaim, "disk.img"), Size: size, Base: base},
+		{Drive: "disk-data", File: filepath.Join(dataClaim, "disk.img"), Base: base},
 	}
 	start := time.Now()
 	done := make(chan error, 1)
@@ -164,10 +165,10 @@ func TestTarget(t *testing.T) {
 	if exists(SocketPath(control, "root")) || exists(targets[0].File) {
 		t.Fatal("root is served before the agent gave its size")
 	}
-	if err := os.WriteFile(filepath.Join(control, SizesName), []byte(`{"root": 16777216}`), 0o400); err != nil {
+	if err := os.WriteFile(filepath.Join(control, SizesName), []byte(`{"root": 16777216, "disk-data": 16777216}`), 0o400); err != nil {
 		t.Fatal(err)
 	}
-	targets[0].Size = size
+	targets[0].Size, targets[1].Size = size, size
 	waitFile(t, filepath.Join(control, ReadyName), done)
 	ready, _ := os.ReadFile(filepath.Join(control, ReadyName))
 	wantReady := "root " + SocketPath(control, "root") + "\ndisk-data " + SocketPath(control, "disk-data") + "\n"
