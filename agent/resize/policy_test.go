@@ -137,7 +137,7 @@ func TestAgentPolicy(t *testing.T) {
 		body map[string]any
 		want string
 	}{
-		"the receiver of a source":     {mine, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440"), "migration-state (on a pod that is not a migration target)"},
+		"the receiver of a source":     {mine, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440"), "migration-state and snapshot-result (on a pod that is not a migration target)"},
 		"the state of a target":        {target, annotations(vmv1.AnnotationMigrationState, `{"state":"completed"}`), "migration-receiver (on a migration target)"},
 		"migrate-to":                   {mine, annotations(vmv1.AnnotationMigrateTo, "10.1.0.7:9440/x"), "may change only the annotations"},
 		"the migration":                {target, annotations(vmv1.AnnotationMigration, "other"), "may change only the annotations"},

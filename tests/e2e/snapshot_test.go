@@ -18,7 +18,7 @@ import (
 )
 
 // TestSnapshotRestoreClone is one VM on local-path claims, booted once, and what vmctl makes of
-// it: a snapshot of the running guest (frozen by its agent), a line the guest then writes, an
+// it: a snapshot of the running guest (frozen by its agent), exported, a line the guest then writes, an
 // incremental snapshot that copies next to nothing, a restore of the first snapshot into the
 // stopped VM (its next boot counts on from the first snapshot's count, not the second's), and a
 // clone of the second snapshot booting beside it, with its own address and the line it holds.
@@ -61,6 +61,13 @@ func TestSnapshotRestoreClone(t *testing.T) {
 		if d.CopiedBytes != d.SizeBytes {
 			t.Errorf("s1's %s: %d of %d bytes copied, want all of a full snapshot", d.Disk, d.CopiedBytes, d.SizeBytes)
 		}
+	}
+
+	// s1's data disk, copied off the cluster: what the guest wrote at boot, and a sparse file.
+	out := filepath.Join(t.TempDir(), "data.img")
+	vmctlOK(t, vmctl, "-n", ns, "export", "s1", "data", "-o", out)
+	if head, size, err := fileHead(out, 12); err != nil || head != "snappy-wrote" || size != 32<<20 {
+		t.Errorf("the exported data disk: %q, %d bytes, %v; want the guest's word, 32 MiB", head, size, err)
 	}
 
 	// 2. The guest writes a line on its root disk, as it does at each boot.
