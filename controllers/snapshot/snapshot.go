@@ -180,6 +180,13 @@ func (r *Reconciler) succeed(ctx context.Context, snap *vmv1.VirtualMachineSnaps
 			}
 		}
 	}
+	// The VM first: a controller killed between the two writes finds the snapshot still in
+	// progress and writes both again; the other way round, the VM would never name it.
+	if st != nil {
+		if err := r.recordOnVM(ctx, snap); err != nil {
+			return err
+		}
+	}
 	now := metav1.NewTime(r.Now())
 	next.Status.Phase, next.Status.CompletionTime = vmv1.SnapshotSucceeded, &now
 	setReady(&next.Status.Conditions, snap.Generation, metav1.ConditionTrue, vmv1.ReasonReady, readyMessage(next, st))
@@ -188,11 +195,6 @@ func (r *Reconciler) succeed(ctx context.Context, snap *vmv1.VirtualMachineSnaps
 	}
 	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Succeeded", "Snapshot", "%s", readyMessage(snap, st))
 	r.Metrics.snapshotEnded(snap)
-	if st != nil {
-		if err := r.recordOnVM(ctx, snap); err != nil {
-			return err
-		}
-	}
 	return r.tidy(ctx, snap)
 }
 
@@ -242,6 +244,9 @@ func (r *Reconciler) recordOnVM(ctx context.Context, snap *vmv1.VirtualMachineSn
 	}
 	if vm.Status.PodUID != snap.Status.SourcePodUID {
 		return nil // the run that holds the bitmap is over
+	}
+	if l := vm.Status.LastSnapshot; l != nil && l.Name == snap.Name && l.Bitmap == snap.Status.Bitmap {
+		return nil // written already
 	}
 	next := vm.DeepCopy()
 	next.Status.LastSnapshot = &vmv1.LastSnapshot{Name: snap.Name, Bitmap: snap.Status.Bitmap, PodUID: snap.Status.SourcePodUID}

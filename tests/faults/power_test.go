@@ -88,6 +88,17 @@ func vmName(i int) string { return fmt.Sprintf("pw-%02d", i) }
 // life, the others just after they made or removed their first pod, in the middle of the work.
 func (s *scene) underKills(t *testing.T, rnd *rand.Rand, lives, n int, patch func(i int) string) {
 	t.Helper()
+	s.killsWhile(t, rnd, lives, n, func(i int) error {
+		vm := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: vmName(i)}}
+		return env.Client.Patch(context.Background(), vm, client.RawPatch(types.MergePatchType, []byte(patch(i))), client.FieldOwner("vmctl"))
+	})
+}
+
+// killsWhile does act for each of the n VMs, a share of them in each of lives controller
+// lives, and kills each life at random or just as it makes or removes pods; most lives must
+// have been at work when killed.
+func (s *scene) killsWhile(t *testing.T, rnd *rand.Rand, lives, n int, act func(i int) error) {
+	t.Helper()
 	per := (n + lives - 1) / lives
 	busy := 0 // lives that made or removed pods
 	for life := range lives {
@@ -96,9 +107,8 @@ func (s *scene) underKills(t *testing.T, rnd *rand.Rand, lives, n int, patch fun
 		var wg sync.WaitGroup
 		for i := life * per; i < min(n, (life+1)*per); i++ {
 			wg.Go(func() {
-				vm := &vmv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: vmName(i)}}
-				if err := env.Client.Patch(context.Background(), vm, client.RawPatch(types.MergePatchType, []byte(patch(i))), client.FieldOwner("vmctl")); err != nil {
-					t.Errorf("patching %s: %v", vmName(i), err)
+				if err := act(i); err != nil {
+					t.Errorf("%s: %v", vmName(i), err)
 				}
 			})
 		}

@@ -2,8 +2,10 @@ package kubeapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,8 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -22,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
+	"github.com/virtpod/virtpod/pkg/controlapi"
 )
 
 // Simulated nodes: Node objects and pod status written as a cluster's scheduler and kubelets
@@ -58,8 +63,10 @@ type Kubelets struct {
 	crash    func(pod string) bool
 	crashed  map[string]bool
 	suspends bool
-	ips      atomic.Uint32
-	requeue  func() // looks at every pod again
+	// snapshots: play the node agent and the copier pods of snapshots and restores.
+	snapshots bool
+	ips       atomic.Uint32
+	requeue   func() // looks at every pod again
 }
 
 // StartKubelets runs until ctx ends; new pods go to the nodes given.
@@ -153,12 +160,69 @@ func (k *Kubelets) PlaySuspends() {
 	k.requeue()
 }
 
+// PlaySnapshots makes the runners' guests start and plays what the node side does for
+// snapshots and restores: a running copier that copies files (disk-copy) ends done; for a
+// runner pod the controller marked for a snapshot, the agent writes a successful copy and the
+// snapshot's copier, which served it, ends done.
+func (k *Kubelets) PlaySnapshots() {
+	k.mu.Lock()
+	k.snapshots = true
+	k.mu.Unlock()
+	k.requeue()
+}
+
+// playSnapshot is the node side of a snapshot or restore for pod, if any; done: it acted.
+func playSnapshot(ctx context.Context, pods typedcorev1.PodInterface, pod *corev1.Pod) (done bool, err error) {
+	if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+		return false, nil
+	}
+	if pod.Labels[vmv1.LabelCopierOf] != "" {
+		if args := pod.Spec.Containers[0].Args; len(args) == 0 || args[0] != "disk-copy" {
+			return false, nil // a target ends once the runner pushed into it
+		}
+		return true, endCopier(ctx, pods, pod.Name)
+	}
+	name := pod.Annotations[vmv1.AnnotationSnapshot]
+	if name == "" || strings.Contains(pod.Annotations[vmv1.AnnotationSnapshotResult], `"snapshot":"`+name+`"`) {
+		return false, nil
+	}
+	res, _ := json.Marshal(controlapi.SnapshotResult{Snapshot: name, Status: controlapi.BackupStatus{State: controlapi.BackupCompleted,
+		Consistency: controlapi.ConsistencyGuestFrozen, Drives: []controlapi.BackupDriveStatus{{Drive: "root", Size: 1 << 30, Copied: 1 << 20}}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{vmv1.AnnotationSnapshotResult: string(res)}}})
+	if _, err := pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return true, err
+	}
+	return true, endCopier(ctx, pods, name+"-snapshot")
+}
+
+// endCopier ends the named copier pod as one that did its copy (exit 0).
+func endCopier(ctx context.Context, pods typedcorev1.PodInterface, name string) error {
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || p.Status.Phase != corev1.PodRunning {
+		return err
+	}
+	now := metav1.Now()
+	p.Status.Phase = corev1.PodSucceeded
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}}}
+	_, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	return err
+}
+
 func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *corev1.Pod) error {
 	k.mu.Lock()
-	nodes, cut, suspends := k.schedule, k.cut[pod.Spec.NodeName], k.suspends
+	nodes, cut, suspends, snapshots := k.schedule, k.cut[pod.Spec.NodeName], k.suspends, k.snapshots
 	crash := k.crash != nil && k.crash(pod.Name) && !k.crashed[pod.Name]
 	k.mu.Unlock()
 	pods := cs.CoreV1().Pods(pod.Namespace)
+	if snapshots && !cut {
+		if done, err := playSnapshot(ctx, pods, pod); done || err != nil {
+			return err
+		}
+	}
 	switch {
 	case cut:
 		return nil
@@ -190,7 +254,7 @@ func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *core
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Ready: true, Image: pod.Spec.Containers[0].Image,
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
-		if suspends {
+		if suspends || snapshots {
 			p.Status.ContainerStatuses[0].Started = ptr.To(true)
 		}
 		if crash {
