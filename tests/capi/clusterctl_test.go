@@ -94,8 +94,8 @@ func TestClusterctlProvider(t *testing.T) {
 			}
 		}
 	}
-	if kinds["CustomResourceDefinition"] != 8 || kinds["Deployment"] != 1 {
-		t.Errorf("components: %v, want virtpod's 4 and the provider's 4 CRDs and the controller", kinds)
+	if kinds["CustomResourceDefinition"] != 10 || kinds["Deployment"] != 1 {
+		t.Errorf("components: %v, want virtpod's 6 and the provider's 4 CRDs and the controller", kinds)
 	}
 }
 

@@ -99,6 +99,9 @@ func TestSnapshotRestoreClone(t *testing.T) {
 	}
 	t.Logf("s1 copied %+v; s2 copied %+v", s1.Status.Disks, s2.Status.Disks)
 
+	// A clone of s2, made now so that its boot overlaps the restore below.
+	vmctlOK(t, vmctl, "-n", ns, "clone", "snappy", "snappy-twin", "--snapshot", "s2")
+
 	// 4. Stopped, restored to s1, started: the boot counts on from s1's one line, so the line
 	// typed after s1 is gone.
 	vmctlOK(t, vmctl, "-n", ns, "stop", "snappy")
@@ -111,8 +114,7 @@ func TestSnapshotRestoreClone(t *testing.T) {
 	again := waitRunning(t, ns, "snappy", 0)
 	guestLog(t, ns, "snappy", "VIRTPOD-GUEST-BOOTS 2", "VIRTPOD-GUEST-DISK serial=data sectors=65536 ro=0 head=snappy-wrote")
 
-	// 5. A clone of s2 boots beside it: its own claims and address, and s2's two lines.
-	vmctlOK(t, vmctl, "-n", ns, "clone", "snappy", "snappy-twin", "--snapshot", "s2")
+	// 5. The clone boots beside it: its own claims and address, and s2's two lines.
 	twin := waitRunning(t, ns, "snappy-twin", 0)
 	guestLog(t, ns, "snappy-twin", "VIRTPOD-GUEST-BOOTS 3")
 	if twin.Status.PodIP == again.Status.PodIP || twin.Status.PodIP == "" {
