@@ -33,7 +33,7 @@ func (r *Reconciler) source(ctx context.Context, snap *vmv1.VirtualMachineSnapsh
 		return nil, fmt.Sprintf("VM %s is suspended: its guest's memory is saved apart from its disks; resume it (vmctl resume %s) and the snapshot starts", vm.Name, vm.Name), nil
 	}
 	if vm.Status.PodUID == "" {
-		if stopped(vm) {
+		if vm.Stopped() {
 			return nil, "", nil
 		}
 		return nil, fmt.Sprintf("VM %s is %s: the snapshot starts once its guest runs or it is stopped", vm.Name, phaseOf(vm)), nil
@@ -53,19 +53,6 @@ func (r *Reconciler) source(ctx context.Context, snap *vmv1.VirtualMachineSnapsh
 		return nil, fmt.Sprintf("VM %s runs on %s, which cannot copy a running guest's disks: stop it (runStrategy: Halted) and the snapshot copies them", vm.Name, vm.Spec.Provider), nil
 	}
 	return pod, "", nil
-}
-
-// stopped is a VM without a runner pod (status.podUID is empty once virtpod let go of its last
-// one) that will not get one by itself.
-func stopped(vm *vmv1.VirtualMachine) bool {
-	if vm.Status.PodUID != "" {
-		return false
-	}
-	switch vm.Status.Phase {
-	case vmv1.PhaseStopped, vmv1.PhaseSucceeded, vmv1.PhaseFailed:
-		return true
-	}
-	return vm.Status.Phase == "" && vm.Spec.Halted()
 }
 
 func phaseOf(vm *vmv1.VirtualMachine) string {

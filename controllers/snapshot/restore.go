@@ -2,10 +2,7 @@ package snapshot
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -84,7 +81,7 @@ func (r RestoreReconciler) startRestore(ctx context.Context, rs *vmv1.VirtualMac
 	switch {
 	case vm != nil && !clone && vm.Name != snap.Spec.VMName:
 		return r.failRestore(ctx, rs, vmv1.ReasonVMExists, fmt.Sprintf("VM %s exists and is not snapshot %s's VM (%s): name the snapshot's VM to restore it, or a new name to clone it", vm.Name, snap.Name, snap.Spec.VMName))
-	case vm != nil && !clone && !stoppedForRestore(vm):
+	case vm != nil && !clone && !vm.StoppedForRestore():
 		return r.failRestore(ctx, rs, vmv1.ReasonVMRunning, runningMessage(vm))
 	}
 	if clone {
@@ -109,7 +106,7 @@ func (r RestoreReconciler) startRestore(ctx context.Context, rs *vmv1.VirtualMac
 			if c.Replaced == "" {
 				return r.failRestore(ctx, rs, vmv1.ReasonClaimRefused, fmt.Sprintf("VM %s no longer has disk %s on a claim: restore onto a VM with the snapshot's disks, or clone it under a new name", vm.Name, d.Disk))
 			}
-			c.ClaimName = restoredClaimName(c.Replaced, rs.UID)
+			c.ClaimName = podspec.RestoredClaimName(c.Replaced, rs.UID)
 		}
 		next.Status.Claims = append(next.Status.Claims, c)
 	}
@@ -181,7 +178,7 @@ func (r RestoreReconciler) repoint(ctx context.Context, rs *vmv1.VirtualMachineR
 	next := vm.DeepCopy()
 	renameClaims(&next.Spec.Guest, to)
 	if !slices.Equal(next.Spec.Guest.ClaimNames(), vm.Spec.Guest.ClaimNames()) {
-		if !stoppedForRestore(vm) {
+		if !vm.StoppedForRestore() {
 			return r.failRestore(ctx, rs, vmv1.ReasonVMRunning, runningMessage(vm))
 		}
 		if err := r.Client.Patch(ctx, next, client.MergeFromWithOptions(vm, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -305,12 +302,6 @@ func (r RestoreReconciler) patchRestore(ctx context.Context, old, next *vmv1.Vir
 	return nil
 }
 
-// stoppedForRestore is a VM whose disks no guest uses or will use: halted, and its last runner
-// pod gone.
-func stoppedForRestore(vm *vmv1.VirtualMachine) bool {
-	return vm.Spec.Halted() && stopped(vm)
-}
-
 func runningMessage(vm *vmv1.VirtualMachine) string {
 	return fmt.Sprintf("VM %s is not stopped: a restore replaces the disks of a stopped VM only; stop it (vmctl stop %s, or runStrategy: Halted), wait for phase Stopped, and create the restore again", vm.Name, vm.Name)
 }
@@ -335,21 +326,6 @@ func renameClaims(g *vmv1.GuestSpec, to map[string]string) {
 			c.ClaimName = to[c.ClaimName]
 		}
 	}
-}
-
-// restoredSuffix is what restoredClaimName appends; a restored claim loses it before the next
-// restore appends its own, so names do not grow.
-var restoredSuffix = regexp.MustCompile(`-r[0-9a-f]{5}$`)
-
-// restoredClaimName is the claim a restore copies into in place of claim: <claim>-r<5 hex digits
-// of the restore's UID and the claim>, deterministic and at most 253 characters.
-func restoredClaimName(claim string, restore types.UID) string {
-	base := restoredSuffix.ReplaceAllString(claim, "")
-	sum := sha256.Sum256([]byte(string(restore) + "/" + claim))
-	if len(base) > 253-7 {
-		base = base[:253-7]
-	}
-	return base + "-r" + hex.EncodeToString(sum[:])[:5]
 }
 
 // userLabels are the labels a clone takes from its source VM: the user's, not virtpod's.

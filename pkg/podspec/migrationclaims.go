@@ -15,21 +15,36 @@ import (
 // AnnotationMigratedFrom, on a claim a migration made for its target, names the claim it copies.
 const AnnotationMigratedFrom = "vm.virtpod.io/migrated-from"
 
-// movedSuffix is what TargetClaimName appends; a claim a migration made loses it before the next
-// migration appends its own, so names do not grow hop by hop.
-var movedSuffix = regexp.MustCompile(`-m[0-9a-f]{5}$`)
-
 // TargetClaimName is the claim a migration makes for its target in place of claim:
 // <claim>-m<5 hex digits of the SHA-256 of the migration's UID and the claim>, deterministic so a
-// repeated reconcile finds the claim it made, at most 253 characters (a claim name's limit).
+// repeated reconcile finds the claim it made, at most 253 characters (a claim name's limit). A
+// claim a migration made loses its suffix before the next one appends its own, so names do not
+// grow hop by hop.
 func TargetClaimName(claim string, migration types.UID) string {
-	base := movedSuffix.ReplaceAllString(claim, "")
-	sum := sha256.Sum256([]byte(string(migration) + "/" + claim))
-	const suffixLen = 7 // -m and 5 hex digits
+	return suffixedClaimName(claim, migration, movedSuffix, "-m")
+}
+
+// RestoredClaimName is the claim a restore copies a snapshot's disk into in place of claim:
+// <claim>-r<5 hex digits>, as TargetClaimName names a migration's.
+func RestoredClaimName(claim string, restore types.UID) string {
+	return suffixedClaimName(claim, restore, restoredSuffix, "-r")
+}
+
+var (
+	movedSuffix    = regexp.MustCompile(`-m[0-9a-f]{5}$`)
+	restoredSuffix = regexp.MustCompile(`-r[0-9a-f]{5}$`)
+)
+
+// suffixedClaimName is claim without a suffix of its kind (old), then tag and 5 hex digits of
+// the SHA-256 of uid and claim, at most 253 characters.
+func suffixedClaimName(claim string, uid types.UID, old *regexp.Regexp, tag string) string {
+	base := old.ReplaceAllString(claim, "")
+	sum := sha256.Sum256([]byte(string(uid) + "/" + claim))
+	suffixLen := len(tag) + 5
 	if len(base) > 253-suffixLen {
 		base = base[:253-suffixLen]
 	}
-	return base + "-m" + hex.EncodeToString(sum[:])[:5]
+	return base + tag + hex.EncodeToString(sum[:])[:5]
 }
 
 // TargetClaim renders the claim a migration makes for its target in place of src: the same

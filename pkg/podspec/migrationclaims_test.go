@@ -1,6 +1,7 @@
 package podspec_test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -85,5 +86,23 @@ func TestTargetPodUsesTargetClaims(t *testing.T) {
 	}
 	if src.Spec.Volumes[len(src.Spec.Volumes)-2].PersistentVolumeClaim.ClaimName != "web-root" {
 		t.Error("TargetPod changed the source pod's claim")
+	}
+}
+
+// A restore's claim: its own suffix, replaced rather than added to by the next restore, never
+// over 253 characters, and not a migration's.
+func TestRestoredClaimName(t *testing.T) {
+	a := podspec.RestoredClaimName("db-root", "uid-1")
+	if !regexp.MustCompile(`^db-root-r[0-9a-f]{5}$`).MatchString(a) || a != podspec.RestoredClaimName("db-root", "uid-1") {
+		t.Fatalf("%s: want db-root-r and 5 hex digits, the same each time", a)
+	}
+	if b := podspec.RestoredClaimName(a, "uid-2"); !strings.HasPrefix(b, "db-root-r") || len(b) != len(a) {
+		t.Errorf("%s restored again is %s: want the suffix replaced", a, b)
+	}
+	if m := podspec.TargetClaimName("db-root", "uid-1"); m == a {
+		t.Errorf("a migration and a restore of one UID name the same claim %s", m)
+	}
+	if long := podspec.RestoredClaimName(strings.Repeat("a", 253), "uid-1"); len(long) != 253 {
+		t.Errorf("%d characters, want 253", len(long))
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/virtpod/virtpod/pkg/disk/sparsecopy"
 )
 
 // PartialSuffix names a copy in progress: To+PartialSuffix, renamed to To once complete.
@@ -102,7 +104,7 @@ func copyOne(ctx context.Context, c CopySpec, size int64, log *zap.Logger) error
 		_ = os.Remove(partial)
 		return err
 	}
-	if err := syncDir(filepath.Dir(c.To)); err != nil {
+	if err := sparsecopy.SyncDir(filepath.Dir(c.To)); err != nil {
 		return err
 	}
 	m := Marker{Drive: c.Drive, Size: size, From: c.From, CompletedAt: time.Now().UTC()}

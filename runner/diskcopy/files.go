@@ -80,19 +80,7 @@ func writeFileSync(path string, b []byte) error {
 		_ = os.Remove(tmp)
 		return err
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
+	return sparsecopy.SyncDir(filepath.Dir(path))
 }
 
 func syncFile(p string) error {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/virtpod/virtpod/pkg/disk/sparsecopy"
 )
 
 // TargetOptions are Target's settings; the zero value works where qemu-nbd can be found.
@@ -192,7 +194,7 @@ func prepareTarget(ctx context.Context, t TargetSpec, log *zap.Logger) error {
 		if _, err := sparseCopy(ctx, t.Base, t.File, t.Size, log.With(zap.String("drive", t.Drive))); err != nil {
 			return fmt.Errorf("drive %s: %w", t.Drive, err)
 		}
-		return syncDir(filepath.Dir(t.File))
+		return sparsecopy.SyncDir(filepath.Dir(t.File))
 	}
 	f, err := os.OpenFile(t.File, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -208,7 +210,7 @@ func prepareTarget(ctx context.Context, t TargetSpec, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("drive %s: create %s: %w", t.Drive, t.File, err)
 	}
-	return syncDir(filepath.Dir(t.File))
+	return sparsecopy.SyncDir(filepath.Dir(t.File))
 }
 
 // server is one qemu-nbd.

@@ -25,3 +25,20 @@ func (s *VirtualMachineStatus) EffectivePhase() Phase {
 	}
 	return s.Phase
 }
+
+// Stopped says the VM has no runner pod (status.podUID is empty once virtpod let go of its last
+// one) and will not get one by itself: a snapshot copies such a VM's claims' files.
+func (vm *VirtualMachine) Stopped() bool {
+	if vm.Status.PodUID != "" {
+		return false
+	}
+	switch vm.Status.Phase {
+	case PhaseStopped, PhaseSucceeded, PhaseFailed:
+		return true
+	}
+	return vm.Status.Phase == "" && vm.Spec.Halted()
+}
+
+// StoppedForRestore is a stopped VM that stays so (runStrategy Halted): what a restore in place
+// needs.
+func (vm *VirtualMachine) StoppedForRestore() bool { return vm.Spec.Halted() && vm.Stopped() }

@@ -114,12 +114,12 @@ func Tree(src, dst string, log io.Writer) (Stats, error) {
 		if err := os.Chmod(dirs[i].path, dirs[i].perm); err != nil {
 			return st, err
 		}
-		if err := syncDir(dirs[i].path); err != nil {
+		if err := SyncDir(dirs[i].path); err != nil {
 			return st, err
 		}
 	}
 	// The new top directory's own entry lives in its parent.
-	return st, syncDir(filepath.Dir(filepath.Clean(dst)))
+	return st, SyncDir(filepath.Dir(filepath.Clean(dst)))
 }
 
 // checkNotInside refuses a destination inside the source, which the walk would copy into itself.
@@ -242,7 +242,8 @@ func copyRange(in, out *os.File, start, end int64, buf []byte) (int64, error) {
 	return written, nil
 }
 
-func syncDir(p string) error {
+// SyncDir fsyncs the directory p, so the names made or renamed in it last.
+func SyncDir(p string) error {
 	d, err := os.Open(p)
 	if err != nil {
 		return err

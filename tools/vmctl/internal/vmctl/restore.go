@@ -60,7 +60,7 @@ before it ended (the controller goes on with it).`,
 			if vm == nil {
 				return fmt.Errorf("VM %s, which snapshot %s was taken of, is gone: a restore puts the disks back into it; a clone copies its spec, so neither can be made", o.ref(vmName), snapName)
 			}
-			if !stoppedForRestore(vm) {
+			if !vm.StoppedForRestore() {
 				return fmt.Errorf("VM %s is %s (runStrategy %s): a restore replaces the disks of a stopped VM only; stop it first: vmctl stop %s",
 					o.ref(vmName), vm.Status.EffectivePhase(), vm.Spec.EffectiveRunStrategy(), vmName)
 			}
@@ -152,7 +152,7 @@ before both ended (the controller goes on with them).`,
 					return err
 				}
 			} else {
-				if !stoppedVM(vm) {
+				if !vm.Stopped() {
 					return fmt.Errorf("VM %s is %s: vmctl clone without --snapshot copies a stopped VM; stop it first: vmctl stop %s (or clone a snapshot of the running guest: vmctl snapshot %s, then vmctl clone %s %s --snapshot <its name>)",
 						o.ref(src), vm.Status.EffectivePhase(), src, src, src, name)
 				}
@@ -227,24 +227,6 @@ func usable(o *snapOp, snap *vmv1.VirtualMachineSnapshot) error {
 	}
 	fmt.Fprintf(o.a.stderr, "note: snapshot %s is %s: the restore starts once it has Succeeded\n", o.ref(snap.Name), orNew(snap.Status.Phase))
 	return nil
-}
-
-// stoppedVM is a VM without a runner pod that will not get one by itself (the controller's
-// test for a snapshot of a stopped VM).
-func stoppedVM(vm *vmv1.VirtualMachine) bool {
-	if vm.Status.PodUID != "" {
-		return false
-	}
-	switch vm.Status.Phase {
-	case vmv1.PhaseStopped, vmv1.PhaseSucceeded, vmv1.PhaseFailed:
-		return true
-	}
-	return vm.Status.Phase == "" && vm.Spec.Halted()
-}
-
-// stoppedForRestore is a stopped VM that stays so: what a restore in place needs.
-func stoppedForRestore(vm *vmv1.VirtualMachine) bool {
-	return vm.Spec.Halted() && stoppedVM(vm)
 }
 
 // snapOp is one snapshot verb's connection and start.

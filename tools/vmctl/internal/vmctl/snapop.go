@@ -88,7 +88,7 @@ func (o *snapOp) createSnapshot(snap *vmv1.VirtualMachineSnapshot, vm *vmv1.Virt
 	switch {
 	case snap.Spec.Full:
 		how = "full copy"
-	case stoppedVM(vm):
+	case vm.Stopped():
 		how = "the stopped VM's disks, copied whole"
 	}
 	if snap.Spec.StorageClassName != "" {
