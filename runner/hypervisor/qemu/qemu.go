@@ -31,7 +31,7 @@ type VM struct {
 	log      *zap.Logger
 
 	proc    hypervisor.Process
-	mon     *qmp.SocketMonitor
+	mon     *monitor
 	raw     *raw.Monitor
 	version string
 	events  chan hypervisor.Event
@@ -39,7 +39,7 @@ type VM struct {
 	qmpUp   atomic.Bool
 	exited  chan struct{}
 
-	ctl      atomic.Pointer[qmp.SocketMonitor] // QMP for the control API's resizes
+	ctl      atomic.Pointer[monitor] // QMP for the control API's commands
 	resizeMu sync.Mutex
 	hotAdded map[string]bool // vCPU ids device_add'ed at run time
 	sendMu   sync.Mutex
@@ -137,18 +137,13 @@ func (q *VM) connectQMP(ctx context.Context) error {
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
-		mon, err := qmp.NewSocketMonitor("unix", q.spec.QMPSocket, 2*time.Second)
+		mon, err := dialMonitor(q.spec.QMPSocket, 2*time.Second)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		if err := mon.Connect(); err != nil {
-			lastErr = err
-			continue
-		}
 		q.mon, q.raw = mon, raw.NewMonitor(mon)
-		q.version = mon.Version.String()
-		// Subscribe before resuming: go-qemu drops events that arrive with no subscriber.
+		q.version = mon.version.String()
 		evs, err := mon.Events(context.Background())
 		if err != nil {
 			return fmt.Errorf("QMP events: %w", err)
@@ -160,8 +155,8 @@ func (q *VM) connectQMP(ctx context.Context) error {
 	}
 }
 
-// translate turns QMP events into the runner's events. It must keep reading: go-qemu's reader blocks
-// on an unread event, which would also block command replies.
+// translate turns QMP events into the runner's events. It must keep reading: the monitor's
+// reader waits on an unread event, which would also hold back command replies.
 func (q *VM) translate(evs <-chan qmp.Event) {
 	defer close(q.qmpDone)
 	for e := range evs {
