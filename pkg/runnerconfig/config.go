@@ -123,6 +123,9 @@ type Config struct {
 	// order, and the root disk when it lives on a claim (then RootDisk, if set, fills it once).
 	Disks      []Disk
 	RootVolume *Disk
+	// HotplugSlots is how many hotplug slots the guest has (disks.go): disks with Hotplug sit
+	// on one, and the runner attaches more to a running guest (docs/hotplug.md).
+	HotplugSlots int
 	// Filesystems are the directories shared into the guest through virtio-fs (filesystems.go).
 	Filesystems []Filesystem
 }

@@ -50,6 +50,10 @@ type Disk struct {
 	// is always copied, and a read-only disk never: on one, MigrateShared records that the
 	// target's node can attach the volume too (the controller's verdict reads it).
 	Migrate string
+	// Hotplug puts the disk on hotplug slot Slot (0 to --hotplug-slots - 1), where it can be
+	// detached from the running guest (docs/hotplug.md).
+	Hotplug bool
+	Slot    int
 }
 
 // How a live migration carries a writable claim.
@@ -85,6 +89,9 @@ func (d Disk) String() string {
 	if d.Migrate != "" {
 		b.WriteString(",migrate=" + d.Migrate)
 	}
+	if d.Hotplug {
+		b.WriteString(",slot=" + strconv.Itoa(d.Slot))
+	}
 	return b.String()
 }
 
@@ -115,8 +122,14 @@ func ParseDisk(s string) (Disk, error) {
 			d.ReadOnly = true
 		case k == "migrate" && hasValue:
 			d.Migrate = v
+		case k == "slot" && hasValue:
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return Disk{}, fmt.Errorf("disk %q: slot %q is not a number", s, v)
+			}
+			d.Hotplug, d.Slot = true, n
 		default:
-			return Disk{}, fmt.Errorf("disk %q: %q is not name=, kind=, path=, size-mib=, readonly or migrate=", s, kv)
+			return Disk{}, fmt.Errorf("disk %q: %q is not name=, kind=, path=, size-mib=, readonly, migrate= or slot=", s, kv)
 		}
 	}
 	return d, nil
@@ -182,7 +195,10 @@ func (d Disk) validate(flag string, root bool) error {
 // validateDisks checks --disk and --root-volume, and what goes with them.
 func (c *Config) validateDisks() []error {
 	var errs []error
-	names := map[string]bool{}
+	names, slots := map[string]bool{}, map[int]bool{}
+	if c.HotplugSlots < 0 || c.HotplugSlots > MaxHotplugSlots {
+		errs = append(errs, fmt.Errorf("--hotplug-slots %d: want 0 to %d", c.HotplugSlots, MaxHotplugSlots))
+	}
 	for _, d := range c.Disks {
 		if err := d.validate("--disk", false); err != nil {
 			errs = append(errs, err)
@@ -191,6 +207,18 @@ func (c *Config) validateDisks() []error {
 			errs = append(errs, fmt.Errorf("--disk: name %q given twice; each disk needs its own serial", d.Name))
 		}
 		names[d.Name] = true
+		if !d.Hotplug {
+			continue
+		}
+		switch {
+		case d.Slot < 0 || d.Slot >= c.HotplugSlots:
+			errs = append(errs, fmt.Errorf("--disk %s: slot %d: the guest has %d hotplug slots (--hotplug-slots), 0 to %d", d.Name, d.Slot, c.HotplugSlots, c.HotplugSlots-1))
+		case slots[d.Slot]:
+			errs = append(errs, fmt.Errorf("--disk %s: slot %d is another disk's", d.Name, d.Slot))
+		case d.Kind == DiskImage:
+			errs = append(errs, fmt.Errorf("--disk %s: an image disk is never on a hotplug slot", d.Name))
+		}
+		slots[d.Slot] = true
 	}
 	if v := c.RootVolume; v != nil {
 		if err := v.validate("--root-volume", true); err != nil {
@@ -211,6 +239,9 @@ func (c Config) diskArgs() []string {
 	}
 	for _, d := range c.Disks {
 		args = append(args, "--disk="+d.String())
+	}
+	if c.HotplugSlots > 0 { // none is the flag's default: the argv of pods made before hotplug
+		args = append(args, "--hotplug-slots="+strconv.Itoa(c.HotplugSlots))
 	}
 	return args
 }
@@ -257,7 +288,11 @@ func (r rootVolume) Set(v string) error {
 	return nil
 }
 
+// MaxHotplugSlots bounds --hotplug-slots: each slot is a PCIe root port of the guest.
+const MaxHotplugSlots = 16
+
 func (c *Config) bindDisks(fs *flag.FlagSet) {
+	fs.IntVar(&c.HotplugSlots, "hotplug-slots", 0, "how many hotplug slots (PCIe root ports) the guest has for disks attached and detached while it runs (provider qemu); 0: none")
 	fs.Var(diskList{&c.Disks}, "disk", "a data disk, name=NAME,kind=block|file|empty|files|image,path=PATH[,size-mib=N][,readonly] (repeatable; the guest sees them in this order, serial NAME)")
 	fs.Var(rootVolume{&c.RootVolume}, "root-volume", "the root disk kept on a claim: kind=block,path=DEVICE or kind=file,path=FOLDER (the disk is FOLDER/"+DiskFileName+"); with --root-disk, that image fills it once")
 }

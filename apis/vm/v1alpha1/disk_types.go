@@ -23,6 +23,7 @@ const (
 // (/dev/disk/by-id/virtio-<name>), and exactly one source. Disks are attached in list order after
 // the root disk (and the cloud-init seed). A change applies at the guest's next start.
 // +kubebuilder:validation:XValidation:rule="[has(self.persistentVolumeClaim), has(self.emptyDisk), has(self.configMap), has(self.secret), has(self.image)].filter(x, x).size() == 1",message="spec.guest.disks[]: give exactly one source: persistentVolumeClaim, emptyDisk, configMap, secret or image"
+// +kubebuilder:validation:XValidation:rule="!(has(self.hotplug) && self.hotplug && has(self.image))",message="spec.guest.disks[].hotplug: an image disk cannot be hotplugged (its image volume belongs to the runner pod); drop hotplug, or use a claim"
 type Disk struct {
 	// name of the disk, also its serial: a DNS label of at most 20 characters (a virtio-blk
 	// serial holds 20 bytes), unique among the VM's disks, and neither root nor cidata.
@@ -56,6 +57,13 @@ type Disk struct {
 	// image does (raw or qcow2), delivered by an image volume.
 	// +optional
 	Image *ImageDiskSource `json:"image,omitempty"`
+
+	// hotplug puts the disk on one of the guest's hotplug slots (at most 4 such disks, qemu
+	// only, not image disks): added to a running VM's spec, the disk is attached to the guest
+	// now; removed, it is detached now, once the guest releases it (docs/hotplug.md). Without
+	// it, a disk change applies at the next start.
+	// +optional
+	Hotplug bool `json:"hotplug,omitempty"`
 }
 
 // ClaimDiskSource names a PersistentVolumeClaim in the VM's namespace.

@@ -302,6 +302,7 @@ type GuestSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(d, self.exists_one(e, e.name == d.name))",message="spec.guest.disks: each disk needs a unique name (it is the disk's serial); rename the duplicate"
+	// +kubebuilder:validation:XValidation:rule="self.filter(d, has(d.hotplug) && d.hotplug).size() <= 4",message="spec.guest.disks: at most 4 disks may have hotplug: true (the guest has 4 hotplug slots); drop hotplug from the others"
 	// +optional
 	Disks []Disk `json:"disks,omitempty"`
 
@@ -562,6 +563,15 @@ type VirtualMachineStatus struct {
 	// dirty bitmap lets the next snapshot of the same run copy only what changed since.
 	// +optional
 	LastSnapshot *LastSnapshot `json:"lastSnapshot,omitempty"`
+
+	// disks are the running guest's hotpluggable disks (spec.guest.disks[].hotplug) and where
+	// each is: Attaching, Attached or Detaching (docs/hotplug.md). Empty while no guest runs.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Disks []HotplugDiskStatus `json:"disks,omitempty"`
+
 	// conditions: ProviderAvailable, Scheduled, Ready, ImagesCurrent, SoftwareEmulation, and
 	// DisksReady, Resized, Migratable, AgentConnected and Suspended on the VMs they concern.
 	// +listType=map
