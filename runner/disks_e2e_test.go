@@ -90,6 +90,8 @@ func wantLines(t *testing.T, console string, lines ...string) {
 // would: each is found by its serial with its size and contents; what the guest wrote to the
 // Filesystem claim's disk file and to the block device is on the host after it powered off and
 // in the next run, while the emptyDisk starts blank again; the claim's disk file is made once.
+// The block device sits on a hotplug slot: the first run also attaches and detaches disks
+// (checkHotplug).
 func TestGuestSeesDataDisks(t *testing.T) {
 	guest := needGuestHost(t)
 	dev, devFile := loopDevice(t, "from-host")
@@ -104,7 +106,7 @@ func TestGuestSeesDataDisks(t *testing.T) {
 	}
 	disks := []string{
 		"--disk=name=data,kind=file,path=" + claim + ",size-mib=32",
-		"--disk=name=raw,kind=block,path=" + dev,
+		"--disk=name=raw,kind=block,path=" + dev + ",slot=0", "--hotplug-slots=4",
 		"--disk=name=scratch,kind=empty,path=" + scratch + ",size-mib=8",
 		"--disk=name=config,kind=files,path=" + config + ",readonly",
 		"--disk=name=creds,kind=files,path=" + secret + ",readonly",
@@ -119,8 +121,9 @@ func TestGuestSeesDataDisks(t *testing.T) {
 		}
 		r := startRunner(t, "", append(append(args, "--network=none", "--http-addr="+loopback.FreeAddr(t)), disks...)...)
 		r.waitMarker(t, bootTimeout)
-		if kernelArgs != "" { // the first run backs up its data disks (PUT /v1/backup)
+		if kernelArgs != "" { // the first run backs up its data disks and hotplugs (PUT /v1/backup, /v1/hotplug)
 			checkBackup(t, r, filepath.Join(claim, "disk.img"), dev)
+			checkHotplug(t, r)
 		}
 		r.signal(t, syscall.SIGTERM)
 		if code, msg := r.waitExit(t, 60*time.Second); code != runner.ExitOK {
@@ -129,7 +132,7 @@ func TestGuestSeesDataDisks(t *testing.T) {
 		return r
 	}
 
-	r := boot("virtpod.disk-write=data:first-boot virtpod.disk-write=raw:from-guest virtpod.disk-write=scratch:gone")
+	r := boot("virtpod.disk-write=data:first-boot virtpod.disk-write=raw:from-guest virtpod.disk-write=scratch:gone virtpod.disk-write=hot:" + hotWord)
 	wantLines(t, r.stdout.String(),
 		"VIRTPOD-GUEST-DISK serial=data sectors=65536 ro=0 head=",
 		"VIRTPOD-GUEST-DISK serial=raw sectors=32768 ro=0 head=from-host",

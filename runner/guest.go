@@ -99,6 +99,7 @@ func (g *guest) wire(ctx context.Context, cfg runnerconfig.Config, o Options, bo
 func (g *guest) machine(cfg runnerconfig.Config, o Options) hypervisor.Machine {
 	m := g.m
 	m.Name, m.Acceleration, m.Type, m.CPUModel, m.GuestSize = cfg.Name, cfg.Acceleration, cfg.Machine, o.CPUModel, cfg.GuestSize
+	m.HotplugSlots = cfg.HotplugSlots
 	m.Sockets = hypervisor.Sockets{Serial: filepath.Join(cfg.StateDir, serialSocketName), Control: filepath.Join(cfg.StateDir, qmpSocketName)}
 	switch {
 	case cfg.Provider == runnerconfig.ProviderCloudHypervisor:

@@ -138,15 +138,16 @@ func newHypervisor(binary string, cfg runnerconfig.Config, o Options, m hypervis
 }
 
 // liveOps are the operations on a running guest the control API serves and the supervisor
-// acts with: resize, live migration, suspend, the guest agent, and what the guest shows and
-// counts (screenshots, stats).
+// acts with: resize, live migration, suspend, the guest agent, what the guest shows and counts
+// (screenshots, stats), and disk hotplug.
 type liveOps struct {
-	resize *live.Resize
-	mig    *live.Migration
-	sus    *live.Suspender
-	agent  *live.GuestAgent
-	screen *live.Screenshot
-	stats  *live.Stats
+	resize  *live.Resize
+	mig     *live.Migration
+	sus     *live.Suspender
+	agent   *live.GuestAgent
+	screen  *live.Screenshot
+	stats   *live.Stats
+	hotplug *live.Hotplug
 }
 
 func newLiveOps(cfg runnerconfig.Config, o Options, hv hypervisor.Hypervisor, board *status.Board, m hypervisor.Machine) liveOps {
@@ -166,6 +167,7 @@ func newLiveOps(cfg runnerconfig.Config, o Options, hv hypervisor.Hypervisor, bo
 	if cfg.GuestAgent {
 		ops.agent = live.NewGuestAgent(filepath.Join(cfg.StateDir, live.AgentSocketName), hv)
 	}
+	ops.hotplug = live.NewHotplug(cfg, hv, ops.sus, mig, board, o.Log)
 	return ops
 }
 
@@ -176,7 +178,8 @@ func serveControl(cfg runnerconfig.Config, o Options, ops liveOps, board *status
 	if cfg.ControlSocket == "" {
 		return func() {}, nil
 	}
-	stop, err := live.Serve(cfg.ControlSocket, ops.resize.Routes, ops.mig.Routes, ops.agent.Routes, ops.sus.Routes, ops.screen.Routes, ops.stats.Routes, live.NewBackup(cfg, ops.sus, ops.mig, ops.agent, board, o.Log).Routes, board.ControlRoutes)
+	stop, err := live.Serve(cfg.ControlSocket, ops.resize.Routes, ops.mig.Routes, ops.agent.Routes, ops.sus.Routes, ops.screen.Routes, ops.stats.Routes, live.NewBackup(cfg, ops.sus, ops.mig, ops.agent, board, o.Log).Routes,
+		ops.hotplug.Routes, board.ControlRoutes)
 	switch {
 	case err != nil && cfg.Incoming:
 		return nil, fail(ExitError, err, "--incoming: no control socket, so no stream can arrive")

@@ -122,6 +122,15 @@ func (c *Client) Backup(ctx context.Context, req controlapi.BackupRequest) (cont
 	return st, err
 }
 
+// Hotplug asks the runner to bring the guest's hotplug slots to req; it returns what the guest
+// has then, once it got there or a disk failed or was not released in time (the status's error
+// says which), or with the runner's refusal.
+func (c *Client) Hotplug(ctx context.Context, req controlapi.HotplugRequest) (controlapi.HotplugStatus, error) {
+	var st controlapi.HotplugStatus
+	err := c.call(ctx, http.MethodPut, controlapi.HotplugPath, req, &st, http.StatusOK)
+	return st, err
+}
+
 // call sends body (nil: none) as JSON and decodes the answer into out, also when the status is
 // not one of ok: the runner's view comes with its refusals too.
 func (c *Client) call(ctx context.Context, method, path string, body, out any, ok ...int) error {

@@ -65,6 +65,9 @@ type Spec struct {
 
 	// Disks are the data disks, attached after the root disk and the seed (disks.go).
 	Disks []Drive
+	// HotplugSlots is how many PCIe root ports the guest has for disks that come and go while it
+	// runs (diskslots.go); a Drive with Hotplug sits on one. 0 keeps the argv of a guest without.
+	HotplugSlots int
 
 	// TapFD is the file descriptor number, in QEMU's process, of an open tap device;
 	// 0 means the guest has no network.
@@ -167,6 +170,7 @@ func Args(s Spec) ([]string, error) {
 	args = append(args, s.filesystemArgs()...)
 	args = append(args, s.channelArgs()...)
 	args = append(args, s.displayArgs()...)
+	args = append(args, s.slotArgs()...)
 	args = append(args, s.incomingArgs()...)
 	return append(args, "-S"), nil
 }
@@ -302,6 +306,7 @@ func (s Spec) validate() error {
 	errs = append(errs, s.validateIncoming()...)
 	errs = append(errs, s.validateDisplay()...)
 	errs = append(errs, validateDrives(s.Disks)...)
+	errs = append(errs, s.validateSlots()...)
 	errs = append(errs, s.validateFilesystems()...)
 	if s.TapFD > 0 && len(s.MAC) != 6 {
 		errs = append(errs, errors.New("a tap device needs the guest's 6-byte MAC"))

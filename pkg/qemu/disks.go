@@ -16,6 +16,9 @@ type Drive struct {
 	Block    bool   // Path is a block device (QEMU's host_device driver), not a file
 	ReadOnly bool
 	Cache    string // CacheNone or CacheWriteback: both honour the guest's flushes
+	// Hotplug puts the disk on hotplug slot Slot (diskslots.go), where the runner can detach it.
+	Hotplug bool
+	Slot    int
 }
 
 var serialRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$`)
@@ -29,26 +32,38 @@ func driver(block bool) string {
 	return "file"
 }
 
-// driveArgs attaches the data disks after the root disk and the seed, in order. Each has its
-// own drive id (disk-<serial>), which cannot collide with root or cidata.
+// driveArgs attaches the data disks after the root disk and the seed, in order, but for those on
+// a hotplug slot (slotArgs). Each has its own drive id (DriveID), which cannot collide with root
+// or cidata.
 func driveArgs(drives []Drive) []string {
 	var args []string
 	for _, d := range drives {
-		id := "disk-" + d.Serial
-		opts := []string{"if=none", "id=" + id, "format=" + d.Format, "file.driver=" + driver(d.Block),
-			"file.filename=" + optValue(d.Path), "cache=" + d.Cache, "aio=threads"}
-		if d.ReadOnly {
-			opts = append(opts, "read-only=on")
-		} else {
-			// The guest's TRIM frees the space in a sparse file or a thin device.
-			opts = append(opts, "discard=unmap")
+		if !d.Hotplug {
+			args = append(args, "-drive", d.driveOption(), "-device", d.device())
 		}
-		args = append(args,
-			"-drive", strings.Join(opts, ","),
-			"-device", "virtio-blk-pci,drive="+id+",serial="+d.Serial,
-		)
 	}
 	return args
+}
+
+// driveOption is the disk's -drive.
+func (d Drive) driveOption() string {
+	opts := []string{"if=none", "id=" + DriveID(d.Serial), "format=" + d.Format, "file.driver=" + driver(d.Block),
+		"file.filename=" + optValue(d.Path), "cache=" + d.Cache, "aio=threads"}
+	if d.ReadOnly {
+		opts = append(opts, "read-only=on")
+	} else {
+		// The guest's TRIM frees the space in a sparse file or a thin device.
+		opts = append(opts, "discard=unmap")
+	}
+	return strings.Join(opts, ",")
+}
+
+// device is the disk's -device: on pcie.0, or with an id on its slot's root port.
+func (d Drive) device() string {
+	if d.Hotplug {
+		return "virtio-blk-pci,id=" + DiskDeviceID(d.Serial) + ",bus=" + RootPortID(d.Slot) + ",drive=" + DriveID(d.Serial) + ",serial=" + d.Serial
+	}
+	return "virtio-blk-pci,drive=" + DriveID(d.Serial) + ",serial=" + d.Serial
 }
 
 func validateDrives(drives []Drive) []error {

@@ -15,7 +15,8 @@ const VideoID = "video0"
 // displayArgs gives a guest with a VNCSocket QEMU's standard VGA card (what SeaBIOS, OVMF,
 // Linux's vgacon and bochs-drm all drive) and serves its screen over VNC on that unix socket
 // only: "unix:" takes the rest as the path, so no value names a TCP display. The card comes
-// after every other device, so a guest that gains it keeps its other devices' PCI slots (and
+// after every other device but the hotplug slots (which follow it for the same reason), so a
+// guest that gains it keeps its other devices' PCI slots (and
 // the interface names a distribution derives from them). Its video memory is pinned at what
 // the runner pod budgets for it, whatever a QEMU's default. -display none stays: QEMU opens
 // no window of its own.

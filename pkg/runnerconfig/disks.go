@@ -199,6 +199,9 @@ func (c *Config) validateDisks() []error {
 	if c.HotplugSlots < 0 || c.HotplugSlots > MaxHotplugSlots {
 		errs = append(errs, fmt.Errorf("--hotplug-slots %d: want 0 to %d", c.HotplugSlots, MaxHotplugSlots))
 	}
+	if c.HotplugSlots > 0 && c.Provider != ProviderQEMU {
+		errs = append(errs, fmt.Errorf("--hotplug-slots: only provider %s attaches and detaches disks of a running guest, not %q; drop the flag", ProviderQEMU, c.Provider))
+	}
 	for _, d := range c.Disks {
 		if err := d.validate("--disk", false); err != nil {
 			errs = append(errs, err)

@@ -57,6 +57,25 @@ func TestDisksRoundTrip(t *testing.T) {
 	}
 }
 
+// TestHotplugSlotsRoundTrip: the slots and a disk's place on one read back; no slots is no flag.
+func TestHotplugSlotsRoundTrip(t *testing.T) {
+	want := diskConfig()
+	if a := strings.Join(want.Args(), " "); strings.Contains(a, "hotplug-slots") || strings.Contains(a, "slot=") {
+		t.Errorf("a guest without slots has %q", a)
+	}
+	want.HotplugSlots = 4
+	want.Disks[0].Hotplug, want.Disks[0].Slot = true, 3
+	args := strings.Join(want.Args(), " ")
+	for _, a := range []string{"--hotplug-slots=4", "--disk=name=data,kind=file,path=/virtpod/disks/data,size-mib=1024,slot=3 "} {
+		if !strings.Contains(args, a) {
+			t.Errorf("Args %q lack %s", args, a)
+		}
+	}
+	if got, err := runnerconfigtest.Parse(want.Args()); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+}
+
 // TestDisksRefused: each bad disk is refused naming the flag and the fix.
 func TestDisksRefused(t *testing.T) {
 	cases := []struct {
@@ -84,6 +103,16 @@ func TestDisksRefused(t *testing.T) {
 		{"block root filled from an image", func(c *runnerconfig.Config) {
 			c.RootVolume = &runnerconfig.Disk{Kind: runnerconfig.DiskBlock, Path: "/dev/virtpod/root"}
 		}, "filling a Block claim from an image is not supported"},
+		{"hotplug slots on cloud-hypervisor", func(c *runnerconfig.Config) {
+			c.HotplugSlots, c.Provider = 2, runnerconfig.ProviderCloudHypervisor
+		}, `--hotplug-slots: only provider qemu attaches and detaches disks of a running guest, not "cloud-hypervisor"`},
+		{"too many hotplug slots", func(c *runnerconfig.Config) { c.HotplugSlots = 17 }, "--hotplug-slots 17: want 0 to 16"},
+		{"slot beyond the slots", func(c *runnerconfig.Config) { c.Disks[0].Hotplug, c.Disks[0].Slot = true, 0 }, "--disk data: slot 0: the guest has 0 hotplug slots"},
+		{"slot taken twice", func(c *runnerconfig.Config) {
+			c.HotplugSlots = 2
+			c.Disks[0].Hotplug, c.Disks[1].Hotplug = true, true
+		}, "--disk raw: slot 0 is another disk's"},
+		{"image disk on a slot", func(c *runnerconfig.Config) { c.HotplugSlots, c.Disks[4].Hotplug = 1, true }, "an image disk is never on a hotplug slot"},
 		{"no root disk at all", func(c *runnerconfig.Config) { c.RootDisk, c.RootVolume = "", nil }, "--root-disk: the path of the root-disk image is required"},
 	}
 	for _, tc := range cases {

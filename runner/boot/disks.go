@@ -99,7 +99,7 @@ func Disks(cfg runnerconfig.Config, log *zap.Logger) ([]hypervisor.Disk, func(),
 }
 
 func prepareDisk(cfg runnerconfig.Config, d runnerconfig.Disk, log *zap.Logger) (hypervisor.Disk, error) {
-	drive := hypervisor.Disk{Serial: d.Name, Format: diskimage.FormatRaw, ReadOnly: d.ReadOnly}
+	drive := hypervisor.Disk{Serial: d.Name, Format: diskimage.FormatRaw, ReadOnly: d.ReadOnly, Hotplug: d.Hotplug, Slot: d.Slot}
 	switch d.Kind {
 	case runnerconfig.DiskBlock:
 		if err := isBlockDevice(d.Path); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/virtpod/virtpod/pkg/controlapi"
 	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
@@ -71,6 +72,12 @@ func (f *fakeHV) Quit(context.Context) error      { return nil }
 func (f *fakeHV) Exited() <-chan struct{}         { return f.exited }
 func (f *fakeHV) ExitDetail() string              { return "" }
 func (f *fakeHV) Kill()                           {}
+func (f *fakeHV) Hotplug(context.Context, string, controlapi.HotplugRequest) (controlapi.HotplugStatus, error) {
+	return controlapi.HotplugStatus{}, hypervisor.ErrUnsupported
+}
+func (f *fakeHV) Hotplugged(context.Context) (controlapi.HotplugStatus, error) {
+	return controlapi.HotplugStatus{}, hypervisor.ErrUnsupported
+}
 
 // Console output as Debian's firmware prints it under TCG (escape sequences and all).
 const (

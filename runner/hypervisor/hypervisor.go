@@ -52,6 +52,12 @@ type Hypervisor interface {
 	ExitDetail() string
 	// Kill ends the process at once; used when the runner itself fails.
 	Kill()
+	// Hotplug brings the guest's hotplug slots to req (docs/hotplug.md), attaching disks served
+	// over NBD on sockets in controlDir, and returns what the guest has then; a disk it could not
+	// attach or the guest did not release is in the status's errors. Hotplugged only reads it.
+	// A hypervisor without disk hotplug answers ErrUnsupported.
+	Hotplug(ctx context.Context, controlDir string, req controlapi.HotplugRequest) (controlapi.HotplugStatus, error)
+	Hotplugged(ctx context.Context) (controlapi.HotplugStatus, error)
 }
 
 // AgentChannel is a hypervisor that gives the guest a channel for its guest agent.
@@ -110,10 +116,11 @@ type MirrorDisk struct {
 }
 
 // ErrNotRunning: the hypervisor has not started yet, or has ended. ErrRefused: the hypervisor
-// cannot make this change.
+// cannot make this change. ErrUnsupported: this hypervisor has no such operation.
 var (
-	ErrNotRunning = errors.New("the guest is not running")
-	ErrRefused    = errors.New("the hypervisor refused the resize")
+	ErrNotRunning  = errors.New("the guest is not running")
+	ErrRefused     = errors.New("the hypervisor refused the resize")
+	ErrUnsupported = errors.New("not supported by this hypervisor")
 )
 
 // Quantity writes MiB as Kubernetes does: "768Mi", "1Gi".

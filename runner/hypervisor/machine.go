@@ -28,6 +28,10 @@ type Machine struct {
 	Shares []Share
 	NIC    *NIC // nil: the guest has no network
 
+	// HotplugSlots is how many slots the guest has for disks attached and detached while it
+	// runs; a Disk with Hotplug sits on one from the start.
+	HotplugSlots int
+
 	Sockets Sockets
 	// SeedDirect says the seed's directory takes O_DIRECT.
 	SeedDirect bool
@@ -56,6 +60,9 @@ type Disk struct {
 	// Direct opens it with O_DIRECT, past the host's page cache; either way the guest's
 	// flushes reach the disk.
 	Direct bool
+	// Hotplug puts a data disk on hotplug slot Slot, where it can be detached.
+	Hotplug bool
+	Slot    int
 }
 
 // Share is one virtio-fs share, served by its virtiofsd on Socket.

@@ -177,6 +177,8 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
+	case errors.Is(err, hypervisor.ErrUnsupported):
+		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }

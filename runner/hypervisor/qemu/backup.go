@@ -49,6 +49,7 @@ type backupDrive struct {
 // query-named-block-nodes' for a node.
 type blockInfo struct {
 	Device   string          `json:"device"`
+	Qdev     string          `json:"qdev"`
 	Inserted *blockNode      `json:"inserted"`
 	NodeName string          `json:"node-name"`
 	Image    blockNodeImage  `json:"image"`
@@ -162,7 +163,7 @@ func (q *VM) backupDrives(controlDir string, req controlapi.BackupRequest) ([]ba
 	guest := q.drives()
 	var drives []backupDrive
 	for i, d := range req.Drives {
-		j := slices.IndexFunc(blocks, func(b blockInfo) bool { return b.Device == d.Drive })
+		j := slices.IndexFunc(blocks, func(b blockInfo) bool { return driveOf(b.Device, b.Qdev) == d.Drive })
 		if !slices.Contains(guest, d.Drive) || j < 0 || blocks[j].Inserted == nil {
 			return nil, refusal("drive %s: the guest has no such drive; its drives are %s", d.Drive, strings.Join(guest, ", "))
 		}
@@ -193,7 +194,7 @@ func (q *VM) Drives(context.Context) ([]controlapi.Drive, error) {
 	}
 	var out []controlapi.Drive
 	for _, d := range q.drives() {
-		j := slices.IndexFunc(blocks, func(b blockInfo) bool { return b.Device == d })
+		j := slices.IndexFunc(blocks, func(b blockInfo) bool { return driveOf(b.Device, b.Qdev) == d })
 		if j < 0 || blocks[j].Inserted == nil {
 			continue
 		}

@@ -418,6 +418,7 @@ func (q *VM) ExportDisks(sock string, drives []string) error {
 func (q *VM) driveNodes() (map[string]string, error) {
 	var blocks []struct {
 		Device   string `json:"device"`
+		Qdev     string `json:"qdev"`
 		Inserted *struct {
 			NodeName string `json:"node-name"`
 		} `json:"inserted"`
@@ -428,7 +429,7 @@ func (q *VM) driveNodes() (map[string]string, error) {
 	nodes := map[string]string{}
 	for _, b := range blocks {
 		if b.Inserted != nil {
-			nodes[b.Device] = b.Inserted.NodeName
+			nodes[driveOf(b.Device, b.Qdev)] = b.Inserted.NodeName
 		}
 	}
 	return nodes, nil

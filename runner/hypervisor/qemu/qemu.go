@@ -1,7 +1,7 @@
 // Package qemu is the runner's QEMU driver: it starts qemu-system-x86_64 with the argv that
 // pkg/qemu builds and drives the guest over QMP (qmp.go), for boot and supervision (this file),
-// resize (resize.go), live migration (migrate.go), screenshots (screen.go) and the guest's
-// counters (stats.go).
+// resize (resize.go), live migration (migrate.go), screenshots (screen.go), the guest's
+// counters (stats.go) and disk hotplug (hotplug.go).
 package qemu
 
 import (
@@ -45,6 +45,7 @@ type VM struct {
 	sendMu   sync.Mutex
 	cur      *send    // the latest migration from here (mirror.go)
 	exports  []string // drives a waiting target serves over NBD
+	hot      slots    // the disks on hotplug slots (hotplug.go)
 
 	// unplugged: a vCPU was removed. QEMU 7.2's multi-threaded TCG then crashed (SIGSEGV in
 	// malloc) on the next device_add of any vCPU, and single-threaded TCG aborts on unplug
@@ -56,7 +57,9 @@ type VM struct {
 // binary (empty: exec QEMU directly).
 func New(binary string, launcher []string, m hypervisor.Machine, log *zap.Logger) *VM {
 	spec, files := spec(m)
-	return &VM{binary: binary, launcher: launcher, spec: spec, files: files, log: log, events: make(chan hypervisor.Event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{}), hotAdded: map[string]bool{}}
+	q := &VM{binary: binary, launcher: launcher, spec: spec, files: files, log: log, events: make(chan hypervisor.Event, 64), qmpDone: make(chan struct{}), exited: make(chan struct{}), hotAdded: map[string]bool{}}
+	q.hot.init(spec.Disks)
+	return q
 }
 
 func (q *VM) Version() string                 { return q.version }
@@ -174,6 +177,10 @@ func (q *VM) translate(evs <-chan qmp.Event) {
 			status, _ := e.Data["status"].(string)
 			q.migrationEvent(status)
 			q.events <- hypervisor.Event{Kind: hypervisor.EventMigration, Reason: status}
+		case "DEVICE_DELETED": // a device the guest released; a hotplug detach waits for it
+			if id, _ := e.Data["device"].(string); id != "" {
+				q.hot.deleted(id)
+			}
 		case "GUEST_PANICKED":
 			action, _ := e.Data["action"].(string)
 			q.events <- hypervisor.Event{Kind: hypervisor.EventPanicked, Reason: "GUEST_PANICKED action=" + action}

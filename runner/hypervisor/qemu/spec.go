@@ -19,10 +19,11 @@ func spec(m hypervisor.Machine) (qemuargs.Spec, []*os.File) {
 		DiskPath: m.Root.Path, DiskFormat: m.Root.Format, DiskCache: cache(m.Root.Direct), DiskBlock: m.Root.Block,
 		SeedPath:     m.Seed,
 		SerialSocket: m.Sockets.Serial, QMPSocket: m.Sockets.Control, AgentSocket: m.Sockets.Agent,
-		IncomingSocket: m.Sockets.Incoming, VNCSocket: m.Sockets.Display,
+		IncomingSocket: m.Sockets.Incoming, VNCSocket: m.Sockets.Display, HotplugSlots: m.HotplugSlots,
 	}
 	for _, d := range m.Disks {
-		s.Disks = append(s.Disks, qemuargs.Drive{Serial: d.Serial, Path: d.Path, Format: d.Format, Block: d.Block, ReadOnly: d.ReadOnly, Cache: cache(d.Direct)})
+		s.Disks = append(s.Disks, qemuargs.Drive{Serial: d.Serial, Path: d.Path, Format: d.Format, Block: d.Block, ReadOnly: d.ReadOnly,
+			Cache: cache(d.Direct), Hotplug: d.Hotplug, Slot: d.Slot})
 	}
 	for _, sh := range m.Shares {
 		s.Filesystems = append(s.Filesystems, qemuargs.Filesystem{Tag: sh.Tag, Socket: sh.Socket})

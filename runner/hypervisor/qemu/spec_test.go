@@ -22,12 +22,13 @@ func TestSpecTranslatesEveryField(t *testing.T) {
 	size := vmv1.GuestSize{CPUs: 2, MaxCPUs: 4, MemoryMiB: 256, MaxMemoryMiB: 1024}
 	m := hypervisor.Machine{
 		Name: "vm", Acceleration: "tcg", Type: "pc-q35-7.2", CPUModel: "max", GuestSize: size,
-		Boot:   hypervisor.Boot{Kernel: "/images/vmlinuz", KernelFile: kernel, Initrd: "/images/initrd", Cmdline: "console=ttyS0"},
-		Root:   hypervisor.Disk{Path: "/state/root.qcow2", Format: "qcow2", Direct: true},
-		Seed:   "/state/cidata.iso",
-		Disks:  []hypervisor.Disk{{Serial: "data", Path: "/dev/data", Format: "raw", Block: true, Direct: true}, {Serial: "conf", Path: "/state/conf.iso", Format: "raw", ReadOnly: true}},
-		Shares: []hypervisor.Share{{Tag: "conf", Socket: "/state/fs-conf.sock"}},
-		NIC:    &hypervisor.NIC{Tap: "tap0", TapFile: tap, MAC: mac, MTU: 1500},
+		Boot:         hypervisor.Boot{Kernel: "/images/vmlinuz", KernelFile: kernel, Initrd: "/images/initrd", Cmdline: "console=ttyS0"},
+		Root:         hypervisor.Disk{Path: "/state/root.qcow2", Format: "qcow2", Direct: true},
+		Seed:         "/state/cidata.iso",
+		Disks:        []hypervisor.Disk{{Serial: "data", Path: "/dev/data", Format: "raw", Block: true, Direct: true, Hotplug: true, Slot: 1}, {Serial: "conf", Path: "/state/conf.iso", Format: "raw", ReadOnly: true}},
+		HotplugSlots: 2,
+		Shares:       []hypervisor.Share{{Tag: "conf", Socket: "/state/fs-conf.sock"}},
+		NIC:          &hypervisor.NIC{Tap: "tap0", TapFile: tap, MAC: mac, MTU: 1500},
 		Sockets: hypervisor.Sockets{Serial: "/state/serial.sock", Control: "/state/qmp.sock", Agent: "/state/qga.sock",
 			Incoming: "/ctl/migrate-in.sock", Display: "/state/vnc.sock"},
 	}
@@ -37,13 +38,13 @@ func TestSpecTranslatesEveryField(t *testing.T) {
 		Kernel: "/proc/self/fd/4", Initrd: "/images/initrd", Cmdline: "console=ttyS0",
 		DiskPath: "/state/root.qcow2", DiskFormat: "qcow2", DiskCache: qemuargs.CacheNone, SeedPath: "/state/cidata.iso",
 		Disks: []qemuargs.Drive{
-			{Serial: "data", Path: "/dev/data", Format: "raw", Block: true, Cache: qemuargs.CacheNone},
+			{Serial: "data", Path: "/dev/data", Format: "raw", Block: true, Cache: qemuargs.CacheNone, Hotplug: true, Slot: 1},
 			{Serial: "conf", Path: "/state/conf.iso", Format: "raw", ReadOnly: true, Cache: qemuargs.CacheWriteback},
 		},
 		Filesystems: []qemuargs.Filesystem{{Tag: "conf", Socket: "/state/fs-conf.sock"}},
 		TapFD:       3, MAC: mac,
 		SerialSocket: "/state/serial.sock", QMPSocket: "/state/qmp.sock", AgentSocket: "/state/qga.sock", IncomingSocket: "/ctl/migrate-in.sock",
-		VNCSocket: "/state/vnc.sock",
+		VNCSocket: "/state/vnc.sock", HotplugSlots: 2,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("spec:\n got %+v\nwant %+v", got, want)

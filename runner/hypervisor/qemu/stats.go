@@ -2,8 +2,11 @@ package qemu
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/virtpod/virtpod/pkg/controlapi"
+	qemuargs "github.com/virtpod/virtpod/pkg/qemu"
 	"github.com/virtpod/virtpod/runner/hypervisor"
 )
 
@@ -15,10 +18,11 @@ func (q *VM) CPUSeconds() (float64, error) {
 	return q.proc.CPUSeconds()
 }
 
-// blockStats is one entry of QMP's query-blockstats: a block backend by its drive id, and what
+// blockStats is one entry of QMP's query-blockstats: a block backend by its drive id (driveOf), and what
 // QEMU's block layer counted of the guest's requests on it.
 type blockStats struct {
 	Device string `json:"device"`
+	Qdev   string `json:"qdev"`
 	Stats  struct {
 		RdBytes      int64 `json:"rd_bytes"`
 		WrBytes      int64 `json:"wr_bytes"`
@@ -37,16 +41,39 @@ func (q *VM) DiskStats(context.Context) ([]controlapi.DiskStats, error) {
 }
 
 // drives are the guest's virtio disks' drive ids, in the guest's order: the root disk, the
-// cloud-init seed, the data disks (pkg/qemu names them so).
+// cloud-init seed, the data disks (pkg/qemu names them so) but those detached from their hotplug
+// slots, then the disks attached to the running guest, by slot.
 func (q *VM) drives() []string {
 	d := []string{"root"}
 	if q.spec.SeedPath != "" {
 		d = append(d, "cidata")
 	}
+	on := q.onSlots()
 	for _, disk := range q.spec.Disks {
-		d = append(d, "disk-"+disk.Serial)
+		if !disk.Hotplug || slices.Contains(on, disk.Serial) {
+			d = append(d, qemuargs.DriveID(disk.Serial))
+		}
+	}
+	for _, name := range on {
+		if _, boot := q.bootDrive(name); !boot {
+			d = append(d, qemuargs.DriveID(name))
+		}
 	}
 	return d
+}
+
+// driveOf is the drive a block backend is: its name for a -drive; QEMU names the backend of a
+// device over a blockdev-add'ed node "", and gives its device's path
+// (/machine/peripheral/vd-<name>/virtio-backend), which names the disk.
+func driveOf(device, qdev string) string {
+	if device != "" {
+		return device
+	}
+	id := strings.TrimSuffix(strings.TrimPrefix(qdev, "/machine/peripheral/"), "/virtio-backend")
+	if name, ok := strings.CutPrefix(id, "vd-"); ok && !strings.Contains(name, "/") {
+		return qemuargs.DriveID(name)
+	}
+	return ""
 }
 
 // diskStats picks the guest's drives out of query-blockstats, in drives' order: QEMU also lists
@@ -55,8 +82,8 @@ func (q *VM) drives() []string {
 func diskStats(drives []string, raw []blockStats) []controlapi.DiskStats {
 	byID := make(map[string]blockStats, len(raw))
 	for _, b := range raw {
-		if b.Device != "" {
-			byID[b.Device] = b
+		if d := driveOf(b.Device, b.Qdev); d != "" {
+			byID[d] = b
 		}
 	}
 	var out []controlapi.DiskStats

@@ -3,7 +3,8 @@
 // root disk whose init configures the network from ip=, serves HTTP on port 80, powers off on
 // the ACPI power button, reports a cloud-init seed disk (VIRTPOD-GUEST-SEED) when it has one and
 // its data disks by serial (VIRTPOD-GUEST-DISK, files/disk-report), onlines hot-added CPUs and
-// reports its CPUs and memory on every change (VIRTPOD-GUEST-SIZE, files/hotplug), mounts the
+// reports its CPUs and memory on every change (VIRTPOD-GUEST-SIZE, files/hotplug), and the disks
+// attached and detached while it runs (VIRTPOD-GUEST-DISK-ADDED, -REMOVED), mounts the
 // virtio-fs shares virtpod.fs=<tag>:<dir> names (VIRTPOD-GUEST-FS), takes an IPv6 address by
 // DHCPv6 (ISC dhclient) when a router advertises one (VIRTPOD-GUEST-IPV6), runs
 // qemu-guest-agent (this host's, with the libraries it links) on its channel, prints
@@ -50,7 +51,7 @@ const (
 )
 
 // fixtureVersion changes whenever the guest's files change, so a cached fixture is rebuilt.
-const fixtureVersion = 19
+const fixtureVersion = 20
 
 // manifest records what was built, so a rerun can tell the fixture is complete and current.
 type manifest struct {

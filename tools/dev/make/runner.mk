@@ -51,6 +51,10 @@ bench-migrate: guest-fixture ## Live migration of the test guest under TCG (256M
 bench-suspend: guest-fixture ## Suspend of the test guest to a file and its resume in a new runner under TCG (256Mi and 1Gi, three cycles each): suspend time, state size, load time, runner start to running (root).
 	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -run '^$$' -bench BenchmarkSuspend -benchtime=1x -timeout 20m ./runner/
 
+.PHONY: bench-hotplug
+bench-hotplug: guest-fixture ## Disk hotplug of the test guest under TCG: a 64 MiB disk qemu-nbd serves attached (PUT /v1/hotplug to the guest's report of it) and detached (PUT to DEVICE_DELETED), five times: medians and maxima (root).
+	VIRTPOD_GUEST=$(GUEST_FIXTURE) go test -count=1 -run '^$$' -bench BenchmarkHotplug -benchtime 1x -timeout 10m ./runner/
+
 .PHONY: bench-snapshot
 bench-snapshot: guest-fixture ## Backups of the test guest's 1 GiB data disk under TCG, pushed over NBD to qemu-nbd (PUT /v1/backup): full, incremental with nothing changed, incremental after 8 MiB written: bytes copied and seconds (root).
 	VIRTPOD_GUEST=$(GUEST_FIXTURE) VIRTPOD_QEMU_NEXT=$(QEMU_NEXT) VIRTPOD_DEBIAN_GUEST=$(DEBIAN_GUEST) go test -count=1 -run '^$$' -bench BenchmarkSnapshot -benchtime 1x -timeout 20m ./runner/
