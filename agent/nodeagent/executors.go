@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/virtpod/virtpod/agent/facts"
+	"github.com/virtpod/virtpod/agent/hotplug"
 	"github.com/virtpod/virtpod/agent/migration"
 	"github.com/virtpod/virtpod/agent/network"
 	"github.com/virtpod/virtpod/agent/podcontrol"
@@ -39,6 +40,7 @@ func executors(o Options, a podcontrol.Agent, nx *network.Executor, vs *vmstats.
 		{"suspend", o.Suspend, false, (&suspend.Executor{Agent: a.Named("suspend")}).Run},
 		{"resize", o.Resize, false, (&resize.Executor{Agent: a.Named("resize")}).Run},
 		{"snapshot", true, false, (&snapshot.Executor{Agent: a.Named("snapshot")}).Run},
+		{"hotplug", true, false, (&hotplug.Executor{Agent: a.Named("hotplug")}).Run},
 		{"vm stats", o.MetricsAddr != "", false, vs.Run},
 		{"live migration", o.Migrate, true, (&migration.Executor{Agent: a.Named("migration"), Namespace: o.Namespace, PodIP: o.PodIP, Listen: o.MigrationListen}).Run},
 	}

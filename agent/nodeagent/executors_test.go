@@ -63,12 +63,12 @@ func TestExecutorTable(t *testing.T) {
 	for _, x := range executors(Options{}, podcontrol.Agent{Log: zap.NewNop()}, &network.Executor{}, &vmstats.Executor{}) {
 		on[x.name], vital[x.name] = x.on, x.vital
 	}
-	for name, want := range map[string]bool{"pod networks": true, "guest start": true, "guest facts": false, "suspend": false, "resize": false, "snapshot": true, "vm stats": false, "live migration": false} {
+	for name, want := range map[string]bool{"pod networks": true, "guest start": true, "guest facts": false, "suspend": false, "resize": false, "snapshot": true, "hotplug": true, "vm stats": false, "live migration": false} {
 		if on[name] != want {
 			t.Errorf("%s with every flag off: on %v, want %v", name, on[name], want)
 		}
 	}
-	for name, want := range map[string]bool{"pod networks": true, "guest start": false, "guest facts": false, "suspend": false, "resize": false, "snapshot": false, "vm stats": false, "live migration": true} {
+	for name, want := range map[string]bool{"pod networks": true, "guest start": false, "guest facts": false, "suspend": false, "resize": false, "snapshot": false, "hotplug": false, "vm stats": false, "live migration": true} {
 		if vital[name] != want {
 			t.Errorf("%s: vital %v, want %v", name, vital[name], want)
 		}

@@ -48,6 +48,10 @@ type NodePods struct {
 	retry   string
 }
 
+// RunnerPodSelector narrows a watch to runner pods: virtpod's pods but copier and attachment
+// pods.
+const RunnerPodSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy + ",!" + vmv1.LabelCopierOf + ",!" + vmv1.LabelAttachmentOf
+
 // WatchOptions shape a NodePods.
 type WatchOptions struct {
 	// Indexers are added to the informer before it starts.
@@ -59,7 +63,8 @@ type WatchOptions struct {
 	Log      *zap.Logger
 }
 
-// WatchNode starts following the runner pods on node (not copier pods) and waits for the informer's first list.
+// WatchNode starts following the runner pods on node (not copier or attachment pods) and waits
+// for the informer's first list.
 // Nothing is handled before Run.
 func WatchNode(ctx context.Context, c kubernetes.Interface, node string, o WatchOptions) (*NodePods, error) {
 	if o.Log == nil {
@@ -72,9 +77,9 @@ func WatchNode(ctx context.Context, c kubernetes.Interface, node string, o Watch
 	// (Authorize).
 	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
-		// A snapshot's copier pod is virtpod's too, but no runner: the snapshot executor reads
-		// it by name.
-		lo.LabelSelector = vmv1.LabelManagedBy + "=" + vmv1.ManagedBy + ",!" + vmv1.LabelCopierOf
+		// A snapshot's copier pod and a hotplugged disk's attachment pod are virtpod's too, but
+		// no runners: the snapshot and hotplug executors read them by name.
+		lo.LabelSelector = RunnerPodSelector
 	}))
 	pods := f.Core().V1().Pods()
 	if len(o.Indexers) > 0 {

@@ -54,8 +54,9 @@ func Devices(ctx context.Context, socket string) (PodDevices, error) {
 		key := p.GetNamespace() + "/" + p.GetName()
 		devs[key] = ""
 		for _, c := range p.GetContainers() {
-			// The runner's container, or a snapshot's copier's (both only the controller makes).
-			if c.GetName() != vmv1.RunnerContainer && c.GetName() != vmv1.CopierContainer {
+			// The runner's container, a snapshot's copier's or a hotplugged disk's attachment's
+			// (all only the controller makes).
+			if c.GetName() != vmv1.RunnerContainer && c.GetName() != vmv1.CopierContainer && c.GetName() != vmv1.AttachmentContainer {
 				continue
 			}
 			for _, d := range c.GetDevices() {

@@ -132,18 +132,24 @@ func TestAgentPolicy(t *testing.T) {
 	if err := patch(mine, annotations(vmv1.AnnotationMigrationState, `{"role":"source","state":"active"}`)); err != nil {
 		t.Errorf("the agent could not write the migration state of its node's source: %v", err)
 	}
+	if err := patch(mine, annotations(vmv1.AnnotationHotplugResult, `{"for":"d1","status":{"disks":[]}}`)); err != nil {
+		t.Errorf("the agent could not write a hotplug result on its node's pod: %v", err)
+	}
 	for what, c := range map[string]struct {
 		pod  *corev1.Pod
 		body map[string]any
 		want string
 	}{
-		"the receiver of a source":     {mine, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440"), "migration-state and snapshot-result (on a pod that is not a migration target)"},
-		"the state of a target":        {target, annotations(vmv1.AnnotationMigrationState, `{"state":"completed"}`), "migration-receiver (on a migration target)"},
-		"migrate-to":                   {mine, annotations(vmv1.AnnotationMigrateTo, "10.1.0.7:9440/x"), "may change only the annotations"},
-		"the migration":                {target, annotations(vmv1.AnnotationMigration, "other"), "may change only the annotations"},
-		"resume":                       {mine, annotations(vmv1.AnnotationMigrationResume, "true"), "may change only the annotations"},
-		"the role label":               {target, map[string]any{"metadata": map[string]any{"labels": map[string]any{vmv1.LabelMigrationRole: nil}}}, "not their spec, labels"},
-		"the receiver on another node": {farTarget, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440"), "only pods on its own node"},
+		"the receiver of a source":         {mine, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440"), "migration-state, snapshot-result and hotplug-result (on a pod that is not a migration target)"},
+		"the state of a target":            {target, annotations(vmv1.AnnotationMigrationState, `{"state":"completed"}`), "migration-receiver (on a migration target)"},
+		"migrate-to":                       {mine, annotations(vmv1.AnnotationMigrateTo, "10.1.0.7:9440/x"), "may change only the annotations"},
+		"the migration":                    {target, annotations(vmv1.AnnotationMigration, "other"), "may change only the annotations"},
+		"resume":                           {mine, annotations(vmv1.AnnotationMigrationResume, "true"), "may change only the annotations"},
+		"the role label":                   {target, map[string]any{"metadata": map[string]any{"labels": map[string]any{vmv1.LabelMigrationRole: nil}}}, "not their spec, labels"},
+		"the receiver on another node":     {farTarget, annotations(vmv1.AnnotationMigrationReceiver, "10.1.0.7:9440"), "only pods on its own node"},
+		"the hotplug request":              {mine, annotations(vmv1.AnnotationHotplug, "d2"), "may change only the annotations"},
+		"the hotplug result of a target":   {target, annotations(vmv1.AnnotationHotplugResult, `{"for":"d1"}`), "migration-receiver (on a migration target)"},
+		"a hotplug result on another node": {theirs, annotations(vmv1.AnnotationHotplugResult, `{"for":"d1"}`), "only pods on its own node"},
 	} {
 		if err := patch(c.pod, c.body); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("the agent changed %s: %v", what, err)

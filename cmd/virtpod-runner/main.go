@@ -5,7 +5,8 @@
 // console` runs through the API server's pod exec), `virtpod-runner screenshot` writes the
 // guest's screen as a PNG, and `virtpod-runner vnc` connects stdin and stdout to its VNC display
 // (what `vmctl screenshot` and `vmctl vnc` run the same way). `virtpod-runner disk-target` and
-// `virtpod-runner disk-copy` are a VM snapshot's copier pod (runner/diskcopy, diskcopy.go).
+// `virtpod-runner disk-copy` are a VM snapshot's copier pod (runner/diskcopy, diskcopy.go);
+// `virtpod-runner disk-serve` is a hotplugged disk's attachment pod (diskserve.go).
 package main
 
 import (
@@ -77,7 +78,7 @@ func execute(args []string) int {
 		o.Launcher = []string{self, execUnprivilegedName}
 	}
 	root.AddCommand(probeCommand(&code), kvmProbeCommand(&code), consoleCommand(), screenshotCommand(), vncCommand(), execUnprivilegedCommand(),
-		diskTargetCommand(&code), diskCopyCommand(&code))
+		diskTargetCommand(&code), diskCopyCommand(&code), diskServeCommand(&code))
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "runner:", err)

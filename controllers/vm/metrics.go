@@ -15,6 +15,7 @@ type Metrics struct {
 	errors    *prometheus.CounterVec
 	restarts  prometheus.Counter
 	suspends  *prometheus.CounterVec
+	hotplugs  *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -43,8 +44,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "virtpod_vm_suspend_transitions_total",
 			Help: "Guests suspended (their state saved, result saved), resumed from a saved state (resumed), and saved states a run request discarded (discarded).",
 		}, []string{"result"}),
+		hotplugs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtpod_disk_hotplugs_total",
+			Help: "Disks attached to and detached from running guests (op attach or detach), by result: attached, detached, or failed (each new failure the node agent reported).",
+		}, []string{"op", "result"}),
 	}
-	reg.MustRegister(m.toPod, m.toRunning, m.errors, m.restarts, m.suspends)
+	reg.MustRegister(m.toPod, m.toRunning, m.errors, m.restarts, m.suspends, m.hotplugs)
 	return m
 }
 
@@ -81,5 +86,12 @@ func (m *Metrics) restarted() {
 func (m *Metrics) suspendTransition(result string) {
 	if m != nil {
 		m.suspends.WithLabelValues(result).Inc()
+	}
+}
+
+// hotplugged counts a disk's attach or detach (op) by its result.
+func (m *Metrics) hotplugged(op, result string) {
+	if m != nil {
+		m.hotplugs.WithLabelValues(op, result).Inc()
 	}
 }

@@ -91,6 +91,9 @@ type scope struct {
 	movable *migratable.Verdict // whether the running guest can move; nil while none runs
 	agent   *agentView          // what the running guest's agent said; nil while none runs
 	result  reconcile.Result    // a restart back-off's requeue
+
+	hotplugDigest *string           // the hotplug request to write on the runner pod after the status; nil: none
+	hotplugFailed map[string]string // the node agent's hotplug errors, by disk, for events
 }
 
 // reconcileProvider finds the VM's ProviderClass and its verdict, or defaults spec.provider;
@@ -123,13 +126,20 @@ func (r *Reconciler) reconcilePod(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// reconcileGuest resizes a running guest (resize.go), judges whether it can be live-migrated,
+// reconcileGuest resizes a running guest (resize.go) and brings its hotpluggable disks to the
+// spec (hotplug.go), judges whether it can be live-migrated,
 // reads what its agent said (guestagent.go) and pins its machine type (machine.go):
 // only the pod this status runs, kept running. Not while the guest migrates: the target is a
 // copy of this pod at its size now, so the size is frozen.
 func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
 	vm, pod := s.vm, s.pod
+	if err := r.dropAttachments(ctx, vm, pod); err != nil {
+		return err
+	}
 	if pod == nil || pod.DeletionTimestamp != nil || podEnded(pod) || vm.Spec.Halted() || !guestStarted(pod) || s.next.Status.PodUID != string(pod.UID) {
+		if pod == nil && vm.Status.SuspendedState == nil {
+			s.next.Status.Disks = nil // a suspended guest keeps its slots for the resume (podspec)
+		}
 		return nil
 	}
 	if migrating(pod) {
@@ -140,6 +150,9 @@ func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
 			return err
 		}
 		s.resized = &p
+		if err := r.hotplug(ctx, s); err != nil {
+			return err
+		}
 	}
 	v := migratable.Check(vm, pod)
 	s.movable = &v
@@ -185,6 +198,10 @@ func (r *Reconciler) reconcileStatus(ctx context.Context, s *scope) (reconcile.R
 	r.announcePower(vm, next, pod)
 	r.announceResize(vm, next, pod)
 	r.announceSuspend(vm, next, pod)
+	r.announceHotplug(vm, next, pod, s.hotplugFailed)
+	if err := r.requestHotplug(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
 	r.Metrics.observe(vm, next, r.now())
 	return s.result, nil
 }

@@ -41,7 +41,7 @@ func discardRequested(vm *vmv1.VirtualMachine) bool {
 // and only when the pod can (it mounts the state claim); the condition says why not otherwise.
 func (r *Reconciler) askSuspend(ctx context.Context, s *scope) error {
 	pod := s.pod
-	if pod.Annotations[vmv1.AnnotationSuspend] != "" || !podspec.CanSuspend(pod) || !guestStarted(pod) {
+	if pod.Annotations[vmv1.AnnotationSuspend] != "" || !podspec.CanSuspend(pod) || !guestStarted(pod) || hotplugUnsettled(s.next) != "" {
 		return nil
 	}
 	if err := r.annotateSuspend(ctx, pod, "true"); err != nil {
@@ -106,10 +106,11 @@ type suspendView struct {
 	claim string               // spec.guest.stateClaim's claim; "" without one
 	pod   *corev1.Pod          // the runner pod; nil when none
 	last  *vmv1.Termination    // how the last runner ended
+	disks string               // hotplugUnsettled's answer: a disk attaching or detaching
 }
 
 func suspendViewOf(vm, next *vmv1.VirtualMachine, pod *corev1.Pod) suspendView {
-	v := suspendView{asked: vm.Spec.Suspend, saved: next.Status.SuspendedState, pod: pod, last: next.Status.LastTermination}
+	v := suspendView{asked: vm.Spec.Suspend, saved: next.Status.SuspendedState, pod: pod, last: next.Status.LastTermination, disks: hotplugUnsettled(next)}
 	if c := vm.Spec.Guest.StateClaim; c != nil {
 		v.claim = c.ClaimName
 	}
@@ -155,6 +156,8 @@ func suspendCondition(v suspendView) (metav1.ConditionStatus, string, string) {
 			fix = "set spec.guest.stateClaim, then restart the VM"
 		}
 		return metav1.ConditionFalse, vmv1.ReasonNotSuspendable, fmt.Sprintf("runner pod %s was started without a state claim (a start before spec.guest.stateClaim was set, or a live migration's target): %s; the guest runs on", v.pod.Name, fix)
+	case v.pod.Annotations[vmv1.AnnotationSuspend] == "" && v.disks != "":
+		return metav1.ConditionFalse, vmv1.ReasonSuspending, fmt.Sprintf("waiting for %s: a resumed guest must find its disks where they were; the guest is saved once they are done", v.disks)
 	case v.pod.Annotations[vmv1.AnnotationSuspendError] != "":
 		return metav1.ConditionFalse, vmv1.ReasonSuspendFailed, fmt.Sprintf("runner pod %s could not save the guest: %s; the guest runs on and its node agent tries again; set spec.suspend false to give up",
 			v.pod.Name, trim(v.pod.Annotations[vmv1.AnnotationSuspendError]))
@@ -179,4 +182,16 @@ func (r *Reconciler) announceSuspend(vm, next *vmv1.VirtualMachine, pod *corev1.
 		}
 		r.Recorder.Eventf(vm, related, corev1.EventTypeWarning, now.Reason, "Suspend", "%s", now.Message)
 	}
+}
+
+// hotplugUnsettled names a hotpluggable disk of the guest that is attaching or detaching (""
+// when none is): a guest is saved only with its disks settled, since its resumed pod holds every
+// hotpluggable disk of the spec on the slot status.disks gives it.
+func hotplugUnsettled(vm *vmv1.VirtualMachine) string {
+	for _, d := range vm.Status.Disks {
+		if d.State != vmv1.DiskAttached {
+			return fmt.Sprintf("disk %s (%s)", d.Name, d.State)
+		}
+	}
+	return ""
 }

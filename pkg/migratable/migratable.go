@@ -49,6 +49,9 @@ func Check(vm *vmv1.VirtualMachine, pod *corev1.Pod) Verdict {
 	if why := unsharedClaim(vm, pod); why != "" {
 		return Verdict{vmv1.ReasonDiskNotMigratable, why}
 	}
+	if why := hotplugged(pod); why != "" {
+		return Verdict{vmv1.ReasonDiskNotMigratable, why}
+	}
 	if why := resized(vm, pod); why != "" {
 		return Verdict{vmv1.ReasonGuestResized, why + "; a target is built at the boot size, so hotplugged CPUs and memory would not be there: " +
 			"restart the VM (vmctl restart " + vm.Name + ") to migrate it at its new size"}

@@ -316,6 +316,7 @@ func restricted() *corev1.SecurityContext {
 func runner(vm *vmv1.VirtualMachine, images vmv1.Images, opts Options, dp diskParts) corev1.Container {
 	cfg := RunnerConfig(vm)
 	cfg.Disks, cfg.RootVolume, cfg.Filesystems = dp.disks, dp.rootDisk, dp.shares
+	withHotplugSlots(vm, &cfg)
 	c := corev1.Container{
 		Name:                     vmv1.RunnerContainer,
 		Image:                    images.Runner,

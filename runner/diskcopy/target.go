@@ -90,7 +90,7 @@ func Target(ctx context.Context, controlDir string, targets []TargetSpec, o Targ
 		}
 	}()
 	for _, t := range targets {
-		s, err := startServer(nbd, controlDir, t)
+		s, err := startServer(nbd, nbdSpec{export: t.Drive, sock: SocketPath(controlDir, t.Drive), pid: pidPath(controlDir, t.Drive), file: t.File})
 		if err != nil {
 			stopAll(servers, o.StopGrace)
 			return err
@@ -103,7 +103,7 @@ func Target(ctx context.Context, controlDir string, targets []TargetSpec, o Targ
 	}
 	var ready strings.Builder
 	for _, s := range servers {
-		fmt.Fprintf(&ready, "%s %s\n", s.t.Drive, s.sock)
+		fmt.Fprintf(&ready, "%s %s\n", s.export, s.sock)
 	}
 	if err := writeFileSync(filepath.Join(controlDir, ReadyName), []byte(ready.String())); err != nil {
 		stopAll(servers, o.StopGrace)
@@ -114,15 +114,15 @@ func Target(ctx context.Context, controlDir string, targets []TargetSpec, o Targ
 		return err
 	}
 
-	for _, s := range servers {
-		if err := syncFile(s.t.File); err != nil {
+	for _, t := range targets {
+		if err := syncFile(t.File); err != nil {
 			return err
 		}
-		m := Marker{Drive: s.t.Drive, Size: s.t.Size, Base: s.t.Base != "", CompletedAt: time.Now().UTC()}
-		if err := writeMarker(s.t.File, m); err != nil {
+		m := Marker{Drive: t.Drive, Size: t.Size, Base: t.Base != "", CompletedAt: time.Now().UTC()}
+		if err := writeMarker(t.File, m); err != nil {
 			return err
 		}
-		log.Info("snapshot disk complete", zap.String("drive", s.t.Drive), zap.String("file", s.t.File), zap.String("marker", MarkerPath(s.t.File)))
+		log.Info("snapshot disk complete", zap.String("drive", t.Drive), zap.String("file", t.File), zap.String("marker", MarkerPath(t.File)))
 	}
 	return nil
 }
@@ -213,41 +213,64 @@ func prepareTarget(ctx context.Context, t TargetSpec, log *zap.Logger) error {
 	return sparsecopy.SyncDir(filepath.Dir(t.File))
 }
 
-// server is one qemu-nbd.
-type server struct {
-	t         TargetSpec
-	sock, pid string
-	cache     string
-	cmd       *exec.Cmd
-	stderr    *tail
-	exited    chan struct{}
-	err       error // cmd.Wait's, once exited is closed
-	ready     bool
+// nbdSpec is what one qemu-nbd serves: file as export on sock, its pid written to pid once it
+// listens. Target's serve one client and exit; Serve's are persistent, and may be read-only.
+type nbdSpec struct {
+	export, sock, pid, file string
+	persistent, readOnly    bool
 }
 
-// nbdArgs are qemu-nbd's arguments: one client (the VM's QEMU, through the node agent's relay),
-// no --persistent so it exits when that client disconnects, raw (never probed: the guest wrote
-// the data), and zeros written or discarded become holes.
+// server is one qemu-nbd.
+type server struct {
+	nbdSpec
+	cache  string
+	cmd    *exec.Cmd
+	stderr *tail
+	exited chan struct{}
+	err    error // cmd.Wait's, once exited is closed
+	ready  bool
+}
+
+// nbdArgs are a snapshot target's qemu-nbd arguments: one client (the VM's QEMU, through the
+// node agent's relay), no --persistent so it exits when that client disconnects, raw (never
+// probed: the guest wrote the data), and zeros written or discarded become holes.
 func nbdArgs(drive, sock, pid, file string, direct bool) []string {
+	return nbdSpec{export: drive, sock: sock, pid: pid, file: file}.args(direct)
+}
+
+// args are qemu-nbd's arguments for n: raw always (the guest's bytes are never probed for a
+// format); a read-only export refuses writes, a writable one passes the guest's discards on.
+func (n nbdSpec) args(direct bool) []string {
 	cache := "writeback"
 	if direct {
 		cache = "none"
 	}
-	return []string{"--socket=" + sock, "--format=raw", "--export-name=" + drive, "--shared=1",
-		"--cache=" + cache, "--aio=threads", "--discard=unmap", "--detect-zeroes=unmap",
-		"--pid-file=" + pid, "--", file}
+	args := []string{"--socket=" + n.sock, "--format=raw", "--export-name=" + n.export, "--shared=1"}
+	if n.persistent {
+		args = append(args, "--persistent")
+	}
+	args = append(args, "--cache="+cache, "--aio=threads")
+	switch {
+	case n.readOnly:
+		args = append(args, "--read-only")
+	case n.persistent:
+		args = append(args, "--discard=unmap")
+	default:
+		args = append(args, "--discard=unmap", "--detect-zeroes=unmap")
+	}
+	return append(args, "--pid-file="+n.pid, "--", n.file)
 }
 
-func startServer(nbd, controlDir string, t TargetSpec) (*server, error) {
-	s := &server{t: t, sock: SocketPath(controlDir, t.Drive), pid: pidPath(controlDir, t.Drive), stderr: newTail(4096), exited: make(chan struct{})}
-	direct := directProbe(t.File)
+func startServer(nbd string, n nbdSpec) (*server, error) {
+	s := &server{nbdSpec: n, stderr: newTail(4096), exited: make(chan struct{})}
+	direct := directProbe(n.file)
 	s.cache = map[bool]string{true: "none", false: "writeback"}[direct]
-	s.cmd = exec.Command(nbd, nbdArgs(t.Drive, s.sock, s.pid, t.File, direct)...)
+	s.cmd = exec.Command(nbd, n.args(direct)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.stderr, s.stderr
 	// Should this process die without stopping it, qemu-nbd goes too.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("drive %s: start %s: %w", t.Drive, nbd, err)
+		return nil, fmt.Errorf("drive %s: start %s: %w", n.export, nbd, err)
 	}
 	go func() {
 		s.err = s.cmd.Wait()
@@ -275,7 +298,7 @@ func (s *server) failure(what string) error {
 	if msg == "" {
 		msg = "(no output)"
 	}
-	return fmt.Errorf("drive %s: qemu-nbd %s: %v: %s", s.t.Drive, what, s.err, msg)
+	return fmt.Errorf("drive %s: qemu-nbd %s: %v: %s", s.export, what, s.err, msg)
 }
 
 func waitReady(ctx context.Context, servers []*server, timeout time.Duration, log *zap.Logger) error {
@@ -294,8 +317,8 @@ func waitReady(ctx context.Context, servers []*server, timeout time.Duration, lo
 			default:
 			}
 			if s.ready = s.listening(); s.ready {
-				log.Info("serving "+s.t.Drive+" at "+s.sock, zap.String("drive", s.t.Drive), zap.String("socket", s.sock),
-					zap.String("file", s.t.File), zap.String("cache", s.cache), zap.Int("pid", s.cmd.Process.Pid))
+				log.Info("serving "+s.export+" at "+s.sock, zap.String("drive", s.export), zap.String("socket", s.sock),
+					zap.String("file", s.file), zap.String("cache", s.cache), zap.Int("pid", s.cmd.Process.Pid))
 			} else {
 				pending++
 			}
@@ -309,7 +332,7 @@ func waitReady(ctx context.Context, servers []*server, timeout time.Duration, lo
 		case <-deadline:
 			for _, s := range servers {
 				if !s.ready {
-					return fmt.Errorf("drive %s: qemu-nbd did not listen on %s within %v: %s", s.t.Drive, s.sock, timeout, strings.TrimSpace(s.stderr.String()))
+					return fmt.Errorf("drive %s: qemu-nbd did not listen on %s within %v: %s", s.export, s.sock, timeout, strings.TrimSpace(s.stderr.String()))
 				}
 			}
 		case <-tick.C:
@@ -333,7 +356,7 @@ func waitServed(ctx context.Context, servers []*server, grace time.Duration, log
 				stopAll(servers, grace)
 				return s.failure("failed")
 			}
-			log.Info("served "+s.t.Drive, zap.String("drive", s.t.Drive), zap.String("file", s.t.File))
+			log.Info("served "+s.export, zap.String("drive", s.export), zap.String("file", s.file))
 		case <-ctx.Done():
 			stopAll(servers, grace)
 			return stopped(ctx, "stopped before every drive was served")

@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/podspec"
@@ -23,24 +26,50 @@ const (
 	poweredOffByTERM = "stopped on SIGTERM: guest powered off"
 )
 
-// TestPowerVerbs: vmctl restart, stop and start on one booted guest (three boots in all, under
-// TCG). At each step the phase, the runner pod's UID and the counts are checked, and each
-// power-down is seen to be clean: the guest's kernel powered off on the ACPI button (its console
-// line) and, when the controller saw it, the runner's termination message in lastTermination.
+// TestPowerVerbs is one VM's life through vmctl, on local-path claims: booted, snapshotted while
+// it runs (snapshots.go's steps: a frozen full copy, exported, then an incremental one after the
+// guest writes a line, and a clone of it booting beside), restarted, stopped, restored to the
+// first snapshot and started. At each power step the phase, the runner pod's UID and the counts
+// are checked, and each power-down is seen to be clean: the guest's kernel powered off on the
+// ACPI button (its console line) and, when the controller saw it, the runner's termination
+// message in lastTermination. The restored guest's boot count goes on from the first snapshot's,
+// so the line written after it is gone. On the first run a claim is hotplugged, written, detached
+// and attached to the clone, which reads it (hotplug_test.go). Four guest boots in all (three
+// runs and the clone): the snapshot and hotplug steps ride on the runs the power verbs make anyway.
 func TestPowerVerbs(t *testing.T) {
 	parallelSafe(t)
 	ctx := context.Background()
 	ns := namespace(t)
 	ctl := newPowerCtl(t, ns)
-	if err := kube.Create(ctx, newVM(ns, "pw")); err != nil {
+	for name, size := range map[string]string{"pw-root": "128Mi", "pw-data": "32Mi"} {
+		if err := kube.Create(ctx, newClaim(ns, name, size, corev1.PersistentVolumeFilesystem)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vm := newVM(ns, "pw")
+	vm.Spec.Guest.RootDisk.Size = ptr.To(resource.MustParse("128Mi"))
+	vm.Spec.Guest.RootDisk.PersistentVolumeClaim = &vmv1.RootDiskClaim{ClaimName: "pw-root"}
+	vm.Spec.Guest.Disks = []vmv1.Disk{{Name: "data", PersistentVolumeClaim: &vmv1.ClaimDiskSource{ClaimName: "pw-data"}}}
+	vm.Spec.Guest.KernelArgs = "rw virtpod.boot-count virtpod.disk-write=data:pw-wrote virtpod.disk-write=hot:pw-hot"
+	if err := kube.Create(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
 	first := waitRunning(t, ns, "pw", 0)
 	pod := podspec.PodName("pw")
-	eventually(t, "the guest booted", 2*time.Minute, func() error { return contains(podLogs(ns, pod), marker) })
+	guestLog(t, ns, "pw", marker, "VIRTPOD-GUEST-BOOTS 1", "VIRTPOD-GUEST-DISK-WROTE serial=data word=pw-wrote")
 	show(t, ns, "booted")
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := run("-n", ns, "get", "vm,vmsnap,vmrestore,pods,pvc", "-o", "wide")
+			agents, _ := run("-n", "virtpod-system", "logs", "-l", "app.kubernetes.io/name=virtpod-agent", "--tail=30", "--prefix")
+			t.Logf("at failure:\n%s\nagents:\n%s", out, agents)
+		}
+	})
+	snapshotRunningGuest(t, ns, first)
+	hotplugAcrossVMs(t, ctl, ns, first)
 
-	// restart: a clean power-down, then the guest boots in a new pod.
+	// restart: a clean power-down, then the guest boots in a new pod: three lines in its boot
+	// file now (two boots and the one it was typed).
 	console := followLogs(t, ns, pod)
 	out := ctl.ok(t, "restart", "pw")
 	if err := contains(<-console, cleanPowerOff); err != nil {
@@ -53,7 +82,8 @@ func TestPowerVerbs(t *testing.T) {
 	if err := contains(out, "restart asked for at", "Running after", "(uid "+second.Status.PodUID+")", "(user restarts 1, crash restarts 0)"); err != nil {
 		t.Error(err)
 	}
-	eventually(t, "the guest booted again", 2*time.Minute, func() error { return contains(podLogs(ns, pod), marker) })
+	guestLog(t, ns, "pw", marker, "VIRTPOD-GUEST-BOOTS 3")
+	hotplugSurvivedRestart(t, ns)
 	show(t, ns, "restarted")
 	ctl.code(t, 0, "start", "pw") // already running: said, nothing done
 
@@ -85,12 +115,19 @@ func TestPowerVerbs(t *testing.T) {
 	refused := ctl.code(t, exitRefused, "restart", "pw")
 	t.Logf("vmctl restart of the stopped VM (exit 3):\n%s", refused)
 
-	// start: a new pod again, no restart counted.
+	// Restored to s1 while stopped: new claims in place of the old.
+	ctl.ok(t, "restore", "pw", "s1")
+	if names := getVM(t, ns, "pw").Spec.Guest.ClaimNames(); len(names) != 2 || names[0] == "pw-root" || names[1] == "pw-data" {
+		t.Fatalf("the restored VM's claims %v: want new ones in place of pw-root and pw-data", names)
+	}
+
+	// start: a new pod again, no restart counted, and the boot count goes on from s1's one line.
 	ctl.ok(t, "start", "pw")
 	third := waitRunning(t, ns, "pw", 0)
 	if third.Status.PodUID == second.Status.PodUID || third.Status.UserRestartCount != 1 || third.Spec.RunStrategy != vmv1.RunAlways {
 		t.Fatalf("after start: %s, %+v", third.Spec.RunStrategy, third.Status)
 	}
+	guestLog(t, ns, "pw", "VIRTPOD-GUEST-BOOTS 2", "VIRTPOD-GUEST-DISK serial=data sectors=65536 ro=0 head=pw-wrote")
 	show(t, ns, "started")
 	events, _ := run("-n", ns, "events", "--for", "vm/pw")
 	t.Logf("kubectl events --for vm/pw:\n%s", events)

@@ -65,8 +65,10 @@ type Kubelets struct {
 	suspends bool
 	// snapshots: play the node agent and the copier pods of snapshots and restores.
 	snapshots bool
-	ips       atomic.Uint32
-	requeue   func() // looks at every pod again
+	// hotplug: play the node agent of disk hotplug, reading VMs through it (simhotplug.go).
+	hotplug client.Reader
+	ips     atomic.Uint32
+	requeue func() // looks at every pod again
 }
 
 // StartKubelets runs until ctx ends; new pods go to the nodes given.
@@ -214,12 +216,17 @@ func endCopier(ctx context.Context, pods typedcorev1.PodInterface, name string) 
 
 func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *corev1.Pod) error {
 	k.mu.Lock()
-	nodes, cut, suspends, snapshots := k.schedule, k.cut[pod.Spec.NodeName], k.suspends, k.snapshots
+	nodes, cut, suspends, snapshots, hotplug := k.schedule, k.cut[pod.Spec.NodeName], k.suspends, k.snapshots, k.hotplug
 	crash := k.crash != nil && k.crash(pod.Name) && !k.crashed[pod.Name]
 	k.mu.Unlock()
 	pods := cs.CoreV1().Pods(pod.Namespace)
 	if snapshots && !cut {
 		if done, err := playSnapshot(ctx, pods, pod); done || err != nil {
+			return err
+		}
+	}
+	if hotplug != nil && !cut {
+		if done, err := playHotplug(ctx, hotplug, pods, pod); done || err != nil {
 			return err
 		}
 	}
@@ -229,8 +236,11 @@ func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *core
 	case pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && len(nodes) > 0:
 		h := fnv.New32a()
 		h.Write([]byte(pod.Name))
-		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, UID: pod.UID},
-			Target: corev1.ObjectReference{Kind: "Node", Name: nodes[int(h.Sum32())%len(nodes)]}}
+		node := nodes[int(h.Sum32())%len(nodes)]
+		if n := requiredNode(pod); n != "" {
+			node = n
+		}
+		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, UID: pod.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: node}}
 		return pods.Bind(ctx, b, metav1.CreateOptions{})
 	case pod.DeletionTimestamp != nil:
 		return pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
@@ -254,7 +264,7 @@ func (k *Kubelets) step(ctx context.Context, cs *kubernetes.Clientset, pod *core
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: vmv1.RunnerContainer, Ready: true, Image: pod.Spec.Containers[0].Image,
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
-		if suspends || snapshots {
+		if suspends || snapshots || hotplug != nil {
 			p.Status.ContainerStatuses[0].Started = ptr.To(true)
 		}
 		if crash {

@@ -1,5 +1,11 @@
 package v1alpha1
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
 // Disk hotplug (docs/hotplug.md): a data disk marked hotpluggable sits on one of the guest's
 // hotplug slots (a PCIe root port each), so it can join and leave the running guest. A disk added
 // to a running VM's spec is served by an attachment pod on the guest's node, which mounts its
@@ -33,8 +39,9 @@ type HotplugDiskStatus struct {
 	State DiskState `json:"state"`
 	// slot is the hotplug slot the disk has in the guest (0 to 3).
 	Slot int32 `json:"slot"`
-	// attachmentPod serves the disk to the guest when it was attached to the running guest; empty
-	// for a disk the runner pod has held since the guest started.
+	// attachmentPod is the pod that serves the disk to the guest, once it runs, when the disk
+	// was added to the running guest; empty for a disk the runner pod has held since the guest
+	// started.
 	// +optional
 	AttachmentPod string `json:"attachmentPod,omitempty"`
 	// readOnly: the guest cannot write the disk.
@@ -74,3 +81,27 @@ func (g *GuestSpec) HotplugDisks() []Disk {
 	}
 	return out
 }
+
+// HotplugDigest is the value of AnnotationHotplug for status.disks: a digest of what the guest
+// should have (each disk's name, state, slot, attachment pod and read-only flag). The node agent
+// acts on a runner pod's annotation only when the VM's status it reads gives the same digest, so
+// it never carries out an older status than the one the controller asked for.
+func HotplugDigest(disks []HotplugDiskStatus) string {
+	h := sha256.New()
+	for _, d := range disks {
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s\x00%t\n", d.Name, d.State, d.Slot, d.AttachmentPod, d.ReadOnly)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Reasons of the hotplug events, on the VM.
+const (
+	// EventDiskAttached: the guest has the disk (status.disks state Attached).
+	EventDiskAttached = "DiskAttached"
+	// EventDiskDetached: the guest released the disk, which left status.disks.
+	EventDiskDetached = "DiskDetached"
+	// EventDiskHotplugFailed: an attachment pod could not be made, or the runner could not
+	// attach the disk, or the guest has not released it in time; the message says which, and
+	// the controller and the node agent try again.
+	EventDiskHotplugFailed = "DiskHotplugFailed"
+)

@@ -137,6 +137,7 @@ Exit codes: 0 done, 1 failed (the reason on stderr), 2 wrong command line; ssh p
 	_ = root.RegisterFlagCompletionFunc("namespace", a.completeNamespaces)
 	root.AddCommand(a.startCmd(), a.stopCmd(), a.restartCmd(), a.suspendCmd(), a.resumeCmd())
 	root.AddCommand(a.snapshotCmd(), a.snapshotsCmd(), a.restoreCmd(), a.cloneCmd(), a.exportCmd())
+	root.AddCommand(a.diskCmd())
 	return root
 }
 
