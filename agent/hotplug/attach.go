@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -98,7 +97,7 @@ func (e *Executor) attach(ctx context.Context, runner *corev1.Pod, vm *vmv1.Virt
 	if err != nil {
 		return later("attachment pod %s's control directory: %v", att.Name, err)
 	}
-	if err := waitSocket(ctx, src, e.Ready); err != nil {
+	if err := src.WaitSocket(ctx, controlapi.AttachmentSocket, e.Ready); err != nil {
 		return later("attachment pod %s does not serve %s yet (see its log)", att.Name, controlapi.AttachmentSocket)
 	}
 	if err := src.LinkSocket(controlapi.AttachmentSocket, ctl, controlapi.HotplugSocket(d.Name)); errors.Is(err, podcontrol.ErrRefused) {
@@ -125,22 +124,6 @@ func (e *Executor) vouch(att, runner *corev1.Pod, vm *vmv1.VirtualMachine, disk 
 		return fmt.Errorf("attachment pod %s has ended or is ending: %w", att.Name, errRefused)
 	case att.Status.Phase != corev1.PodRunning:
 		return later("attachment pod %s is %s, not running yet", att.Name, att.Status.Phase)
-	}
-	return nil
-}
-
-// waitSocket waits, at most within, for the attachment to serve its socket.
-func waitSocket(ctx context.Context, src podcontrol.Control, within time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for !src.IsSocket(controlapi.AttachmentSocket) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
 	}
 	return nil
 }

@@ -105,6 +105,23 @@ func (c Control) IsSocket(name string) bool {
 	return true
 }
 
+// WaitSocket waits, at most within, until IsSocket(name): a pod's server that makes its socket
+// once it serves.
+func (c Control) WaitSocket(ctx context.Context, name string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !c.IsSocket(name) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: no socket within %s: %w", filepath.Join(c.String(), name), within, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
 // Dial connects to the socket name in the directory, refusing links and anything but a socket.
 // connect(2) on /proc/self/fd/N reaches the inode the O_PATH descriptor holds, so nothing
 // swapped in after the check is reached instead.

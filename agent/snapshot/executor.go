@@ -146,8 +146,8 @@ func (e *Executor) copy(ctx context.Context, pod *corev1.Pod, snap *vmv1.Virtual
 	relays := &relays{log: log}
 	defer relays.close()
 	for _, d := range req.Drives {
-		if err := waitSocket(ctx, dst, targetSocket(d.Drive), e.Ready); err != nil {
-			return controlapi.BackupStatus{}, err
+		if err := dst.WaitSocket(ctx, targetSocket(d.Drive), e.Ready); err != nil {
+			return controlapi.BackupStatus{}, fmt.Errorf("the copier did not serve %s: see its log (%w)", targetSocket(d.Drive), err)
 		}
 		if err := relays.open(ctx, src, d.Socket, dst, targetSocket(d.Drive)); err != nil {
 			return controlapi.BackupStatus{}, err

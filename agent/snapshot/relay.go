@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -89,21 +88,4 @@ func (r *relays) close() {
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
-}
-
-// waitSocket waits, at most within, for the copier to serve name: it does once it read its
-// targets' sizes and made them.
-func waitSocket(ctx context.Context, dst podcontrol.Control, name string, within time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for !dst.IsSocket(name) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the copier did not serve %s within %s: see its log", name, within)
-		case <-tick.C:
-		}
-	}
-	return nil
 }

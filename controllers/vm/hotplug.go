@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -206,7 +207,7 @@ func (r *Reconciler) announceHotplug(vm, next *vmv1.VirtualMachine, pod *corev1.
 			r.Metrics.hotplugged("attach", "attached")
 		}
 		if why := failed[d.Name]; why != "" && before.Message != why {
-			r.Recorder.Eventf(vm, pod, corev1.EventTypeWarning, vmv1.EventDiskHotplugFailed, "Hotplug", "Disk %s: %s", d.Name, why)
+			r.Recorder.Eventf(vm, pod, corev1.EventTypeWarning, vmv1.EventDiskHotplugFailed, "Hotplug", "Disk %s: %s", d.Name, strings.TrimPrefix(why, "disk "+d.Name+": "))
 			r.Metrics.hotplugged(map[bool]string{true: "detach", false: "attach"}[d.State == vmv1.DiskDetaching], "failed")
 		}
 	}

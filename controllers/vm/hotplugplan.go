@@ -80,7 +80,7 @@ func planHotplug(in hotplugInput) hotplugPlan {
 			st.State, st.Message = vmv1.DiskAttached, ""
 		case g.Error != "":
 			st.Message, p.failed[d.Name] = g.Error, g.Error
-		case !has && in.guest != nil && strings.Contains(in.guest.Error, d.Name):
+		case !has && in.guest != nil && (own || st.AttachmentPod != "") && strings.Contains(in.guest.Error, d.Name):
 			// The runner lists no disk it could not attach; its reason is the answer's.
 			st.Message, p.failed[d.Name] = in.guest.Error, in.guest.Error
 		case st.Message == "":

@@ -66,6 +66,11 @@ func TestPlanHotplug(t *testing.T) {
 				guest: &controlapi.HotplugStatus{Error: "disk logs: blockdev-add: Failed to connect"}},
 			want: "logs:Attaching:0:web-hp-logs", message: "Failed to connect",
 		},
+		"the agent waits for the attachment pod: no failure": {
+			in: hotplugInput{slots: 4, spec: []vmv1.Disk{claimDisk("logs", "c")}, pods: map[string]*corev1.Pod{"logs": attachmentIn("logs", corev1.PodPending)},
+				guest: &controlapi.HotplugStatus{Error: "disk logs: waiting for its attachment pod to run"}},
+			want: "logs:Attaching:0:", message: "is Pending",
+		},
 		"removed from the spec: detaching, its pod kept": {
 			in:   hotplugInput{slots: 4, pods: map[string]*corev1.Pod{"logs": attachmentIn("logs", corev1.PodRunning)}, guest: attached(on("logs", 2))},
 			want: "logs:Detaching:2:web-hp-logs", message: "release",
@@ -113,6 +118,9 @@ func TestPlanHotplug(t *testing.T) {
 			}
 			if strings.Join(got, " ") != tc.want || strings.Join(create, " ") != tc.create || strings.Join(remove, " ") != tc.remove {
 				t.Errorf("status %q create %q remove %q; want %q, %q, %q", got, create, remove, tc.want, tc.create, tc.remove)
+			}
+			if len(p.failed) > 0 && strings.Contains(name, "no failure") {
+				t.Errorf("failures %v", p.failed)
 			}
 			if !strings.Contains(strings.Join(messages, "|"), tc.message) {
 				t.Errorf("messages %q, want one with %q", messages, tc.message)

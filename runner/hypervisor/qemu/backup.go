@@ -143,14 +143,24 @@ func driveStatus(drives []backupDrive, jobs map[string]jobInfo) []controlapi.Bac
 
 // backupBlocked refuses a backup while a migration from here runs or cleans up its mirrors.
 func (q *VM) backupBlocked() error {
-	if s := q.current(); s != nil {
-		select {
-		case <-s.done:
-		default:
-			return refusal("a migration of the guest is under way: back up once it ended")
-		}
+	if q.sending() {
+		return refusal("a migration of the guest is under way: back up once it ended")
 	}
 	return nil
+}
+
+// sending says whether a migration from here runs or cleans up its mirrors.
+func (q *VM) sending() bool {
+	s := q.current()
+	if s == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // backupDrives checks req's drives against QEMU's: each is the guest's, writable, has the

@@ -167,12 +167,8 @@ func (q *VM) hotplugBlocked() error {
 	if q.ctl.Load() == nil {
 		return hypervisor.ErrNotRunning
 	}
-	if s := q.current(); s != nil {
-		select {
-		case <-s.done:
-		default:
-			return hotplugRefusal("a migration of the guest is under way: attach or detach disks once it ended")
-		}
+	if q.sending() {
+		return hotplugRefusal("a migration of the guest is under way: attach or detach disks once it ended")
 	}
 	return nil
 }
