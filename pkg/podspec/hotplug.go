@@ -7,15 +7,14 @@ import (
 	"github.com/virtpod/virtpod/pkg/runnerconfig"
 )
 
-// withHotplugSlots gives a qemu guest its hotplug slots and puts each hotpluggable disk of the
-// spec on one (docs/hotplug.md): the slot status.disks gives it, so a guest that resumes or
-// restarts after a hotplug finds each disk where it was, else the lowest free one, in the spec's
-// order.
+// withHotplugSlots puts each hotpluggable disk of the spec on one of a qemu guest's hotplug slots
+// (RunnerConfig gives it vmv1.HotplugSlots; docs/hotplug.md): the slot status.disks gives it, so
+// a guest that resumes or restarts after a hotplug finds each disk where it was, else the lowest
+// free one, in the spec's order.
 func withHotplugSlots(vm *vmv1.VirtualMachine, cfg *runnerconfig.Config) {
-	if vm.Spec.Provider != vmv1.ProviderQEMU {
+	if cfg.HotplugSlots == 0 {
 		return
 	}
-	cfg.HotplugSlots = vmv1.HotplugSlots
 	slots := DiskSlots(vm.Spec.Guest.HotplugDisks(), KnownSlots(vm.Status.Disks))
 	for i := range cfg.Disks {
 		if slot, ok := slots[cfg.Disks[i].Name]; ok {

@@ -124,6 +124,7 @@ func RunnerConfig(vm *vmv1.VirtualMachine) runnerconfig.Config {
 		// same hardware; "" before its first start.
 		c.Machine = vm.Status.Machine
 		c.GuestAgent = true
+		c.HotplugSlots = vmv1.HotplugSlots // disks attached while it runs (docs/hotplug.md)
 		if HasDisplay(vm) {
 			c.Display = runnerconfig.DisplayVNC
 		}
