@@ -12,7 +12,6 @@ import (
 	"github.com/virtpod/virtpod/agent/podcontrol"
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
@@ -31,13 +30,13 @@ func later(format string, a ...any) error { return &notYet{fmt.Sprintf(format, a
 func (e *Executor) request(ctx context.Context, pod *corev1.Pod, vm *vmv1.VirtualMachine, ctl podcontrol.Control, prev *controlapi.HotplugResult) (controlapi.HotplugRequest, []string, error) {
 	req := controlapi.HotplugRequest{Disks: []controlapi.HotplugDisk{}}
 	var left []string
-	own := ownDisks(pod)
+	own := runnerpod.SlotDisks(pod)
 	for _, d := range vm.Status.Disks {
 		if d.State == vmv1.DiskDetaching {
 			continue
 		}
 		hd := controlapi.HotplugDisk{Name: d.Name, Slot: int(d.Slot), ReadOnly: d.ReadOnly}
-		if d.AttachmentPod == "" && !own[d.Name] {
+		if _, held := own[d.Name]; d.AttachmentPod == "" && !held {
 			// Served by an attachment pod the status does not name yet (one being replaced):
 			// the guest keeps what it has from the old one, or waits for the new one.
 			hd.Socket = controlapi.HotplugSocket(d.Name)
@@ -126,15 +125,4 @@ func (e *Executor) vouch(att, runner *corev1.Pod, vm *vmv1.VirtualMachine, disk 
 		return later("attachment pod %s is %s, not running yet", att.Name, att.Status.Phase)
 	}
 	return nil
-}
-
-// ownDisks are the disks the runner pod holds on hotplug slots itself: it was started with them.
-func ownDisks(pod *corev1.Pod) map[string]bool {
-	own := map[string]bool{}
-	for _, v := range runnerpod.Values(pod, "--disk") {
-		if d, err := runnerconfig.ParseDisk(v); err == nil && d.Hotplug {
-			own[d.Name] = true
-		}
-	}
-	return own
 }

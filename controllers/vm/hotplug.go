@@ -56,22 +56,19 @@ func (r *Reconciler) hotplug(ctx context.Context, s *scope) error {
 func (r *Reconciler) hotplugInput(ctx context.Context, s *scope) (hotplugInput, error) {
 	vm, pod := s.vm, s.pod
 	in := hotplugInput{vmName: vm.Name, runner: pod.Name, spec: vm.Spec.Guest.HotplugDisks(), own: map[string]int{}, prev: vm.Status.Disks, held: map[string]string{}}
-	cfg, err := runnerpod.Config(pod)
-	if err == nil {
+	if cfg, err := runnerpod.Config(pod); err == nil {
 		in.slots = cfg.HotplugSlots
-		for _, d := range cfg.Disks {
-			if i := indexOfDisk(in.spec, d.Name); d.Hotplug && i >= 0 && sameSource(pod, in.spec[i]) {
-				in.own[d.Name] = d.Slot
-			}
+	}
+	for name, slot := range runnerpod.SlotDisks(pod) {
+		if i := indexOfDisk(in.spec, name); i >= 0 && sameSource(pod, in.spec[i]) {
+			in.own[name] = slot
 		}
 	}
 	var res controlapi.HotplugResult
 	if raw := pod.Annotations[vmv1.AnnotationHotplugResult]; raw != "" && json.Unmarshal([]byte(raw), &res) == nil {
 		in.guest = &res.Status
 	}
-	if in.pods, err = r.attachments(ctx, vm, pod); err != nil {
-		return in, err
-	}
+	in.pods = s.attachments
 	for _, d := range in.spec {
 		if _, own := in.own[d.Name]; own || in.pods[d.Name] != nil || d.PersistentVolumeClaim == nil {
 			continue
@@ -87,40 +84,29 @@ func (r *Reconciler) hotplugInput(ctx context.Context, s *scope) (hotplugInput, 
 	return in, nil
 }
 
-// attachments are the VM's attachment pods serving pod, by disk. Those of an earlier runner
-// pod are deleted (dropAttachments), not returned.
-func (r *Reconciler) attachments(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) (map[string]*corev1.Pod, error) {
+// dropAttachments deletes the VM's attachment pods that serve no runner pod of now (pod's guest
+// ended or was replaced, and its next pod holds every hotpluggable disk itself), and returns
+// those that serve pod, by disk: what the hotplug step plans with.
+func (r *Reconciler) dropAttachments(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) (map[string]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(vm.Namespace), client.MatchingLabels{vmv1.LabelAttachmentOf: vm.Name}); err != nil {
 		return nil, r.fail("list-attachments", err)
 	}
-	out := map[string]*corev1.Pod{}
+	serving := map[string]*corev1.Pod{}
 	for i := range list.Items {
 		p := &list.Items[i]
-		if ownedBy(p, vm) && pod != nil && p.Labels[vmv1.LabelAttachedTo] == string(pod.UID) {
-			out[p.Labels[vmv1.LabelAttachedDisk]] = p
+		switch {
+		case !ownedBy(p, vm):
+		case pod != nil && !podEnded(pod) && p.Labels[vmv1.LabelAttachedTo] == string(pod.UID):
+			serving[p.Labels[vmv1.LabelAttachedDisk]] = p
+		case p.DeletionTimestamp != nil:
+		default:
+			if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+				return nil, r.fail("delete-attachment", err)
+			}
 		}
 	}
-	return out, nil
-}
-
-// dropAttachments deletes the VM's attachment pods that serve no runner pod of now: pod's guest
-// ended or was replaced, and its next pod holds every hotpluggable disk itself.
-func (r *Reconciler) dropAttachments(ctx context.Context, vm *vmv1.VirtualMachine, pod *corev1.Pod) error {
-	list := &corev1.PodList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(vm.Namespace), client.MatchingLabels{vmv1.LabelAttachmentOf: vm.Name}); err != nil {
-		return r.fail("list-attachments", err)
-	}
-	for i := range list.Items {
-		p := &list.Items[i]
-		if !ownedBy(p, vm) || p.DeletionTimestamp != nil || pod != nil && !podEnded(pod) && p.Labels[vmv1.LabelAttachedTo] == string(pod.UID) {
-			continue
-		}
-		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-			return r.fail("delete-attachment", err)
-		}
-	}
-	return nil
+	return serving, nil
 }
 
 // makeAttachment creates the attachment pod serving disk d to the guest of s.pod, on its node.

@@ -92,8 +92,9 @@ type scope struct {
 	agent   *agentView          // what the running guest's agent said; nil while none runs
 	result  reconcile.Result    // a restart back-off's requeue
 
-	hotplugDigest *string           // the hotplug request to write on the runner pod after the status; nil: none
-	hotplugFailed map[string]string // the node agent's hotplug errors, by disk, for events
+	attachments   map[string]*corev1.Pod // the attachment pods serving the runner pod, by disk
+	hotplugDigest *string                // the hotplug request to write on the runner pod after the status; nil: none
+	hotplugFailed map[string]string      // the node agent's hotplug errors, by disk, for events
 }
 
 // reconcileProvider finds the VM's ProviderClass and its verdict, or defaults spec.provider;
@@ -133,7 +134,8 @@ func (r *Reconciler) reconcilePod(ctx context.Context, s *scope) error {
 // copy of this pod at its size now, so the size is frozen.
 func (r *Reconciler) reconcileGuest(ctx context.Context, s *scope) error {
 	vm, pod := s.vm, s.pod
-	if err := r.dropAttachments(ctx, vm, pod); err != nil {
+	var err error
+	if s.attachments, err = r.dropAttachments(ctx, vm, pod); err != nil {
 		return err
 	}
 	if pod == nil || pod.DeletionTimestamp != nil || podEnded(pod) || vm.Spec.Halted() || !guestStarted(pod) || s.next.Status.PodUID != string(pod.UID) {

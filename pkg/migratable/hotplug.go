@@ -11,7 +11,6 @@ import (
 
 	vmv1 "github.com/virtpod/virtpod/apis/vm/v1alpha1"
 	"github.com/virtpod/virtpod/pkg/controlapi"
-	"github.com/virtpod/virtpod/pkg/runnerconfig"
 	"github.com/virtpod/virtpod/pkg/runnerpod"
 )
 
@@ -25,12 +24,7 @@ func hotplugged(pod *corev1.Pod) string {
 	if raw == "" || json.Unmarshal([]byte(raw), &res) != nil {
 		return ""
 	}
-	boot := map[string]int{}
-	for _, value := range runnerpod.Values(pod, "--disk") {
-		if d, err := runnerconfig.ParseDisk(value); err == nil && d.Hotplug {
-			boot[d.Name] = d.Slot
-		}
-	}
+	boot := runnerpod.SlotDisks(pod)
 	now := map[string]int{}
 	for _, d := range res.Status.Disks {
 		now[d.Name] = d.Slot

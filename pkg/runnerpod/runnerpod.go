@@ -86,3 +86,15 @@ func Values(pod *corev1.Pod, flag string) []string {
 func Config(pod *corev1.Pod) (runnerconfig.Config, error) {
 	return runnerconfig.Parse(Args(pod))
 }
+
+// SlotDisks are the disks the pod's runner was started with on hotplug slots (--disk …,slot=),
+// each slot by disk name: the ones the pod holds itself (docs/hotplug.md).
+func SlotDisks(pod *corev1.Pod) map[string]int {
+	slots := map[string]int{}
+	for _, v := range Values(pod, "--disk") {
+		if d, err := runnerconfig.ParseDisk(v); err == nil && d.Hotplug {
+			slots[d.Name] = d.Slot
+		}
+	}
+	return slots
+}
