@@ -158,7 +158,7 @@ func indexOfDisk(disks []vmv1.Disk, name string) int {
 // ConfigMap or Secret, or an empty disk.
 func sameSource(pod *corev1.Pod, d vmv1.Disk) bool {
 	for _, v := range pod.Spec.Volumes {
-		if v.Name != "disk-"+d.Name {
+		if v.Name != podspec.DiskVolumeName(d.Name) {
 			continue
 		}
 		switch {

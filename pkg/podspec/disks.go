@@ -76,7 +76,8 @@ func ClaimOf(pvc *corev1.PersistentVolumeClaim) Claim {
 	return c
 }
 
-func diskVolumeName(name string) string { return "disk-" + name }
+// DiskVolumeName is the runner pod's volume of data disk name.
+func DiskVolumeName(name string) string { return "disk-" + name }
 
 // diskParts is what a VM's disks add to its runner pod and flags.
 type diskParts struct {
@@ -113,7 +114,7 @@ func disks(vm *vmv1.VirtualMachine, opts Options) diskParts {
 		p.mounts = append(p.mounts, corev1.VolumeMount{Name: stateClaimVolume, MountPath: vmv1.StateMount})
 	}
 	for _, d := range g.Disks {
-		vol := corev1.Volume{Name: diskVolumeName(d.Name)}
+		vol := corev1.Volume{Name: DiskVolumeName(d.Name)}
 		mount := disksMount + "/" + d.Name
 		rd := runnerconfig.Disk{Name: d.Name, Path: mount}
 		switch {
